@@ -1,0 +1,39 @@
+# kafkalog: every target creates .venv and installs the project on first use.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+
+.PHONY: demo test bench lint check-java clean
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "kafkalog needs Python 3.11 or newer; found " + sys.version.split()[0])'
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	@touch $(STAMP)
+
+# Spark (the pipeline, the demo and its tests) needs a JDK 17 or newer.
+check-java:
+	@command -v java >/dev/null 2>&1 || { \
+	  echo "kafkalog: Java 17 or newer is required (Spark runs on it) but 'java' is not on PATH." >&2; \
+	  echo "          Install a JDK 17+, e.g. 'apt-get install openjdk-17-jre-headless', then retry." >&2; exit 1; }
+	@java -version 2>&1 | awk -F'"' '/version/ { split($$2, v, "."); if (v[1] + 0 < 17) { \
+	  print "kafkalog: Java 17 or newer is required; found " $$2 > "/dev/stderr"; exit 1 } }'
+
+demo: check-java $(STAMP)
+	$(BIN)/python -m kafkalog.demo
+
+test: check-java $(STAMP)
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/python -m pytest
+
+bench: $(STAMP)
+	$(BIN)/python -m benchmarks.run
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff format --check src tests benchmarks
+
+clean:
+	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache demo-output

@@ -1,0 +1,133 @@
+"""lz4 frames as Kafka's Lz4BlockOutputStream writes and Lz4BlockInputStream reads them.
+
+Writing: magic 0x184D2204 (LE), FLG 0x60 (version 1, independent blocks, no checksums, no size),
+BD 0x40 (64 KiB blocks), HC = second byte of xxHash32(FLG, BD); blocks of int32 LE length, high bit
+set for a stored (incompressible) block; an int32 0 end mark. Level 9 uses lz4's fast compressor and
+any other level the high-compression one, as Kafka does.
+
+Reading accepts any flags Kafka's reader accepts: content size, block checksums (verified), a content
+checksum (its 4 bytes must be there; see the note on ``decompress``), block sizes of 64 KiB to 4 MiB.
+"""
+
+from __future__ import annotations
+
+import struct
+
+import cramjam
+
+from ...errors import CorruptRecordError
+from ..checksums import xxhash32
+
+MAGIC = 0x184D2204
+DEFAULT_LEVEL = 9
+MIN_LEVEL = 1
+MAX_LEVEL = 17
+FLG_DEFAULT = 0x60
+BD_64KB = 0x40
+BLOCK_SIZE = 64 * 1024
+_INCOMPRESSIBLE = 0x80000000
+_MAGIC_BYTES = struct.pack("<I", MAGIC)
+
+
+def _descriptor_checksum(descriptor: bytes) -> int:
+    return (xxhash32(descriptor) >> 8) & 0xFF
+
+
+_HEADER = _MAGIC_BYTES + bytes([FLG_DEFAULT, BD_64KB, _descriptor_checksum(bytes([FLG_DEFAULT, BD_64KB]))])
+_END_MARK = b"\x00\x00\x00\x00"
+
+
+def _compress_block(block, level: int) -> bytes:
+    if level == DEFAULT_LEVEL:
+        return bytes(cramjam.lz4.compress_block(block, store_size=False))
+    return bytes(cramjam.lz4.compress_block(block, mode="high_compression", compression=level, store_size=False))
+
+
+def compress(data, level: int = DEFAULT_LEVEL) -> bytes:
+    """Frame ``data`` in independent 64 KiB blocks, storing a block raw when lz4 does not shrink it."""
+    view = memoryview(data).cast("B")
+    parts = [_HEADER]
+    for start in range(0, len(view), BLOCK_SIZE):
+        block = view[start : start + BLOCK_SIZE]
+        packed = _compress_block(block, level)
+        if len(packed) >= len(block):
+            parts.append(struct.pack("<I", len(block) | _INCOMPRESSIBLE))
+            parts.append(bytes(block))
+        else:
+            parts.append(struct.pack("<I", len(packed)))
+            parts.append(packed)
+    parts.append(_END_MARK)
+    return b"".join(parts)
+
+
+def _read_header(data: bytes, ignore_descriptor_checksum: bool) -> tuple[int, bool, bool, int]:
+    """Validate the frame header; return (position of first block, block checksum?, content checksum?, max)."""
+    if len(data) < 6:
+        raise CorruptRecordError("lz4: Stream ended prematurely")
+    if data[:4] != _MAGIC_BYTES:
+        raise CorruptRecordError("lz4: Stream unsupported (invalid magic bytes)")
+    flg, bd = data[4], data[5]
+    if flg & 0x03:
+        raise CorruptRecordError("lz4: Reserved bits must be 0")
+    if not flg & 0x20:
+        raise CorruptRecordError("lz4: Dependent block stream is unsupported")
+    if flg >> 6 != 1:
+        raise CorruptRecordError(f"lz4: Version {flg >> 6} is unsupported")
+    size_code = (bd >> 4) & 7
+    if bd & 0x0F or bd & 0x80:
+        raise CorruptRecordError("lz4: Reserved BD bits must be 0")
+    if not 4 <= size_code <= 7:
+        raise CorruptRecordError("lz4: Block size value must be between 4 and 7")
+    pos = 6
+    if flg & 0x08:  # content size present: skipped, as Kafka does
+        if len(data) < pos + 8:
+            raise CorruptRecordError("lz4: Stream ended prematurely")
+        pos += 8
+    if len(data) < pos + 1:
+        raise CorruptRecordError("lz4: Stream ended prematurely")
+    if not ignore_descriptor_checksum and data[pos] != _descriptor_checksum(data[4:pos]):
+        raise CorruptRecordError("lz4: Stream frame descriptor corrupted")
+    return pos + 1, bool(flg & 0x10), bool(flg & 0x04), 1 << (2 * size_code + 8)
+
+
+def decompress(data, *, ignore_descriptor_checksum: bool = False) -> bytes:
+    """Decode an lz4 frame the way Kafka's reader does.
+
+    ``ignore_descriptor_checksum`` is Kafka's switch for magic 0 wrappers, whose writers hashed the
+    magic too. A content checksum's 4 bytes must be present but are not verified: Kafka's reader
+    of the 4.0 era skips them as well, and newer ones disagree with the lz4 frame specification.
+    """
+    data = bytes(data)
+    pos, block_checksum, content_checksum, max_block = _read_header(data, ignore_descriptor_checksum)
+    out = bytearray()
+    scratch = bytearray(max_block)
+    while True:
+        if pos + 4 > len(data):
+            raise CorruptRecordError("lz4: Stream ended prematurely")
+        (word,) = struct.unpack_from("<I", data, pos)
+        pos += 4
+        size = word & ~_INCOMPRESSIBLE
+        if size == 0:
+            if content_checksum and pos + 4 > len(data):
+                raise CorruptRecordError("lz4: Stream ended prematurely")
+            return bytes(out)
+        if size > max_block:
+            raise CorruptRecordError(f"lz4: Block size {size} exceeded max: {max_block}")
+        if pos + size > len(data):
+            raise CorruptRecordError("lz4: Stream ended prematurely")
+        block = data[pos : pos + size]
+        if word & _INCOMPRESSIBLE:
+            out += block
+        else:
+            try:
+                n = cramjam.lz4.decompress_block_into(block, scratch, output_len=max_block)
+            except Exception as e:
+                raise CorruptRecordError(f"lz4: invalid block: {e}") from None
+            out += scratch[:n]
+        pos += size
+        if block_checksum:
+            if pos + 4 > len(data):
+                raise CorruptRecordError("lz4: Stream ended prematurely")
+            if struct.unpack_from("<I", data, pos)[0] != xxhash32(block):
+                raise CorruptRecordError("lz4: Block checksum mismatch")
+            pos += 4

@@ -1,0 +1,66 @@
+"""snappy in the xerial framing snappy-java's SnappyOutputStream writes, plus raw snappy on read.
+
+Framing: magic ``82 'SNAPPY' 00``, int32 BE version 1, int32 BE compatible version 1, then blocks of
+int32 BE length + raw snappy. Input without the magic is read as one raw snappy block, as
+SnappyInputStream does.
+"""
+
+from __future__ import annotations
+
+import struct
+
+import cramjam
+
+from ...errors import CorruptRecordError
+
+XERIAL_MAGIC = b"\x82SNAPPY\x00"
+XERIAL_HEADER = XERIAL_MAGIC + struct.pack(">ii", 1, 1)
+BLOCK_SIZE = 32 * 1024  # snappy-java's default block size
+# A snappy element of n input bytes yields at most ~21n output bytes (a 3-byte copy makes 64);
+# a claimed length beyond this bound cannot be honest, so it is refused before allocating.
+_MAX_EXPANSION = 24
+
+
+def compress(data) -> bytes:
+    """Frame ``data`` in xerial blocks of 32 KiB."""
+    view = memoryview(data)
+    parts = [XERIAL_HEADER]
+    for start in range(0, len(view), BLOCK_SIZE):
+        block = bytes(cramjam.snappy.compress_raw(view[start : start + BLOCK_SIZE]))
+        parts.append(struct.pack(">i", len(block)))
+        parts.append(block)
+    return b"".join(parts)
+
+
+def _raw(block) -> bytes:
+    try:
+        claimed = cramjam.snappy.decompress_raw_len(block)
+    except Exception as e:
+        raise CorruptRecordError(f"Invalid snappy data: {e}") from None
+    if claimed > _MAX_EXPANSION * len(block) + 64:
+        raise CorruptRecordError(f"Invalid snappy data: claims {claimed} bytes from a {len(block)}-byte block")
+    try:
+        return bytes(cramjam.snappy.decompress_raw(block))
+    except Exception as e:
+        raise CorruptRecordError(f"Invalid snappy data: {e}") from None
+
+
+def decompress(data) -> bytes:
+    """Read xerial framing, or a single raw snappy block when the magic is absent."""
+    data = bytes(data)
+    if not data.startswith(XERIAL_MAGIC):
+        return _raw(data)
+    if len(data) < len(XERIAL_HEADER):
+        raise CorruptRecordError("snappy stream ended prematurely inside the xerial header")
+    pos = len(XERIAL_HEADER)
+    parts = []
+    while pos < len(data):
+        if pos + 4 > len(data):
+            raise CorruptRecordError("snappy stream ended prematurely inside a block length")
+        (length,) = struct.unpack_from(">i", data, pos)
+        pos += 4
+        if length < 0 or pos + length > len(data):
+            raise CorruptRecordError(f"Invalid snappy block length {length}")
+        parts.append(_raw(data[pos : pos + length]))
+        pos += length
+    return b"".join(parts)

@@ -1,0 +1,24 @@
+"""zstd frames as zstd-jni's streaming output writes them."""
+
+from __future__ import annotations
+
+import cramjam
+
+from ...errors import CorruptRecordError
+
+DEFAULT_LEVEL = 3
+MIN_LEVEL = -131072
+MAX_LEVEL = 22
+
+
+def compress(data, level: int = DEFAULT_LEVEL) -> bytes:
+    """One zstd frame at Kafka's level (cramjam's own default would be 11)."""
+    return bytes(cramjam.zstd.compress(data, level=level))
+
+
+def decompress(data) -> bytes:
+    """Decode one or more zstd frames (with or without a content size)."""
+    try:
+        return bytes(cramjam.zstd.decompress(data))
+    except Exception as e:
+        raise CorruptRecordError(f"Invalid zstd data: {e}") from None
