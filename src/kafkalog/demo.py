@@ -32,8 +32,13 @@ def make_events(count: int, seed: int, start_ms: int) -> list[tuple[bytes, bytes
     for i in range(count):
         ts += rng.randint(0, 40)
         user = f"user-{rng.randint(1, 500):04d}"
-        body = {"event": rng.choice(EVENT_TYPES), "user": user, "page": f"/p/{rng.randint(1, 2000)}",
-                "amount": round(rng.uniform(1, 300), 2), "seq": i}
+        body = {
+            "event": rng.choice(EVENT_TYPES),
+            "user": user,
+            "page": f"/p/{rng.randint(1, 2000)}",
+            "amount": round(rng.uniform(1, 300), 2),
+            "seq": i,
+        }
         headers = (("trace-id", f"{rng.getrandbits(64):016x}".encode()),) if i % 4 == 0 else ()
         events.append((user.encode(), json.dumps(body).encode(), ts, headers))
     return events
@@ -77,8 +82,17 @@ def run(out_dir: Path, records: int, batch_size: int, seed: int) -> int:
     if out_dir.exists():
         shutil.rmtree(out_dir)
     table = Table(title=f"kafkalog record layer: {records:,} events, {batch_size} per batch, written and read back")
-    for column in ("topic-partition", "codec", "batches", "records", "segment bytes", "ratio",
-                   "build rec/s", "decode rec/s", "check"):
+    for column in (
+        "topic-partition",
+        "codec",
+        "batches",
+        "records",
+        "segment bytes",
+        "ratio",
+        "build rec/s",
+        "decode rec/s",
+        "check",
+    ):
         table.add_column(column, justify="right" if column not in ("topic-partition", "codec") else "left")
     for codec in CODEC_NAMES:
         partition_dir = out_dir / f"events-{codec}-0"
@@ -88,9 +102,17 @@ def run(out_dir: Path, records: int, batch_size: int, seed: int) -> int:
         batches, count = verify_segment(path, events)
         t2 = time.perf_counter()
         size = path.stat().st_size
-        table.add_row(partition_dir.name, codec, f"{batches:,}", f"{count:,}", f"{size:,}",
-                      f"{raw_bytes / size:.2f}x", f"{count / (t1 - t0):,.0f}", f"{count / (t2 - t1):,.0f}",
-                      "[green]ok[/green]")
+        table.add_row(
+            partition_dir.name,
+            codec,
+            f"{batches:,}",
+            f"{count:,}",
+            f"{size:,}",
+            f"{raw_bytes / size:.2f}x",
+            f"{count / (t1 - t0):,.0f}",
+            f"{count / (t2 - t1):,.0f}",
+            "[green]ok[/green]",
+        )
     console.print(table)
     console.print(f"Segments are in {out_dir}/ (one Kafka partition directory per codec).")
     return 0

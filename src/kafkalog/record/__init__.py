@@ -15,9 +15,9 @@ from ..errors import (
 )
 from .batch import RecordBatch
 from .builder import RecordBatchBuilder, control_batch
-from .compression import CODEC_NAMES
 from .columnar import SCHEMA as ARROW_SCHEMA
 from .columnar import batches_to_arrow, to_arrow
+from .compression import CODEC_NAMES
 from .legacy import LegacyBatch
 from .partitioner import default_partition, murmur2
 from .scan import batch_positions, iter_batches, iter_file_batches, map_file

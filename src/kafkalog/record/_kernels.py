@@ -27,7 +27,7 @@ def _varint(buf, pos, end):
     """Zigzag varint (int32) with Java's rules; returns (value, next pos, ok)."""
     raw = np.uint64(0)
     shift = np.uint64(0)
-    for i in range(5):
+    for _ in range(5):
         if pos >= end:
             return 0, pos, False
         b = np.uint64(buf[pos])
@@ -46,7 +46,7 @@ def _varlong(buf, pos, end):
     """Zigzag varlong (int64); returns (value, next pos, ok)."""
     raw = np.uint64(0)
     shift = np.uint64(0)
-    for i in range(10):
+    for _ in range(10):
         if pos >= end:
             return 0, pos, False
         b = np.uint64(buf[pos])
@@ -61,8 +61,24 @@ def _varlong(buf, pos, end):
 
 
 @njit(cache=True, nogil=True)
-def decode_records(arena, sec_start, sec_end, counts, base_offset, base_ts, append_ts, use_append_ts,
-                   out_offset, out_ts, key_pos, key_len, val_pos, val_len, hdr_pos, hdr_count):
+def decode_records(
+    arena,
+    sec_start,
+    sec_end,
+    counts,
+    base_offset,
+    base_ts,
+    append_ts,
+    use_append_ts,
+    out_offset,
+    out_ts,
+    key_pos,
+    key_len,
+    val_pos,
+    val_len,
+    hdr_pos,
+    hdr_count,
+):
     """Walk every record of every batch section; fill the per-record outputs.
 
     Returns (error code, batch index, record index within the batch).
@@ -146,11 +162,11 @@ def decode_headers(arena, hdr_pos, hdr_count, hkey_pos, hkey_len, hval_pos, hval
         pos = hdr_pos[r]
         end = arena.shape[0]
         for _ in range(hdr_count[r]):
-            kl, pos, ok = _varint(arena, pos, end)
+            kl, pos, _ok = _varint(arena, pos, end)
             hkey_pos[h] = pos
             hkey_len[h] = kl
             pos += kl
-            vl, pos, ok = _varint(arena, pos, end)
+            vl, pos, _ok = _varint(arena, pos, end)
             hval_pos[h] = pos
             hval_len[h] = vl
             if vl > 0:
@@ -172,7 +188,7 @@ def gather(arena, starts, lengths, offsets, out):
 @njit(cache=True, nogil=True)
 def any_high_byte(data):
     """True when a byte >= 0x80 is present (so UTF-8 must be checked)."""
-    for i in range(data.shape[0]):
+    for i in range(data.shape[0]):  # noqa: SIM110 - numba compiles this loop, not a generator in any()
         if data[i] >= 0x80:
             return True
     return False
@@ -243,9 +259,26 @@ def _put_field(out, pos, data, start, length):
 
 
 @njit(cache=True, nogil=True)
-def encode_records(out, body_sizes, key_data, key_start, key_len, val_data, val_start, val_len, ts_delta,
-                   off_delta, hdr_first, hdr_count, hkey_data, hkey_start, hkey_len, hval_data, hval_start,
-                   hval_len):
+def encode_records(
+    out,
+    body_sizes,
+    key_data,
+    key_start,
+    key_len,
+    val_data,
+    val_start,
+    val_len,
+    ts_delta,
+    off_delta,
+    hdr_first,
+    hdr_count,
+    hkey_data,
+    hkey_start,
+    hkey_len,
+    hval_data,
+    hval_start,
+    hval_len,
+):
     """Write every record (DefaultRecord.writeTo) back to back into ``out``; return the bytes written."""
     pos = 0
     for i in range(key_len.shape[0]):

@@ -214,7 +214,9 @@ class RecordBatch:
         count = self.record_count
         if count < 0:
             raise InvalidRecordError(
-                f"Found invalid record count {count} in magic v2 batch", position=self.position, offset=self.base_offset
+                f"Found invalid record count {count} in magic v2 batch",
+                position=self.position,
+                offset=self.base_offset,
             )
         if count == 0:
             return iter(())
@@ -262,8 +264,15 @@ class RecordBatch:
         )
 
 
-def decode_record(section, pos: int, end: int, base_offset: int, base_timestamp: int, base_sequence: int,
-                  log_append_time: int | None) -> tuple[Record, int]:
+def decode_record(
+    section,
+    pos: int,
+    end: int,
+    base_offset: int,
+    base_timestamp: int,
+    base_sequence: int,
+    log_append_time: int | None,
+) -> tuple[Record, int]:
     """Decode one record (DefaultRecord.readFrom) at ``pos``; return it and the next position."""
     body_len, pos = read_varint(section, pos, end)
     if body_len < 0 or end - pos < body_len:

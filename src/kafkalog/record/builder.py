@@ -127,8 +127,9 @@ class RecordBatchBuilder:
         else:
             last = (self.base_offset + n - 1) if self._offsets is None else self._offsets[-1]
             if n and offset <= last:
-                raise InvalidRecordError(f"Illegal offset {offset} following previous offset {last} "
-                                         "(offsets must increase monotonically)")
+                raise InvalidRecordError(
+                    f"Illegal offset {offset} following previous offset {last} (offsets must increase monotonically)"
+                )
             if offset < self.base_offset:
                 raise InvalidRecordError(f"Illegal offset {offset}: below the base offset {self.base_offset}")
             if self._offsets is None and offset != self.base_offset + n:
@@ -249,14 +250,31 @@ def assemble_batch(
     if has_delete_horizon:
         attributes |= DELETE_HORIZON_MASK
     tail = _TAIL_STRUCT.pack(
-        attributes, last_offset_delta, base_timestamp, max_timestamp, producer_id, producer_epoch,
-        base_sequence, record_count,
+        attributes,
+        last_offset_delta,
+        base_timestamp,
+        max_timestamp,
+        producer_id,
+        producer_epoch,
+        base_sequence,
+        record_count,
     )
     crc = crc32c(payload, crc32c(tail))
     size = RECORDS_OFFSET + len(payload)
     head = HEADER_STRUCT.pack(
-        base_offset, size - 12, partition_leader_epoch, 2, crc, attributes, last_offset_delta, base_timestamp,
-        max_timestamp, producer_id, producer_epoch, base_sequence, record_count,
+        base_offset,
+        size - 12,
+        partition_leader_epoch,
+        2,
+        crc,
+        attributes,
+        last_offset_delta,
+        base_timestamp,
+        max_timestamp,
+        producer_id,
+        producer_epoch,
+        base_sequence,
+        record_count,
     )
     return head + payload
 
@@ -334,8 +352,9 @@ def _binary_columns(items: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return data, offsets[:-1], lengths
 
 
-def encode_records_fast(keys: list, values: list, ts_deltas: np.ndarray, offset_deltas: np.ndarray,
-                        headers: list) -> bytes:
+def encode_records_fast(
+    keys: list, values: list, ts_deltas: np.ndarray, offset_deltas: np.ndarray, headers: list
+) -> bytes:
     """Encode every record in one numba pass; byte-identical to encode_records_reference."""
     n = len(values)
     key_data, key_start, key_len = _binary_columns(keys)
@@ -353,19 +372,41 @@ def encode_records_fast(keys: list, values: list, ts_deltas: np.ndarray, offset_
     hval_data, hval_start, hval_len = _binary_columns(hvals)
     ts_deltas = np.ascontiguousarray(ts_deltas, dtype=np.int64)
     offset_deltas = np.ascontiguousarray(offset_deltas, dtype=np.int64)
-    sizes = _kernels.record_body_sizes(key_len, val_len, ts_deltas, offset_deltas, hdr_first, hdr_count,
-                                       hkey_len, hval_len)
+    sizes = _kernels.record_body_sizes(
+        key_len, val_len, ts_deltas, offset_deltas, hdr_first, hdr_count, hkey_len, hval_len
+    )
     total = int(sizes.sum()) + 5 * n
     out = np.empty(total, dtype=np.uint8)
     written = _kernels.encode_records(
-        out, sizes, key_data, key_start, key_len, val_data, val_start, val_len, ts_deltas, offset_deltas,
-        hdr_first, hdr_count, hkey_data, hkey_start, hkey_len, hval_data, hval_start, hval_len,
+        out,
+        sizes,
+        key_data,
+        key_start,
+        key_len,
+        val_data,
+        val_start,
+        val_len,
+        ts_deltas,
+        offset_deltas,
+        hdr_first,
+        hdr_count,
+        hkey_data,
+        hkey_start,
+        hkey_len,
+        hval_data,
+        hval_start,
+        hval_len,
     )
     return out[:written].tobytes()
 
 
-def record_size(key: bytes | None, value: bytes | None, offset_delta: int, timestamp_delta: int,
-                headers: Sequence[Header] = ()) -> int:
+def record_size(
+    key: bytes | None,
+    value: bytes | None,
+    offset_delta: int,
+    timestamp_delta: int,
+    headers: Sequence[Header] = (),
+) -> int:
     """Bytes one record takes on disk (DefaultRecord.sizeInBytes)."""
     body = 1 + len(encode_varlong(timestamp_delta)) + size_of_varint(offset_delta)
     body += len(_field(key)) + len(_field(value)) + size_of_varint(len(headers))

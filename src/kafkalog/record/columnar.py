@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 import numpy as np
 import pyarrow as pa
 
-from ..errors import InvalidRecordError
+from ..errors import InvalidRecordError, RecordTooLargeError
 from . import _kernels
 from . import compression as codecs
 from .batch import RecordBatch
@@ -45,6 +45,9 @@ _ERRORS = {
 }
 
 BatchFilter = Callable[[AnyBatch], bool]
+# A run of v2 batches is decoded with one kernel call; runs are cut at this many batch bytes so the
+# decoded keys and values of a run stay far below Arrow's 2 GiB per binary array.
+MAX_RUN_BYTES = 64 * 1024 * 1024
 
 
 def to_arrow(
@@ -83,6 +86,7 @@ def batches_to_arrow(
     """Decode a run of batch views into one table: v2 runs on the fast path, legacy messages beside them."""
     tables: list[pa.Table] = []
     run: list[RecordBatch] = []
+    run_bytes = 0
     for batch in batches:
         if start_offset is not None and batch.last_offset < start_offset:
             continue
@@ -97,10 +101,14 @@ def batches_to_arrow(
         if isinstance(batch, LegacyBatch):
             if run:
                 tables.append(_decode_run(run))
-                run = []
+                run, run_bytes = [], 0
             tables.append(_records_table(batch.records(), batch.timestamp_type_id))
-        else:
-            run.append(batch)
+            continue
+        run.append(batch)
+        run_bytes += batch.size_in_bytes
+        if run_bytes >= MAX_RUN_BYTES:
+            tables.append(_decode_run(run))
+            run, run_bytes = [], 0
     if run:
         tables.append(_decode_run(run))
     table = pa.concat_tables(tables) if tables else SCHEMA.empty_table()
@@ -152,13 +160,29 @@ def _decode_run(run: list[RecordBatch]) -> pa.Table:
     hdr_pos = np.empty(n, np.int64)
     hdr_count = np.empty(n, np.int64)
     code, bi, ri = _kernels.decode_records(
-        arena, starts, ends, counts, base_offset, base_ts, max_ts, log_append,
-        out_offset, out_ts, key_pos, key_len, val_pos, val_len, hdr_pos, hdr_count,
+        arena,
+        starts,
+        ends,
+        counts,
+        base_offset,
+        base_ts,
+        max_ts,
+        log_append,
+        out_offset,
+        out_ts,
+        key_pos,
+        key_len,
+        val_pos,
+        val_len,
+        hdr_pos,
+        hdr_count,
     )
     if code != _kernels.OK:
         bad = run[bi]
         raise InvalidRecordError(
-            f"{_ERRORS[code]} (record {ri} of {bad.record_count})", position=bad.position, offset=bad.base_offset
+            f"{_ERRORS[code]} (record {ri} of {bad.record_count})",
+            position=bad.position,
+            offset=bad.base_offset,
         )
     ts_type = np.repeat(log_append.astype(np.int32), counts)
     headers = _headers_array(arena, hdr_pos, hdr_count)
@@ -198,7 +222,10 @@ def _raise_first_overcount(run, starts, ends) -> None:
             )
 
 
-def _binary_array(arena: np.ndarray, starts: np.ndarray, lengths: np.ndarray, typ=pa.binary()) -> pa.Array:
+_BINARY = pa.binary()
+
+
+def _binary_array(arena: np.ndarray, starts: np.ndarray, lengths: np.ndarray, typ: pa.DataType = _BINARY) -> pa.Array:
     n = len(starts)
     sizes = np.maximum(lengths, 0)
     offsets = np.zeros(n + 1, dtype=np.int64)
@@ -207,15 +234,14 @@ def _binary_array(arena: np.ndarray, starts: np.ndarray, lengths: np.ndarray, ty
     data = np.empty(total, dtype=np.uint8)
     _kernels.gather(arena, starts, lengths, offsets, data)
     if total >= 1 << 31:
-        typ = pa.large_binary() if typ == pa.binary() else pa.large_string()
-        offset_buf = pa.py_buffer(offsets)
-    else:
-        offset_buf = pa.py_buffer(offsets.astype(np.int32))
+        raise RecordTooLargeError(
+            f"Decoded fields total {total} bytes, beyond one Arrow binary array (2 GiB); decode fewer batches at once"
+        )
     null = lengths < 0
     null_count = int(null.sum())
     validity = pa.py_buffer(np.packbits(~null, bitorder="little")) if null_count else None
-    arr = pa.Array.from_buffers(typ, n, [validity, offset_buf, pa.py_buffer(data)], null_count=null_count)
-    return arr if typ in (pa.binary(), pa.string()) else arr.cast(pa.binary() if typ == pa.large_binary() else pa.string())
+    buffers = [validity, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(data)]
+    return pa.Array.from_buffers(typ, n, buffers, null_count=null_count)
 
 
 def _headers_array(arena: np.ndarray, hdr_pos: np.ndarray, hdr_count: np.ndarray) -> pa.Array:

@@ -12,7 +12,14 @@ from collections.abc import Iterator
 from ..errors import CorruptRecordError, InvalidRecordError
 from . import compression
 from .checksums import crc32
-from .types import NO_PARTITION_LEADER_EPOCH, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, NO_TIMESTAMP, Record
+from .types import (
+    NO_PARTITION_LEADER_EPOCH,
+    NO_PRODUCER_EPOCH,
+    NO_PRODUCER_ID,
+    NO_SEQUENCE,
+    NO_TIMESTAMP,
+    Record,
+)
 from .types import TimestampType as TsType
 
 LOG_OVERHEAD = 12
@@ -132,7 +139,9 @@ class LegacyBatch:
             )
         if self.position + self.size_in_bytes > len(self._buffer):
             raise CorruptRecordError(
-                f"Record is truncated: {self.size_in_bytes} bytes declared", position=self.position, offset=self.offset
+                f"Record is truncated: {self.size_in_bytes} bytes declared",
+                position=self.position,
+                offset=self.offset,
             )
         computed = self.compute_checksum()
         if self.crc != computed:
@@ -185,7 +194,10 @@ class LegacyBatch:
         return list(self._records())
 
     def __repr__(self) -> str:
-        return f"LegacyBatch(magic={self.magic}, offset={self.offset}, size={self.size_in_bytes}, position={self.position})"
+        return (
+            f"LegacyBatch(magic={self.magic}, offset={self.offset}, size={self.size_in_bytes}, "
+            f"position={self.position})"
+        )
 
 
 def _parse_key_value(buf, position: int, size_in_bytes: int, magic: int) -> tuple[bytes | None, bytes | None]:
@@ -215,7 +227,9 @@ def _inner_messages(data: bytes, wrapper_magic: int) -> list[tuple[int, int, byt
     while end - pos >= LOG_OVERHEAD:
         offset, size = struct.unpack_from(">qi", data, pos)
         if size < RECORD_OVERHEAD_V0:
-            raise CorruptRecordError(f"Record size {size} is less than the minimum record overhead ({RECORD_OVERHEAD_V0})")
+            raise CorruptRecordError(
+                f"Record size {size} is less than the minimum record overhead ({RECORD_OVERHEAD_V0})"
+            )
         if pos + LOG_OVERHEAD + size > end:
             raise CorruptRecordError("Inner message ends after the wrapper's decompressed value")
         magic = data[pos + _MAGIC_OFFSET]

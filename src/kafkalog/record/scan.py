@@ -67,7 +67,8 @@ def _size_at(view, pos: int, end: int, max_message_size: int | None) -> int | No
         )
     if max_message_size is not None and size > max_message_size:
         raise CorruptRecordError(
-            f"Record size {size} exceeds the largest allowable message size ({max_message_size}).", position=pos
+            f"Record size {size} exceeds the largest allowable message size ({max_message_size}).",
+            position=pos,
         )
     if size > end - pos - LOG_OVERHEAD:
         return None

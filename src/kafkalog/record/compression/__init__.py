@@ -63,8 +63,7 @@ def resolve_level(codec: int, level: int | None) -> int | None:
     if not in_range:
         raise ValueError(
             f"Invalid value {level} for configuration {spec.config}: "
-            f"Value must be between {spec.minimum} and {spec.maximum}"
-            + (" or -1" if codec == GZIP else "")
+            f"Value must be between {spec.minimum} and {spec.maximum}" + (" or -1" if codec == GZIP else "")
         )
     return level
 
