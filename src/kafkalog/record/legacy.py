@@ -220,7 +220,7 @@ def _sized(buf, pos: int, end: int) -> tuple[bytes | None, int]:
     return bytes(buf[pos : pos + length]), pos + length
 
 
-def _inner_messages(data: bytes, wrapper_magic: int) -> list[tuple[int, int, bytes | None, bytes | None]]:
+def _inner_messages(data: memoryview, wrapper_magic: int) -> list[tuple[int, int, bytes | None, bytes | None]]:
     """Parse the (offset, size, message) entries of a decompressed wrapper value."""
     out = []
     pos, end = 0, len(data)

@@ -83,24 +83,26 @@ def compress(codec: int | str, data, level: int | None = None) -> bytes:
     return zstd.compress(data, lvl)
 
 
-def decompress(codec: int | str, data, *, magic: int = 2) -> bytes:
+def decompress(codec: int | str, data, *, magic: int = 2) -> memoryview:
     """Decompress a records section, accepting every framing Kafka's readers accept.
 
-    ``magic`` matters for lz4 only: magic 0 wrappers were written with a wrong descriptor checksum.
-    Malformed input raises CorruptRecordError.
+    Returns a zero-copy byte view of the codec's output. ``magic`` matters for lz4 only: magic 0
+    wrappers were written with a wrong descriptor checksum. Malformed input raises CorruptRecordError.
     """
     cid = codec_id(codec)
     if cid == NONE:
-        return bytes(data)
-    if cid == GZIP:
-        return gzip.decompress(data)
-    if cid == SNAPPY:
-        return snappy.decompress(data)
-    if cid == LZ4:
-        return lz4.decompress(data, ignore_descriptor_checksum=(magic == 0))
-    if magic < 2:
+        out = data
+    elif cid == GZIP:
+        out = gzip.decompress(data)
+    elif cid == SNAPPY:
+        out = snappy.decompress(data)
+    elif cid == LZ4:
+        out = lz4.decompress(data, ignore_descriptor_checksum=(magic == 0))
+    elif magic < 2:
         raise UnsupportedCompressionTypeError("zstd is not allowed with magic 0 or 1")
-    return zstd.decompress(data)
+    else:
+        out = zstd.decompress(data)
+    return memoryview(out).cast("B") if not isinstance(out, memoryview) else out
 
 
 __all__ = [

@@ -90,8 +90,23 @@ def _read_header(data: bytes, ignore_descriptor_checksum: bool) -> tuple[int, bo
     return pos + 1, bool(flg & 0x10), bool(flg & 0x04), 1 << (2 * size_code + 8)
 
 
-def decompress(data, *, ignore_descriptor_checksum: bool = False) -> bytes:
-    """Decode an lz4 frame the way Kafka's reader does.
+def decompress(data, *, ignore_descriptor_checksum: bool = False):
+    """Decode an lz4 frame the way Kafka's reader does; returns a bytes-like object.
+
+    The frame Kafka writes (FLG 0x60, BD 0x40) is decoded natively in one call; any other frame, and
+    any frame the native decoder refuses, goes through ``decompress_frame``, which applies Kafka's rules
+    and gives its error messages.
+    """
+    if bytes(data[:7]) == _HEADER:
+        try:
+            return cramjam.lz4.decompress(data)
+        except Exception:
+            pass  # decompress_frame below says precisely what is wrong
+    return decompress_frame(data, ignore_descriptor_checksum=ignore_descriptor_checksum)
+
+
+def decompress_frame(data, *, ignore_descriptor_checksum: bool = False) -> bytearray:
+    """Kafka's Lz4BlockInputStream, block by block: checks the header, block sizes and block checksums.
 
     ``ignore_descriptor_checksum`` is Kafka's switch for magic 0 wrappers, whose writers hashed the
     magic too. A content checksum's 4 bytes must be present but are not verified: Kafka's reader
@@ -110,7 +125,7 @@ def decompress(data, *, ignore_descriptor_checksum: bool = False) -> bytes:
         if size == 0:
             if content_checksum and pos + 4 > len(data):
                 raise CorruptRecordError("lz4: Stream ended prematurely")
-            return bytes(out)
+            return out
         if size > max_block:
             raise CorruptRecordError(f"lz4: Block size {size} exceeded max: {max_block}")
         if pos + size > len(data):
@@ -123,7 +138,7 @@ def decompress(data, *, ignore_descriptor_checksum: bool = False) -> bytes:
                 n = cramjam.lz4.decompress_block_into(block, scratch, output_len=max_block)
             except Exception as e:
                 raise CorruptRecordError(f"lz4: invalid block: {e}") from None
-            out += scratch[:n]
+            out += memoryview(scratch)[:n]
         pos += size
         if block_checksum:
             if pos + 4 > len(data):

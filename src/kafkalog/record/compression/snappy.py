@@ -32,7 +32,7 @@ def compress(data) -> bytes:
     return b"".join(parts)
 
 
-def _raw(block) -> bytes:
+def _raw(block):
     try:
         claimed = cramjam.snappy.decompress_raw_len(block)
     except Exception as e:
@@ -40,16 +40,20 @@ def _raw(block) -> bytes:
     if claimed > _MAX_EXPANSION * len(block) + 64:
         raise CorruptRecordError(f"Invalid snappy data: claims {claimed} bytes from a {len(block)}-byte block")
     try:
-        return bytes(cramjam.snappy.decompress_raw(block))
+        return cramjam.snappy.decompress_raw(block)
     except Exception as e:
         raise CorruptRecordError(f"Invalid snappy data: {e}") from None
 
 
-def decompress(data) -> bytes:
-    """Read xerial framing, or a single raw snappy block when the magic is absent."""
+def decompress(data):
+    """Read xerial framing, or a single raw snappy block when the magic is absent; returns bytes-like."""
     data = bytes(data)
     if not data.startswith(XERIAL_MAGIC):
         return _raw(data)
+    if len(data) - len(XERIAL_HEADER) <= BLOCK_SIZE and len(data) >= len(XERIAL_HEADER) + 4:
+        (length,) = struct.unpack_from(">i", data, len(XERIAL_HEADER))
+        if length == len(data) - len(XERIAL_HEADER) - 4:  # the common case: a single block
+            return _raw(data[len(XERIAL_HEADER) + 4 :])
     if len(data) < len(XERIAL_HEADER):
         raise CorruptRecordError("snappy stream ended prematurely inside the xerial header")
     pos = len(XERIAL_HEADER)

@@ -16,9 +16,9 @@ def compress(data, level: int = DEFAULT_LEVEL) -> bytes:
     return bytes(cramjam.zstd.compress(data, level=level))
 
 
-def decompress(data) -> bytes:
-    """Decode one or more zstd frames (with or without a content size)."""
+def decompress(data):
+    """Decode one or more zstd frames (with or without a content size); returns a bytes-like object."""
     try:
-        return bytes(cramjam.zstd.decompress(data))
+        return cramjam.zstd.decompress(data)
     except Exception as e:
         raise CorruptRecordError(f"Invalid zstd data: {e}") from None
