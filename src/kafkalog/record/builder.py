@@ -21,6 +21,7 @@ from .batch import (
     CONTROL_MASK,
     DELETE_HORIZON_MASK,
     HEADER_STRUCT,
+    MAX_RECORD_OVERHEAD,
     RECORDS_OFFSET,
     TIMESTAMP_TYPE_MASK,
     TRANSACTIONAL_MASK,
@@ -93,7 +94,7 @@ class RecordBatchBuilder:
         self._timestamps: list[int] = []
         self._headers: list[Sequence[Header]] = []
         self._offsets: list[int] | None = None
-        self._estimated = RECORDS_OFFSET
+        self._has_headers = False
 
     # ----- collecting ----------------------------------------------------------------------
     def __len__(self) -> int:
@@ -120,36 +121,44 @@ class RecordBatchBuilder:
             timestamp = self._now()
         elif timestamp < 0 and timestamp != NO_TIMESTAMP:
             raise InvalidTimestampError(f"Invalid negative timestamp {timestamp}")
-        headers = _check_headers(headers)
-        n = len(self._values)
-        if offset is None:
-            offset = self.base_offset + n if self._offsets is None else self._offsets[-1] + 1
+        if offset is None and self._offsets is None:
+            offset = self.base_offset + len(self._values)
         else:
-            last = (self.base_offset + n - 1) if self._offsets is None else self._offsets[-1]
-            if n and offset <= last:
-                raise InvalidRecordError(
-                    f"Illegal offset {offset} following previous offset {last} (offsets must increase monotonically)"
-                )
-            if offset < self.base_offset:
-                raise InvalidRecordError(f"Illegal offset {offset}: below the base offset {self.base_offset}")
-            if self._offsets is None and offset != self.base_offset + n:
-                self._offsets = list(range(self.base_offset, self.base_offset + n))
-        if offset - self.base_offset > _INT32_MAX:
-            raise InvalidRecordError(f"Offset {offset} is more than 2^31-1 past the base offset {self.base_offset}")
-        if self._offsets is not None:
-            self._offsets.append(offset)
+            offset = self._explicit_offset(offset)
         self._keys.append(key)
         self._values.append(value)
         self._timestamps.append(timestamp)
-        self._headers.append(headers)
-        self._estimated += 21 + (len(key) if key is not None else 0) + (len(value) if value is not None else 0)
         if headers:
-            self._estimated += sum(10 + len(k) + (len(v) if v is not None else 0) for k, v in headers)
+            self._headers.append(_check_headers(headers))
+            self._has_headers = True
+        else:
+            self._headers.append(())
+        return offset
+
+    def _explicit_offset(self, offset: int | None) -> int:
+        """Validate a caller-given offset (or continue after one) and switch to tracking every offset."""
+        n = len(self._values)
+        last = (self.base_offset + n - 1) if self._offsets is None else self._offsets[-1]
+        if offset is None:
+            offset = last + 1
+        elif n and offset <= last:
+            raise InvalidRecordError(
+                f"Illegal offset {offset} following previous offset {last} (offsets must increase monotonically)"
+            )
+        if offset < self.base_offset:
+            raise InvalidRecordError(f"Illegal offset {offset}: below the base offset {self.base_offset}")
+        if offset - self.base_offset > _INT32_MAX:
+            raise InvalidRecordError(f"Offset {offset} is more than 2^31-1 past the base offset {self.base_offset}")
+        if self._offsets is None:
+            self._offsets = list(range(self.base_offset, self.base_offset + n))
+        self._offsets.append(offset)
         return offset
 
     def estimated_size_in_bytes(self) -> int:
         """An upper bound of the uncompressed batch size so far (for batch-size limits)."""
-        return self._estimated
+        fields = sum(map(len, filter(None, self._keys))) + sum(map(len, filter(None, self._values)))
+        headers = sum(10 + len(k) + len(v or b"") for hs in self._headers for k, v in hs)
+        return RECORDS_OFFSET + MAX_RECORD_OVERHEAD * len(self._values) + fields + headers
 
     # ----- building ------------------------------------------------------------------------
     def _offset_deltas(self) -> np.ndarray:
@@ -163,18 +172,16 @@ class RecordBatchBuilder:
     def _max_timestamp(self) -> int:
         if self.timestamp_type == TimestampType.LOG_APPEND_TIME:
             return self.log_append_time if self.log_append_time is not None else self._now()
-        max_ts = NO_TIMESTAMP
-        for ts in self._timestamps:  # strict '>' as MemoryRecordsBuilder; -1 stays the floor
-            if ts > max_ts:
-                max_ts = ts
-        return max_ts
+        # MemoryRecordsBuilder keeps the largest timestamp, starting from NO_TIMESTAMP (-1).
+        return max(max(self._timestamps, default=NO_TIMESTAMP), NO_TIMESTAMP)
 
     def records_section(self) -> bytes:
         """The uncompressed records, encoded by the whole-batch fast path."""
         first_ts = self._base_timestamp()
         ts_base = self.delete_horizon_ms if self.delete_horizon_ms is not None else first_ts
         ts_delta = np.asarray(self._timestamps, dtype=np.int64) - ts_base
-        return encode_records_fast(self._keys, self._values, ts_delta, self._offset_deltas(), self._headers)
+        headers = self._headers if self._has_headers else None
+        return encode_records_fast(self._keys, self._values, ts_delta, self._offset_deltas(), headers)
 
     def build(self) -> bytes:
         """The finished batch; b'' when no record was appended (as Kafka's builder returns EMPTY)."""
@@ -353,17 +360,23 @@ def _binary_columns(items: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def encode_records_fast(
-    keys: list, values: list, ts_deltas: np.ndarray, offset_deltas: np.ndarray, headers: list
+    keys: list, values: list, ts_deltas: np.ndarray, offset_deltas: np.ndarray, headers: list | None
 ) -> bytes:
-    """Encode every record in one numba pass; byte-identical to encode_records_reference."""
+    """Encode every record in one numba pass; byte-identical to encode_records_reference.
+
+    ``headers`` is one sequence of (key, value) pairs per record, or None when no record has any.
+    """
     n = len(values)
     key_data, key_start, key_len = _binary_columns(keys)
     val_data, val_start, val_len = _binary_columns(values)
-    hdr_count = np.fromiter(map(len, headers), dtype=np.int64, count=n)
+    if headers is None:
+        hdr_count = np.zeros(n, dtype=np.int64)
+    else:
+        hdr_count = np.fromiter(map(len, headers), dtype=np.int64, count=n)
     hdr_first = np.zeros(n, dtype=np.int64)
     if n > 1:
         np.cumsum(hdr_count[:-1], out=hdr_first[1:])
-    if hdr_count.any():
+    if headers is not None and hdr_count.any():
         hkeys = [k.encode("utf-8") for hs in headers for k, _ in hs]
         hvals = [v for hs in headers for _, v in hs]
     else:

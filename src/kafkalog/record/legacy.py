@@ -178,13 +178,18 @@ class LegacyBatch:
         log_append = self.magic == 1 and self.timestamp_type_id == TsType.LOG_APPEND_TIME
         wrapper_ts = self.timestamp
         if self.magic == 0 or self.offset == 0:
-            absolute = [off for off, *_ in inner]  # v0: absolute; v1 wrapper offset 0: taken as-is
+            base = 0  # v0: inner offsets are absolute; a v1 wrapper at offset 0 is taken as-is
         else:
-            last_relative = inner[-1][0]
-            absolute = [self.offset - last_relative + off for off, *_ in inner]
+            last_inner = inner[-1][0]
+            if self.offset < last_inner:
+                raise InvalidRecordError(
+                    f"Found invalid wrapper offset in compressed v1 message set, wrapper offset '{self.offset}' "
+                    f"is less than the last inner message offset '{last_inner}' and it is not zero."
+                )
+            base = self.offset - last_inner
+        # An inner v1 record under a LogAppendTime wrapper takes the wrapper's time; a v0 one has none.
         return [
-            Record(off, wrapper_ts if log_append else ts, k, v)
-            for off, (_, ts, k, v) in zip(absolute, inner, strict=True)
+            Record(base + off, wrapper_ts if log_append and magic == 1 else ts, k, v) for off, magic, ts, k, v in inner
         ]
 
     def __iter__(self) -> Iterator[Record]:
@@ -220,8 +225,12 @@ def _sized(buf, pos: int, end: int) -> tuple[bytes | None, int]:
     return bytes(buf[pos : pos + length]), pos + length
 
 
-def _inner_messages(data: memoryview, wrapper_magic: int) -> list[tuple[int, int, bytes | None, bytes | None]]:
-    """Parse the (offset, size, message) entries of a decompressed wrapper value."""
+def _inner_messages(data: memoryview, wrapper_magic: int) -> list[tuple[int, int, int, bytes | None, bytes | None]]:
+    """Parse the (offset, size, message) entries of a decompressed wrapper value.
+
+    Returns (offset, magic, timestamp, key, value) per message. As on Kafka's read path, an inner magic
+    different from the wrapper's is accepted (only appends reject it).
+    """
     out = []
     pos, end = 0, len(data)
     while end - pos >= LOG_OVERHEAD:
@@ -234,14 +243,14 @@ def _inner_messages(data: memoryview, wrapper_magic: int) -> list[tuple[int, int
             raise CorruptRecordError("Inner message ends after the wrapper's decompressed value")
         magic = data[pos + _MAGIC_OFFSET]
         attributes = data[pos + _ATTRIBUTES_OFFSET]
-        if magic != wrapper_magic:
-            raise InvalidRecordError(f"Inner record magic {magic} differs from the wrapper's {wrapper_magic}")
+        if magic > 1:
+            raise InvalidRecordError(f"Invalid magic {magic} for a message inside a legacy wrapper")
         if attributes & COMPRESSION_MASK:
             raise InvalidRecordError(
                 "Compressed outer record should not have an inner record with a compression attribute set"
             )
         timestamp = NO_TIMESTAMP if magic == 0 else struct.unpack_from(">q", data, pos + _ATTRIBUTES_OFFSET + 1)[0]
         key, value = _parse_key_value(data, pos, LOG_OVERHEAD + size, magic)
-        out.append((offset, timestamp, key, value))
+        out.append((offset, magic, timestamp, key, value))
         pos += LOG_OVERHEAD + size
     return out
