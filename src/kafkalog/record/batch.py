@@ -21,6 +21,7 @@ from .types import (
     end_transaction_marker,
 )
 from .varint import read_varint, read_varlong
+from .view import BatchView
 
 LOG_OVERHEAD = 12
 MAGIC_OFFSET = 16
@@ -52,11 +53,10 @@ def increment_sequence(sequence: int, increment: int) -> int:
     return sequence + increment
 
 
-class RecordBatch:
+class RecordBatch(BatchView):
     """View of one v2 batch at ``position`` in ``buffer``; fields are read once, records lazily."""
 
     __slots__ = (
-        "_buffer",
         "attributes",
         "base_offset",
         "base_sequence",
@@ -67,16 +67,14 @@ class RecordBatch:
         "magic",
         "max_timestamp",
         "partition_leader_epoch",
-        "position",
         "producer_epoch",
         "producer_id",
         "record_count",
     )
 
     def __init__(self, buffer, position: int = 0) -> None:
-        view = buffer if isinstance(buffer, memoryview) else memoryview(buffer)
-        self._buffer = view
-        self.position = position
+        super().__init__(buffer, position)
+        view = self._buffer
         try:
             fields = HEADER_STRUCT.unpack_from(view, position)
         except struct.error:
@@ -155,48 +153,22 @@ class RecordBatch:
             return NO_SEQUENCE
         return increment_sequence(self.base_sequence, self.last_offset_delta)
 
-    @property
-    def buffer(self) -> memoryview:
-        """The batch's own bytes, as a zero-copy slice of the underlying buffer."""
-        return self._buffer[self.position : self.position + self.size_in_bytes]
-
     # ----- validity ------------------------------------------------------------------------
+    min_size_in_bytes = RECORD_BATCH_OVERHEAD
+
     def compute_checksum(self) -> int:
         """CRC-32C over attributes..end, as Kafka computes it."""
         start = self.position + ATTRIBUTES_OFFSET
         return crc32c(self._buffer[start : self.position + self.size_in_bytes])
 
-    def is_valid(self) -> bool:
-        """Kafka's isValid: at least 61 bytes, all present, and the stored CRC matches."""
-        return (
-            self.size_in_bytes >= RECORD_BATCH_OVERHEAD
-            and self.position + self.size_in_bytes <= len(self._buffer)
-            and self.crc == self.compute_checksum()
-        )
+    def _offset_for_errors(self) -> int:
+        return self.base_offset
 
-    def ensure_valid(self) -> None:
-        """Raise CorruptRecordError, as Kafka's ensureValid does, unless the batch is valid."""
-        if self.size_in_bytes < RECORD_BATCH_OVERHEAD:
-            raise CorruptRecordError(
-                f"Record batch is corrupt (the size {self.size_in_bytes} is smaller than the minimum "
-                f"allowed overhead {RECORD_BATCH_OVERHEAD})",
-                position=self.position,
-                offset=self.base_offset,
-            )
-        if self.position + self.size_in_bytes > len(self._buffer):
-            raise CorruptRecordError(
-                f"Record batch is truncated: {self.size_in_bytes} bytes declared, "
-                f"{len(self._buffer) - self.position} present",
-                position=self.position,
-                offset=self.base_offset,
-            )
-        computed = self.compute_checksum()
-        if self.crc != computed:
-            raise CorruptRecordError(
-                f"Record is corrupt (stored crc = {self.crc}, computed crc = {computed})",
-                position=self.position,
-                offset=self.base_offset,
-            )
+    def _too_small(self) -> str:
+        return (
+            f"Record batch is corrupt (the size {self.size_in_bytes} is smaller than the minimum "
+            f"allowed overhead {RECORD_BATCH_OVERHEAD})"
+        )
 
     # ----- records -------------------------------------------------------------------------
     def records_section(self):

@@ -20,7 +20,6 @@ from . import compression as _codecs
 from .batch import (
     CONTROL_MASK,
     DELETE_HORIZON_MASK,
-    HEADER_STRUCT,
     MAX_RECORD_OVERHEAD,
     RECORDS_OFFSET,
     TIMESTAMP_TYPE_MASK,
@@ -41,6 +40,7 @@ from .varint import encode_varint, encode_varlong, size_of_varint
 
 _INT32_MIN, _INT32_MAX = -(1 << 31), (1 << 31) - 1
 _BYTES_TYPES = (bytes, bytearray, memoryview)
+_PREFIX_STRUCT = struct.Struct(">qiibI")  # baseOffset, batchLength, partitionLeaderEpoch, magic, crc
 _TAIL_STRUCT = struct.Struct(">hiqqqhii")  # attributes .. recordsCount: the CRC-covered header part
 _EMPTY_U8 = np.zeros(0, np.uint8)
 _EMPTY_I64 = np.zeros(0, np.int64)
@@ -267,22 +267,8 @@ def assemble_batch(
         record_count,
     )
     crc = crc32c(payload, crc32c(tail))
-    size = RECORDS_OFFSET + len(payload)
-    head = HEADER_STRUCT.pack(
-        base_offset,
-        size - 12,
-        partition_leader_epoch,
-        2,
-        crc,
-        attributes,
-        last_offset_delta,
-        base_timestamp,
-        max_timestamp,
-        producer_id,
-        producer_epoch,
-        base_sequence,
-        record_count,
-    )
+    batch_length = RECORDS_OFFSET + len(payload) - 12
+    head = _PREFIX_STRUCT.pack(base_offset, batch_length, partition_leader_epoch, 2, crc) + tail
     return head + payload
 
 

@@ -50,28 +50,12 @@ BatchFilter = Callable[[AnyBatch], bool]
 MAX_RUN_BYTES = 64 * 1024 * 1024
 
 
-def to_arrow(
-    buffer,
-    *,
-    start_offset: int | None = None,
-    end_offset: int | None = None,
-    include_control: bool = False,
-    verify_crc: bool = True,
-    keep_batch: BatchFilter | None = None,
-) -> pa.Table:
+def to_arrow(buffer, **options) -> pa.Table:
     """Decode every batch in ``buffer`` (bytes, memoryview, mmap) into a table with ``SCHEMA``.
 
-    ``start_offset`` (inclusive) and ``end_offset`` (exclusive) trim records; ``keep_batch`` can drop
-    whole batches (for example aborted transactions). A CRC mismatch raises CorruptRecordError.
+    Takes the options of ``batches_to_arrow``. A CRC mismatch raises CorruptRecordError.
     """
-    return batches_to_arrow(
-        iter_batches(buffer),
-        start_offset=start_offset,
-        end_offset=end_offset,
-        include_control=include_control,
-        verify_crc=verify_crc,
-        keep_batch=keep_batch,
-    )
+    return batches_to_arrow(iter_batches(buffer), **options)
 
 
 def batches_to_arrow(
@@ -83,7 +67,11 @@ def batches_to_arrow(
     verify_crc: bool = True,
     keep_batch: BatchFilter | None = None,
 ) -> pa.Table:
-    """Decode a run of batch views into one table: v2 runs on the fast path, legacy messages beside them."""
+    """Decode a run of batch views into one table: v2 runs on the fast path, legacy messages beside them.
+
+    ``start_offset`` (inclusive) and ``end_offset`` (exclusive) trim records; ``keep_batch`` can drop
+    whole batches (for example aborted transactions); control batches are skipped unless included.
+    """
     tables: list[pa.Table] = []
     run: list[RecordBatch] = []
     run_bytes = 0
@@ -199,8 +187,8 @@ def _decode_run(run: list[RecordBatch]) -> pa.Table:
 
 def _arena(run: list[RecordBatch]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """One byte array holding every records section, with each section's [start, end)."""
-    source = run[0]._buffer
-    if all(b.compression_type == codecs.NONE and b._buffer is source for b in run):
+    source = run[0].source_buffer
+    if all(b.compression_type == codecs.NONE and b.source_buffer is source for b in run):
         starts = np.fromiter((b.position + 61 for b in run), dtype=np.int64, count=len(run))
         ends = np.fromiter((b.position + b.size_in_bytes for b in run), dtype=np.int64, count=len(run))
         return np.frombuffer(source, dtype=np.uint8), starts, ends

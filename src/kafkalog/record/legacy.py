@@ -21,6 +21,7 @@ from .types import (
     Record,
 )
 from .types import TimestampType as TsType
+from .view import BatchView
 
 LOG_OVERHEAD = 12
 RECORD_OVERHEAD_V0 = 14
@@ -32,10 +33,10 @@ COMPRESSION_MASK = 0x07
 TIMESTAMP_TYPE_MASK = 0x08
 
 
-class LegacyBatch:
+class LegacyBatch(BatchView):
     """View of one magic 0 or 1 message (plain, or a compressed wrapper) at ``position``."""
 
-    __slots__ = ("_buffer", "_inner", "crc", "magic", "offset", "position", "size")
+    __slots__ = ("_inner", "crc", "magic", "offset", "size")
 
     partition_leader_epoch = NO_PARTITION_LEADER_EPOCH
     producer_id = NO_PRODUCER_ID
@@ -48,9 +49,8 @@ class LegacyBatch:
     delete_horizon_ms = None
 
     def __init__(self, buffer, position: int = 0) -> None:
-        view = buffer if isinstance(buffer, memoryview) else memoryview(buffer)
-        self._buffer = view
-        self.position = position
+        super().__init__(buffer, position)
+        view = self._buffer
         self.offset, self.size = struct.unpack_from(">qi", view, position)
         self.magic = view[position + _MAGIC_OFFSET]
         self.crc = struct.unpack_from(">I", view, position + _CRC_OFFSET)[0]
@@ -115,41 +115,18 @@ class LegacyBatch:
     def record_count(self) -> int:
         return 1 if self.compression_type == compression.NONE else len(self._records())
 
-    @property
-    def buffer(self) -> memoryview:
-        return self._buffer[self.position : self.position + self.size_in_bytes]
-
     # ----- validity ------------------------------------------------------------------------
+    min_size_in_bytes = LOG_OVERHEAD + RECORD_OVERHEAD_V0
+
     def compute_checksum(self) -> int:
+        """CRC-32 (IEEE) over magic..end."""
         return crc32(self._buffer[self.position + _MAGIC_OFFSET : self.position + self.size_in_bytes])
 
-    def is_valid(self) -> bool:
-        return (
-            self.size >= RECORD_OVERHEAD_V0
-            and self.position + self.size_in_bytes <= len(self._buffer)
-            and self.crc == self.compute_checksum()
-        )
+    def _offset_for_errors(self) -> int:
+        return self.offset
 
-    def ensure_valid(self) -> None:
-        if self.size < RECORD_OVERHEAD_V0:
-            raise CorruptRecordError(
-                f"Record is corrupt (crc could not be retrieved as the record is too small, size = {self.size})",
-                position=self.position,
-                offset=self.offset,
-            )
-        if self.position + self.size_in_bytes > len(self._buffer):
-            raise CorruptRecordError(
-                f"Record is truncated: {self.size_in_bytes} bytes declared",
-                position=self.position,
-                offset=self.offset,
-            )
-        computed = self.compute_checksum()
-        if self.crc != computed:
-            raise CorruptRecordError(
-                f"Record is corrupt (stored crc = {self.crc}, computed crc = {computed})",
-                position=self.position,
-                offset=self.offset,
-            )
+    def _too_small(self) -> str:
+        return f"Record is corrupt (crc could not be retrieved as the record is too small, size = {self.size})"
 
     # ----- records -------------------------------------------------------------------------
     def _key_value(self) -> tuple[bytes | None, bytes | None]:

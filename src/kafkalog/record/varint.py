@@ -86,28 +86,32 @@ def size_of_varlong(value: int) -> int:
     return size
 
 
+def _read_leb128(buf, pos: int, end: int | None, max_bytes: int, what: str) -> tuple[int, int]:
+    """Raw LEB128 value of at most ``max_bytes`` bytes at ``pos``; return (value, next position)."""
+    if end is None:
+        end = len(buf)
+    value = 0
+    for shift in range(0, 7 * max_bytes, 7):
+        if pos >= end:
+            raise InvalidRecordError(f"Found invalid record structure: {what} runs past the end of the buffer")
+        b = buf[pos]
+        pos += 1
+        value |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return value, pos
+    raise InvalidRecordError(
+        f"Found invalid record structure: {what} is too long, byte {max_bytes} has its high bit set"
+    )
+
+
 def read_unsigned_varint(buf, pos: int, end: int | None = None) -> tuple[int, int]:
     """Decode an unsigned varint at ``pos``; return (value as signed int32, next position).
 
     Like Java: a 5th byte with its continuation bit set is an error, bits above 32 are dropped.
     """
-    if end is None:
-        end = len(buf)
-    value = 0
-    shift = 0
-    for i in range(5):
-        if pos >= end:
-            raise InvalidRecordError("Found invalid record structure: varint runs past the end of the buffer")
-        b = buf[pos]
-        pos += 1
-        value |= (b & 0x7F) << shift
-        if not b & 0x80:
-            value &= _MASK32
-            return (value - (1 << 32) if value & 0x80000000 else value), pos
-        shift += 7
-        if i == 4:
-            break
-    raise InvalidRecordError("Found invalid record structure: varint is too long, the 5th byte has its high bit set")
+    value, pos = _read_leb128(buf, pos, end, 5, "varint")
+    value &= _MASK32
+    return (value - (1 << 32) if value & 0x80000000 else value), pos
 
 
 def read_varint(buf, pos: int, end: int | None = None) -> tuple[int, int]:
@@ -119,18 +123,6 @@ def read_varint(buf, pos: int, end: int | None = None) -> tuple[int, int]:
 
 def read_varlong(buf, pos: int, end: int | None = None) -> tuple[int, int]:
     """Decode a zigzag varlong (int64) at ``pos``; return (value, next position)."""
-    if end is None:
-        end = len(buf)
-    value = 0
-    shift = 0
-    for _ in range(10):
-        if pos >= end:
-            raise InvalidRecordError("Found invalid record structure: varlong runs past the end of the buffer")
-        b = buf[pos]
-        pos += 1
-        value |= (b & 0x7F) << shift
-        if not b & 0x80:
-            value &= _MASK64
-            return (value >> 1) ^ -(value & 1), pos
-        shift += 7
-    raise InvalidRecordError("Found invalid record structure: varlong is too long, the 10th byte has its high bit set")
+    value, pos = _read_leb128(buf, pos, end, 10, "varlong")
+    value &= _MASK64
+    return (value >> 1) ^ -(value & 1), pos

@@ -1,0 +1,66 @@
+"""What every batch view shares, v2 or legacy: its place in a buffer and Kafka's validity checks."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+from ..errors import CorruptRecordError
+
+
+class BatchView(ABC):
+    """A batch (or legacy message) at ``position`` in a buffer; subclasses give its sizes and checksum."""
+
+    __slots__ = ("_buffer", "position")
+
+    def __init__(self, buffer, position: int) -> None:
+        self._buffer = buffer if isinstance(buffer, memoryview) else memoryview(buffer)
+        self.position = position
+
+    # Provided by each format.
+    crc: int
+    size_in_bytes: int
+    min_size_in_bytes: int
+
+    @abstractmethod
+    def compute_checksum(self) -> int:
+        """The checksum the format stores, computed over the batch's bytes."""
+
+    @abstractmethod
+    def _offset_for_errors(self) -> int:
+        """The offset an error message names."""
+
+    @abstractmethod
+    def _too_small(self) -> str:
+        """Kafka's message for a batch below the format's minimum size."""
+
+    @property
+    def source_buffer(self) -> memoryview:
+        """The whole buffer this view lies in."""
+        return self._buffer
+
+    @property
+    def buffer(self) -> memoryview:
+        """The batch's own bytes, as a zero-copy slice of the underlying buffer."""
+        return self._buffer[self.position : self.position + self.size_in_bytes]
+
+    def is_valid(self) -> bool:
+        """Kafka's isValid: not below the format's minimum size, all present, and the stored CRC matches."""
+        return (
+            self.size_in_bytes >= self.min_size_in_bytes
+            and self.position + self.size_in_bytes <= len(self._buffer)
+            and self.crc == self.compute_checksum()
+        )
+
+    def ensure_valid(self) -> None:
+        """Raise CorruptRecordError, as Kafka's ensureValid does, unless the batch is valid."""
+        where = {"position": self.position, "offset": self._offset_for_errors()}
+        if self.size_in_bytes < self.min_size_in_bytes:
+            raise CorruptRecordError(self._too_small(), **where)
+        present = len(self._buffer) - self.position
+        if self.size_in_bytes > present:
+            raise CorruptRecordError(
+                f"Batch is truncated: {self.size_in_bytes} bytes declared, {present} present", **where
+            )
+        computed = self.compute_checksum()
+        if self.crc != computed:
+            raise CorruptRecordError(f"Record is corrupt (stored crc = {self.crc}, computed crc = {computed})", **where)
