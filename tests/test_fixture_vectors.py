@@ -123,8 +123,16 @@ def test_kafka_python_v2_broker_capture() -> None:
     batches = list(iter_batches(buf))
     assert all(isinstance(b, RecordBatch) for b in batches)
     got = [
-        (b.position, b.size_in_bytes, b.base_offset, b.last_offset, b.partition_leader_epoch, b.crc,
-         b.record_count, b.max_timestamp)
+        (
+            b.position,
+            b.size_in_bytes,
+            b.base_offset,
+            b.last_offset,
+            b.partition_leader_epoch,
+            b.crc,
+            b.record_count,
+            b.max_timestamp,
+        )
         for b in batches
     ]
     assert got == V2_BATCHES
@@ -313,8 +321,14 @@ def test_every_sarama_file_is_covered() -> None:
     legacy = {p.name for p in vector("sarama-vectors", "legacy_message_bodies").iterdir()}
     assert legacy == set(LEGACY_READABLE) | set(LEGACY_REFUSED) | {"emptyV2Message.bin"}
     v2 = {p.name for p in vector("sarama-vectors", "record_batches_v2").iterdir()}
-    assert v2 == {"empty_record.bin", "control_batch.bin", "uncompressed_record.bin", "gzipped_record.bin",
-                  "snappy_compressed_record.bin", "lz4_compressed_record.bin"}
+    assert v2 == {
+        "empty_record.bin",
+        "control_batch.bin",
+        "uncompressed_record.bin",
+        "gzipped_record.bin",
+        "snappy_compressed_record.bin",
+        "lz4_compressed_record.bin",
+    }
 
 
 @pytest.mark.parametrize("name", sorted(LEGACY_READABLE))
@@ -500,16 +514,43 @@ def test_spec_crc32c_vector() -> None:
 
 
 VARINTS = [
-    (0, "00"), (-1, "01"), (1, "02"), (63, "7E"), (-64, "7F"), (64, "8001"), (-65, "8101"),
-    (8191, "FE7F"), (-8192, "FF7F"), (8192, "808001"), (-8193, "818001"), (1048575, "FEFF7F"),
-    (-1048576, "FFFF7F"), (1048576, "80808001"), (-1048577, "81808001"), (134217727, "FEFFFF7F"),
-    (-134217728, "FFFFFF7F"), (134217728, "8080808001"), (-134217729, "8180808001"),
-    (INT_MAX, "FEFFFFFF0F"), (INT_MIN, "FFFFFFFF0F"),
+    (0, "00"),
+    (-1, "01"),
+    (1, "02"),
+    (63, "7E"),
+    (-64, "7F"),
+    (64, "8001"),
+    (-65, "8101"),
+    (8191, "FE7F"),
+    (-8192, "FF7F"),
+    (8192, "808001"),
+    (-8193, "818001"),
+    (1048575, "FEFF7F"),
+    (-1048576, "FFFF7F"),
+    (1048576, "80808001"),
+    (-1048577, "81808001"),
+    (134217727, "FEFFFF7F"),
+    (-134217728, "FFFFFF7F"),
+    (134217728, "8080808001"),
+    (-134217729, "8180808001"),
+    (INT_MAX, "FEFFFFFF0F"),
+    (INT_MIN, "FFFFFFFF0F"),
 ]
 UNSIGNED_VARINTS = [
-    (0, "00"), (-1, "FFFFFFFF0F"), (1, "01"), (63, "3F"), (-64, "C0FFFFFF0F"), (64, "40"), (8191, "FF3F"),
-    (-8192, "80C0FFFF0F"), (8192, "8040"), (-8193, "FFBFFFFF0F"), (1048575, "FFFF3F"), (1048576, "808040"),
-    (INT_MAX, "FFFFFFFF07"), (INT_MIN, "8080808008"),
+    (0, "00"),
+    (-1, "FFFFFFFF0F"),
+    (1, "01"),
+    (63, "3F"),
+    (-64, "C0FFFFFF0F"),
+    (64, "40"),
+    (8191, "FF3F"),
+    (-8192, "80C0FFFF0F"),
+    (8192, "8040"),
+    (-8193, "FFBFFFFF0F"),
+    (1048575, "FFFF3F"),
+    (1048576, "808040"),
+    (INT_MAX, "FFFFFFFF07"),
+    (INT_MIN, "8080808008"),
 ]
 _LONG_POSITIVE = [
     (17179869184, "808080808001"),

@@ -119,9 +119,7 @@ def render_segment(path: Path) -> list[str]:
             records += 1
         batches += 1
         valid_bytes += batch.size_in_bytes
-    lines.append(
-        f"summary batches={batches} records={records} validBytes={valid_bytes} errors=0 warnings=0 -> VALID"
-    )
+    lines.append(f"summary batches={batches} records={records} validBytes={valid_bytes} errors=0 warnings=0 -> VALID")
     return lines
 
 
@@ -129,18 +127,15 @@ def first_difference(expected: list[str], actual: list[str]) -> str | None:
     """Describe the first line where ``actual`` differs from ``expected``, or None when equal."""
     for number, (want, got) in enumerate(zip(expected, actual, strict=False), start=1):
         if want != got:
-            column = next((i for i, (a, b) in enumerate(zip(want, got, strict=False)) if a != b),
-                          min(len(want), len(got)))
-            return (
-                f"line {number} differs at column {column + 1}:\n"
-                f"  expected: {want}\n"
-                f"  ours:     {got}"
+            column = next(
+                (i for i, (a, b) in enumerate(zip(want, got, strict=False)) if a != b), min(len(want), len(got))
             )
+            return f"line {number} differs at column {column + 1}:\n  expected: {want}\n  ours:     {got}"
     if len(expected) != len(actual):
         number = min(len(expected), len(actual)) + 1
         extra = expected[number - 1] if len(expected) > len(actual) else actual[number - 1]
         side = "missing from ours" if len(expected) > len(actual) else "extra in ours"
-        return (f"{len(expected)} expected lines, {len(actual)} of ours; line {number} {side}: {extra}")
+        return f"{len(expected)} expected lines, {len(actual)} of ours; line {number} {side}: {extra}"
     return None
 
 

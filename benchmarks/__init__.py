@@ -1,0 +1,1 @@
+"""Benchmarks of kafkalog against independent Kafka codecs (kafka-python, aiokafka): ``make bench``."""

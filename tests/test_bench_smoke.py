@@ -1,0 +1,97 @@
+"""Smoke test of the benchmarks: ``python -m benchmarks.run --quick`` runs and writes well-formed JSON.
+
+Only the shape of the results is checked, never a timing: performance goals are reported by the
+benchmark itself (``make bench``), not enforced by tests.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
+BUILDERS = ("kafkalog", "kafka-python", "aiokafka-cython", "aiokafka-python")
+DECODERS = (
+    "kafkalog-columnar",
+    "kafkalog-columnar-per-batch",
+    "kafkalog-reference",
+    "kafka-python",
+    "aiokafka-cython",
+    "aiokafka-python",
+)
+RATIOS = (
+    "build_vs_kafka_python",
+    "build_vs_aiokafka_cython",
+    "build_vs_aiokafka_python",
+    "decode_vs_kafka_python",
+    "decode_vs_aiokafka_cython",
+    "decode_vs_aiokafka_python",
+)
+
+
+def _positive(x) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x) and x > 0
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path]:
+    results = tmp_path_factory.mktemp("bench-results")
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.run", "--quick", "--only", "record", "--results-dir", str(results)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    return proc, results
+
+
+def test_quick_run_exits_zero(quick_run):
+    proc, _ = quick_run
+    assert proc.returncode == 0, f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    assert "Build" in proc.stdout and "Decode" in proc.stdout  # the tables were printed
+
+
+def test_record_json_shape(quick_run):
+    proc, results = quick_run
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads((results / "record.json").read_text())
+
+    assert data["benchmark"] == "record"
+    assert data["quick"] is True
+    for key in ("python", "platform", "cpu_count"):
+        assert data["machine"][key]
+    params = data["parameters"]
+    assert params["records_per_batch"] == 1000
+    assert params["key_bytes"] == 16 and params["value_bytes"] == 100
+    assert params["records_per_run"] == params["batches"] * params["records_per_batch"]
+    assert params["repeats"] >= 1
+    assert "statistic" in params and "value_content" in params
+    assert set(data["goals"]) == {"build_vs_kafka_python", "decode_columnar_vs_aiokafka_cython"}
+    assert isinstance(data["all_goals_met"], bool)
+
+    assert tuple(data["codecs"]) == CODECS
+    for codec, r in data["codecs"].items():
+        assert set(r["build"]) == set(BUILDERS), codec
+        assert set(r["decode"]) == set(DECODERS), codec
+        for section in ("build", "decode"):
+            for name, fig in r[section].items():
+                assert _positive(fig["records_per_s"]), (codec, section, name)
+                assert _positive(fig["mb_per_s"]), (codec, section, name)
+                assert len(fig["times_s"]) == params["repeats"], (codec, section, name)
+        assert set(r["ratios"]) == set(RATIOS), codec
+        assert all(_positive(x) for x in r["ratios"].values()), codec
+        assert set(r["goals_met"]) == {"build_3x_kafka_python", "decode_columnar_ge_aiokafka_cython"}
+        assert all(isinstance(x, bool) for x in r["goals_met"].values())
+        assert _positive(r["encoded_bytes"])
+        if codec == "none":
+            assert r["codec_only"] is None
+        else:
+            assert _positive(r["codec_only"]["build_ceiling_vs_kafka_python"]), codec
+            assert r["compression_ratio"] > 1, codec  # the values are compressible, so codecs do real work
