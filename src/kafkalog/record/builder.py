@@ -89,16 +89,14 @@ class RecordBatchBuilder:
         self.delete_horizon_ms = delete_horizon_ms
         self._clock = clock
         self.log_append_time = log_append_time
-        self._keys: list = []
-        self._values: list = []
-        self._timestamps: list[int] = []
-        self._headers: list[Sequence[Header]] = []
+        # One (key, value, timestamp, headers) tuple per record: a single list append per record.
+        self._records: list[tuple] = []
         self._offsets: list[int] | None = None
         self._has_headers = False
 
     # ----- collecting ----------------------------------------------------------------------
     def __len__(self) -> int:
-        return len(self._values)
+        return len(self._records)
 
     def _now(self) -> int:
         return self._clock.milliseconds() if self._clock is not None else _now_ms()
@@ -122,22 +120,18 @@ class RecordBatchBuilder:
         elif timestamp < 0 and timestamp != NO_TIMESTAMP:
             raise InvalidTimestampError(f"Invalid negative timestamp {timestamp}")
         if offset is None and self._offsets is None:
-            offset = self.base_offset + len(self._values)
+            offset = self.base_offset + len(self._records)
         else:
             offset = self._explicit_offset(offset)
-        self._keys.append(key)
-        self._values.append(value)
-        self._timestamps.append(timestamp)
         if headers:
-            self._headers.append(_check_headers(headers))
+            headers = _check_headers(headers)
             self._has_headers = True
-        else:
-            self._headers.append(())
+        self._records.append((key, value, timestamp, headers))
         return offset
 
     def _explicit_offset(self, offset: int | None) -> int:
         """Validate a caller-given offset (or continue after one) and switch to tracking every offset."""
-        n = len(self._values)
+        n = len(self._records)
         last = (self.base_offset + n - 1) if self._offsets is None else self._offsets[-1]
         if offset is None:
             offset = last + 1
@@ -156,44 +150,86 @@ class RecordBatchBuilder:
 
     def estimated_size_in_bytes(self) -> int:
         """An upper bound of the uncompressed batch size so far (for batch-size limits)."""
-        fields = sum(map(len, filter(None, self._keys))) + sum(map(len, filter(None, self._values)))
-        headers = sum(10 + len(k) + len(v or b"") for hs in self._headers for k, v in hs)
-        return RECORDS_OFFSET + MAX_RECORD_OVERHEAD * len(self._values) + fields + headers
+        size = RECORDS_OFFSET + MAX_RECORD_OVERHEAD * len(self._records)
+        for key, value, _, headers in self._records:
+            size += len(key or b"") + len(value or b"")
+            size += sum(10 + len(k) + len(v or b"") for k, v in headers)
+        return size
 
     # ----- building ------------------------------------------------------------------------
     def _offset_deltas(self) -> np.ndarray:
         if self._offsets is None:
-            return np.arange(len(self._values), dtype=np.int64)
+            return np.arange(len(self._records), dtype=np.int64)
         return np.asarray(self._offsets, dtype=np.int64) - self.base_offset
 
-    def _base_timestamp(self) -> int:
-        return self._timestamps[0] if self._timestamps else NO_TIMESTAMP
+    def _encode(self) -> tuple[bytes, int, int, int]:
+        """(uncompressed records section, base timestamp, max timestamp, last offset delta)."""
+        keys, values, timestamps, headers = zip(*self._records, strict=True)
+        ts = np.asarray(timestamps, dtype=np.int64)
+        return self._encode_columns(keys, values, ts, headers if self._has_headers else None, self._offset_deltas())
 
-    def _max_timestamp(self) -> int:
+    def _encode_columns(self, keys, values, ts: np.ndarray, headers, offset_deltas: np.ndarray):
         if self.timestamp_type == TimestampType.LOG_APPEND_TIME:
-            return self.log_append_time if self.log_append_time is not None else self._now()
-        # MemoryRecordsBuilder keeps the largest timestamp, starting from NO_TIMESTAMP (-1).
-        return max(max(self._timestamps, default=NO_TIMESTAMP), NO_TIMESTAMP)
+            max_ts = self.log_append_time if self.log_append_time is not None else self._now()
+        else:  # MemoryRecordsBuilder keeps the largest timestamp, starting from NO_TIMESTAMP (-1)
+            max_ts = max(int(ts.max()), NO_TIMESTAMP)
+        base_ts = self.delete_horizon_ms if self.delete_horizon_ms is not None else int(ts[0])
+        section = encode_records_fast(keys, values, ts - base_ts, offset_deltas, headers)
+        return section, base_ts, max_ts, int(offset_deltas[-1])
+
+    def build_from(self, keys, values, timestamps=None, headers=None) -> bytes:
+        """Build one batch from whole columns with this builder's settings: the bulk path, no per-record Python.
+
+        ``keys`` and ``values``: sequences of bytes or None, or Arrow binary/string arrays. ``timestamps``:
+        ints or an int64 array (None means now for every record). ``headers``: None, or one sequence of
+        (str, bytes | None) pairs per record. Offsets run from ``base_offset``.
+        """
+        if self._records:
+            raise ValueError("build_from takes whole columns; this builder already holds appended records")
+        n = len(values)
+        if len(keys) != n:
+            raise ValueError(f"{len(keys)} keys for {n} values")
+        if n == 0:
+            return b""
+        if timestamps is None:
+            ts = np.full(n, self._now(), dtype=np.int64)
+        else:
+            ts = np.asarray(timestamps, dtype=np.int64)
+            if ts.shape != (n,):
+                raise ValueError(f"{ts.size} timestamps for {n} values")
+            bad = np.flatnonzero((ts < 0) & (ts != NO_TIMESTAMP))
+            if bad.size:
+                raise InvalidTimestampError(f"Invalid negative timestamp {int(ts[bad[0]])} (record {int(bad[0])})")
+        if headers is not None:
+            if len(headers) != n:
+                raise ValueError(f"{len(headers)} header lists for {n} values")
+            headers = [_check_headers(h) if h else () for h in headers]
+        offset_deltas = np.arange(n, dtype=np.int64)
+        try:
+            section, base_ts, max_ts, last_delta = self._encode_columns(keys, values, ts, headers, offset_deltas)
+        except (pa.ArrowTypeError, pa.ArrowInvalid) as e:
+            raise TypeError(f"keys and values must be bytes or None: {e}") from None
+        return self._assemble(section, n, base_ts, max_ts, last_delta)
 
     def records_section(self) -> bytes:
-        """The uncompressed records, encoded by the whole-batch fast path."""
-        first_ts = self._base_timestamp()
-        ts_base = self.delete_horizon_ms if self.delete_horizon_ms is not None else first_ts
-        ts_delta = np.asarray(self._timestamps, dtype=np.int64) - ts_base
-        headers = self._headers if self._has_headers else None
-        return encode_records_fast(self._keys, self._values, ts_delta, self._offset_deltas(), headers)
+        """The records as they go into the batch before compression (b'' when there are none)."""
+        return self._encode()[0] if self._records else b""
 
     def build(self) -> bytes:
         """The finished batch; b'' when no record was appended (as Kafka's builder returns EMPTY)."""
-        if not self._values:
+        if not self._records:
             return b""
+        section, base_ts, max_ts, last_delta = self._encode()
+        return self._assemble(section, len(self._records), base_ts, max_ts, last_delta)
+
+    def _assemble(self, section: bytes, count: int, base_ts: int, max_ts: int, last_delta: int) -> bytes:
         return assemble_batch(
-            self.records_section(),
-            record_count=len(self._values),
-            last_offset_delta=int(self._offset_deltas()[-1]),
+            section,
+            record_count=count,
+            last_offset_delta=last_delta,
             base_offset=self.base_offset,
-            base_timestamp=self.delete_horizon_ms if self.delete_horizon_ms is not None else self._base_timestamp(),
-            max_timestamp=self._max_timestamp(),
+            base_timestamp=base_ts,
+            max_timestamp=max_ts,
             compression_type=self.compression_type,
             compression_level=self.compression_level,
             timestamp_type=self.timestamp_type,
@@ -205,6 +241,11 @@ class RecordBatchBuilder:
             has_delete_horizon=self.delete_horizon_ms is not None,
             partition_leader_epoch=self.partition_leader_epoch,
         )
+
+
+def build_batch(keys, values, timestamps=None, headers=None, **options) -> bytes:
+    """One v2 batch from whole columns: ``RecordBatchBuilder(**options).build_from(...)``."""
+    return RecordBatchBuilder(**options).build_from(keys, values, timestamps, headers)
 
 
 def _check_headers(headers: Iterable[Header]) -> tuple[Header, ...]:
@@ -331,11 +372,16 @@ def encode_records_reference(keys, values, ts_deltas, offset_deltas, headers) ->
     return bytes(out)
 
 
-def _binary_columns(items: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(data, start, length) arrays of a list of bytes-or-None; length -1 marks None."""
-    if not items:
+def _binary_columns(items) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(data, start, length) arrays of bytes-or-None items (a sequence or an Arrow array); length -1 is None."""
+    if len(items) == 0:
         return _EMPTY_U8, _EMPTY_I64, _EMPTY_I64
-    arr = pa.array(items, type=pa.large_binary())
+    if isinstance(items, pa.ChunkedArray):
+        items = items.combine_chunks()
+    if isinstance(items, pa.Array):
+        arr = items.cast(pa.large_binary()) if items.type != pa.large_binary() else items
+    else:
+        arr = pa.array(items, type=pa.large_binary())
     bufs = arr.buffers()
     offsets = np.frombuffer(bufs[1], dtype=np.int64, count=len(arr) + 1, offset=arr.offset * 8)
     data = np.frombuffer(bufs[2], dtype=np.uint8) if bufs[2] is not None else _EMPTY_U8
