@@ -16,7 +16,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
-BUILDERS = ("kafkalog", "kafka-python", "aiokafka-cython", "aiokafka-python")
+BUILDERS = ("kafkalog", "kafkalog-bulk", "kafka-python", "aiokafka-cython", "aiokafka-python")
 DECODERS = (
     "kafkalog-columnar",
     "kafkalog-columnar-per-batch",
@@ -27,6 +27,7 @@ DECODERS = (
 )
 RATIOS = (
     "build_vs_kafka_python",
+    "build_bulk_vs_kafka_python",
     "build_vs_aiokafka_cython",
     "build_vs_aiokafka_python",
     "decode_vs_kafka_python",
@@ -87,7 +88,11 @@ def test_record_json_shape(quick_run):
                 assert len(fig["times_s"]) == params["repeats"], (codec, section, name)
         assert set(r["ratios"]) == set(RATIOS), codec
         assert all(_positive(x) for x in r["ratios"].values()), codec
-        assert set(r["goals_met"]) == {"build_3x_kafka_python", "decode_columnar_ge_aiokafka_cython"}
+        assert set(r["goals_met"]) == {
+            "build_3x_kafka_python",
+            "build_bulk_3x_kafka_python",
+            "decode_columnar_ge_aiokafka_cython",
+        }
         assert all(isinstance(x, bool) for x in r["goals_met"].values())
         assert _positive(r["encoded_bytes"])
         if codec == "none":
