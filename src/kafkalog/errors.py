@@ -72,3 +72,55 @@ class UnsupportedCompressionTypeError(KafkaLogError):
 
 class UnsupportedForMessageFormatError(KafkaLogError):
     """Kafka's UnsupportedForMessageFormatException: a feature the batch's magic cannot carry."""
+
+
+class OffsetOutOfRangeError(KafkaLogError):
+    """Kafka's OffsetOutOfRangeException: an offset below the log start or beyond the log end."""
+
+
+class CorruptIndexError(KafkaLogError):
+    """Kafka's CorruptIndexException: an index file that fails its sanity check."""
+
+
+class InvalidOffsetError(KafkaLogError):
+    """Kafka's InvalidOffsetException: an index append that does not move forward, or to a full index."""
+
+
+class IndexOffsetOverflowError(KafkaLogError):
+    """Kafka's IndexOffsetOverflowException: an offset too far from the segment base for a 4-byte delta."""
+
+
+class LogSegmentOffsetOverflowError(KafkaLogError):
+    """Kafka's LogSegmentOffsetOverflowException: a batch whose offsets do not fit its segment."""
+
+
+class OffsetsOutOfOrderError(KafkaLogError):
+    """Kafka's OffsetsOutOfOrderException: follower-style appends whose offsets go backwards."""
+
+
+class CorruptSnapshotError(KafkaLogError):
+    """Kafka's CorruptSnapshotException: a producer-state snapshot that cannot be read."""
+
+
+class DuplicateSequenceError(KafkaLogError):
+    """Kafka's DuplicateSequenceException: a batch an idempotent producer already wrote."""
+
+
+class OutOfOrderSequenceError(KafkaLogError):
+    """Kafka's OutOfOrderSequenceException: a sequence gap for an idempotent producer."""
+
+
+class InvalidProducerEpochError(KafkaLogError):
+    """Kafka's InvalidProducerEpochException / ProducerFencedException: an epoch older than the current one."""
+
+
+class InvalidTxnStateError(KafkaLogError):
+    """Kafka's InvalidTxnStateException: a transaction marker or batch that breaks the transaction protocol."""
+
+
+class KafkaStorageError(KafkaLogError):
+    """Kafka's KafkaStorageException: an I/O failure; the log dir is taken offline."""
+
+
+class InvalidConfigurationError(KafkaLogError, ValueError):
+    """Kafka's ConfigException / InvalidConfigurationException: a config value with the wrong type or range."""
