@@ -118,6 +118,10 @@ class InvalidTxnStateError(KafkaLogError):
     """Kafka's InvalidTxnStateException: a transaction marker or batch that breaks the transaction protocol."""
 
 
+class TransactionCoordinatorFencedError(InvalidTxnStateError):
+    """Kafka's TransactionCoordinatorFencedException: a marker from an older transaction coordinator epoch."""
+
+
 class KafkaStorageError(KafkaLogError):
     """Kafka's KafkaStorageException: an I/O failure; the log dir is taken offline."""
 

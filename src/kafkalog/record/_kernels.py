@@ -61,6 +61,69 @@ def _varlong(buf, pos, end):
 
 
 @njit(cache=True, nogil=True)
+def _read_record(arena, pos, end):
+    """Walk one record at ``pos`` (DefaultRecord.readFrom's checks).
+
+    Returns (code, next pos, timestamp delta, offset delta, key pos, key len, value pos, value len,
+    headers pos, header count).
+    """
+    body, pos, ok = _varint(arena, pos, end)
+    if not ok:
+        return ERR_BAD_VARINT, pos, 0, 0, 0, 0, 0, 0, 0, 0
+    if body < 0 or end - pos < body:
+        return ERR_BODY_SIZE, pos, 0, 0, 0, 0, 0, 0, 0, 0
+    start = pos
+    pos += 1  # attributes
+    tsd, pos, ok = _varlong(arena, pos, end)
+    if not ok:
+        return ERR_BAD_VARINT, pos, 0, 0, 0, 0, 0, 0, 0, 0
+    od, pos, ok = _varint(arena, pos, end)
+    if not ok:
+        return ERR_BAD_VARINT, pos, 0, 0, 0, 0, 0, 0, 0, 0
+    kl, pos, ok = _varint(arena, pos, end)
+    if not ok:
+        return ERR_BAD_VARINT, pos, 0, 0, 0, 0, 0, 0, 0, 0
+    kp = pos
+    if kl > 0:
+        if kl > end - pos:
+            return ERR_FIELD_OVERRUN, pos, 0, 0, 0, 0, 0, 0, 0, 0
+        pos += kl
+    vl, pos, ok = _varint(arena, pos, end)
+    if not ok:
+        return ERR_BAD_VARINT, pos, 0, 0, 0, 0, 0, 0, 0, 0
+    vp = pos
+    if vl > 0:
+        if vl > end - pos:
+            return ERR_FIELD_OVERRUN, pos, 0, 0, 0, 0, 0, 0, 0, 0
+        pos += vl
+    hc, pos, ok = _varint(arena, pos, end)
+    if not ok:
+        return ERR_BAD_VARINT, pos, 0, 0, 0, 0, 0, 0, 0, 0
+    if hc < 0 or hc > end - pos:
+        return ERR_HEADER_COUNT, pos, 0, 0, 0, 0, 0, 0, 0, 0
+    hp = pos
+    for _ in range(hc):
+        hk, pos, ok = _varint(arena, pos, end)
+        if not ok:
+            return ERR_BAD_VARINT, pos, 0, 0, 0, 0, 0, 0, 0, 0
+        if hk < 0:
+            return ERR_HEADER_KEY, pos, 0, 0, 0, 0, 0, 0, 0, 0
+        if hk > end - pos:
+            return ERR_FIELD_OVERRUN, pos, 0, 0, 0, 0, 0, 0, 0, 0
+        pos += hk
+        hv, pos, ok = _varint(arena, pos, end)
+        if not ok:
+            return ERR_BAD_VARINT, pos, 0, 0, 0, 0, 0, 0, 0, 0
+        if hv > 0:
+            if hv > end - pos:
+                return ERR_FIELD_OVERRUN, pos, 0, 0, 0, 0, 0, 0, 0, 0
+            pos += hv
+    if pos - start != body:
+        return ERR_SIZE_MISMATCH, pos, 0, 0, 0, 0, 0, 0, 0, 0
+    return OK, pos, tsd, od, kp, kl, vp, vl, hp, hc
+
+
+@njit(cache=True, nogil=True)
 def decode_records(
     arena,
     sec_start,
@@ -90,68 +153,50 @@ def decode_records(
         for i in range(counts[b]):
             if pos >= end:
                 return ERR_PREMATURE_EOF, b, i
-            body, pos, ok = _varint(arena, pos, end)
-            if not ok:
-                return ERR_BAD_VARINT, b, i
-            if body < 0 or end - pos < body:
-                return ERR_BODY_SIZE, b, i
-            start = pos
-            pos += 1  # attributes
-            tsd, pos, ok = _varlong(arena, pos, end)
-            if not ok:
-                return ERR_BAD_VARINT, b, i
-            od, pos, ok = _varint(arena, pos, end)
-            if not ok:
-                return ERR_BAD_VARINT, b, i
-            kl, pos, ok = _varint(arena, pos, end)
-            if not ok:
-                return ERR_BAD_VARINT, b, i
-            key_pos[r] = pos
+            code, pos, tsd, od, kp, kl, vp, vl, hp, hc = _read_record(arena, pos, end)
+            if code != OK:
+                return code, b, i
+            key_pos[r] = kp
             key_len[r] = kl
-            if kl > 0:
-                if kl > end - pos:
-                    return ERR_FIELD_OVERRUN, b, i
-                pos += kl
-            vl, pos, ok = _varint(arena, pos, end)
-            if not ok:
-                return ERR_BAD_VARINT, b, i
-            val_pos[r] = pos
+            val_pos[r] = vp
             val_len[r] = vl
-            if vl > 0:
-                if vl > end - pos:
-                    return ERR_FIELD_OVERRUN, b, i
-                pos += vl
-            hc, pos, ok = _varint(arena, pos, end)
-            if not ok:
-                return ERR_BAD_VARINT, b, i
-            if hc < 0 or hc > end - pos:
-                return ERR_HEADER_COUNT, b, i
-            hdr_pos[r] = pos
+            hdr_pos[r] = hp
             hdr_count[r] = hc
-            for _ in range(hc):
-                hk, pos, ok = _varint(arena, pos, end)
-                if not ok:
-                    return ERR_BAD_VARINT, b, i
-                if hk < 0:
-                    return ERR_HEADER_KEY, b, i
-                if hk > end - pos:
-                    return ERR_FIELD_OVERRUN, b, i
-                pos += hk
-                hv, pos, ok = _varint(arena, pos, end)
-                if not ok:
-                    return ERR_BAD_VARINT, b, i
-                if hv > 0:
-                    if hv > end - pos:
-                        return ERR_FIELD_OVERRUN, b, i
-                    pos += hv
-            if pos - start != body:
-                return ERR_SIZE_MISMATCH, b, i
             out_offset[r] = base_offset[b] + od
             out_ts[r] = append_ts[b] if use_append_ts[b] else base_ts[b] + tsd
             r += 1
         if pos != end:
             return ERR_REMAINING, b, counts[b]
     return OK, 0, 0
+
+
+@njit(cache=True, nogil=True)
+def summarize_records(arena, start, end, count, base_ts):
+    """Validate one batch's records and summarise them for the log validator, with no per-record output.
+
+    Returns (error code, record index, records read, min timestamp (ignoring -1), max timestamp,
+    records with a null key).
+    """
+    pos = start
+    min_ts = np.int64(0x7FFFFFFFFFFFFFFF)
+    max_ts = np.int64(-1)
+    null_keys = 0
+    for i in range(count):
+        if pos >= end:
+            return ERR_PREMATURE_EOF, i, i, min_ts, max_ts, null_keys
+        code, pos, tsd, _od, _kp, kl, _vp, _vl, _hp, _hc = _read_record(arena, pos, end)
+        if code != OK:
+            return code, i, i, min_ts, max_ts, null_keys
+        ts = base_ts + tsd
+        if ts != -1 and ts < min_ts:
+            min_ts = ts
+        if ts > max_ts:
+            max_ts = ts
+        if kl < 0:
+            null_keys += 1
+    if pos != end:
+        return ERR_REMAINING, count, count, min_ts, max_ts, null_keys
+    return OK, count, count, min_ts, max_ts, null_keys
 
 
 @njit(cache=True, nogil=True)

@@ -33,7 +33,7 @@ def iter_batches(
     end = len(view) if end is None else min(end, len(view))
     pos = start
     while end - pos >= HEADER_SIZE_UP_TO_MAGIC:
-        batch_size = _size_at(view, pos, end, max_message_size)
+        batch_size = batch_size_at(view, pos, end, max_message_size)
         if batch_size is None:
             return
         magic = view[pos + MAGIC_OFFSET]
@@ -50,14 +50,14 @@ def batch_positions(buffer, start: int = 0, end: int | None = None) -> Iterator[
     end = len(view) if end is None else min(end, len(view))
     pos = start
     while end - pos >= HEADER_SIZE_UP_TO_MAGIC:
-        batch_size = _size_at(view, pos, end, None)
+        batch_size = batch_size_at(view, pos, end)
         if batch_size is None:
             return
         yield pos, batch_size, view[pos + MAGIC_OFFSET]
         pos += batch_size
 
 
-def _size_at(view, pos: int, end: int, max_message_size: int | None) -> int | None:
+def batch_size_at(view, pos: int, end: int, max_message_size: int | None = None) -> int | None:
     """Total size of the batch at ``pos``, None for a partial tail; raise on corruption."""
     offset, size = _PREFIX.unpack_from(view, pos)
     if size < RECORD_OVERHEAD_V0:

@@ -1,0 +1,267 @@
+"""Kafka's text checkpoint files: the root offset checkpoints and the per-partition leader-epoch-checkpoint.
+
+Format (server-common CheckpointFile)::
+
+    <version>\\n
+    <entry count>\\n
+    <entry>\\n        (repeated)
+
+Writes are atomic: ``<file>.tmp`` is written, flushed and fsynced, renamed over the file, and the parent
+directory is fsynced. Reads follow Kafka's rules: an empty file or a missing count line reads as no entries;
+a bad version, a malformed line or a wrong entry count raises CheckpointError (Kafka's IOException).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+from collections.abc import Iterable, Mapping
+from os import PathLike
+from pathlib import Path
+from typing import Generic, NamedTuple, Protocol, TypeVar
+
+from ..errors import KafkaLogError
+
+T = TypeVar("T")
+
+INT_MIN, INT_MAX = -(2**31), 2**31 - 1
+LONG_MIN, LONG_MAX = -(2**63), 2**63 - 1
+
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")  # BufferedReader.readLine's terminators
+_WHITESPACES = re.compile(r"[ \t\n\x0b\f\r]+")  # Java's \s+
+_JAVA_INT = re.compile(r"[+-]?[0-9]+")
+
+
+class CheckpointError(KafkaLogError):
+    """Kafka's IOException from a checkpoint file: bad version, malformed line, wrong entry count, I/O failure."""
+
+
+class EntryFormatter(Protocol[T]):
+    """Converts one checkpoint entry to its line and back (CheckpointFile.EntryFormatter)."""
+
+    def to_line(self, entry: T) -> str:
+        """The entry's line, without the line separator."""
+        ...
+
+    def from_line(self, line: str) -> T | None:
+        """The entry a line holds, or None when the line is malformed."""
+        ...
+
+
+def parse_java_int(text: str, lo: int = INT_MIN, hi: int = INT_MAX) -> int | None:
+    """Integer.parseInt / Long.parseLong: an optional sign and ASCII digits, in range; no whitespace. Else None."""
+    if not _JAVA_INT.fullmatch(text):
+        return None
+    value = int(text)
+    return value if lo <= value <= hi else None
+
+
+def split_whitespace(line: str) -> list[str]:
+    """Java's ``Pattern.compile("\\\\s+").split(line)``: a leading empty token is kept, trailing ones dropped."""
+    parts = _WHITESPACES.split(line)
+    while len(parts) > 1 and parts[-1] == "":
+        parts.pop()
+    return parts
+
+
+def fsync_directory(path: str | PathLike[str]) -> None:
+    """fsync a directory so that a rename inside it is durable (Utils.flushDir); a no-op on Windows."""
+    if os.name == "nt":
+        return
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class CheckpointFile(Generic[T]):
+    """A text checkpoint of one version holding a list of entries. The file is created empty if missing."""
+
+    def __init__(self, path: str | PathLike[str], version: int, formatter: EntryFormatter[T]) -> None:
+        self.path = Path(path).absolute()
+        self.tmp_path = self.path.with_name(self.path.name + ".tmp")
+        self.version = version
+        self.formatter = formatter
+        try:
+            with open(self.path, "x"):
+                pass
+        except FileExistsError:
+            pass
+        except OSError as e:
+            raise CheckpointError(f"Cannot create checkpoint file: {e}", path=str(self.path)) from e
+
+    def write(self, entries: Iterable[T], sync: bool = True) -> None:
+        """Replace the file's content atomically with ``entries``; ``sync`` fsyncs the file and its directory."""
+        lines = [self.formatter.to_line(entry) for entry in entries]
+        text = "".join(f"{line}\n" for line in [str(self.version), str(len(lines)), *lines])
+        try:
+            self._write_tmp(text.encode("utf-8"), sync)
+            os.replace(self.tmp_path, self.path)
+            if sync:
+                fsync_directory(self.path.parent)
+        except OSError as e:
+            self._discard_tmp()
+            raise CheckpointError(f"Error while writing checkpoint file: {e}", path=str(self.path)) from e
+
+    def _write_tmp(self, data: bytes, sync: bool) -> None:
+        with open(self.tmp_path, "wb") as f:
+            f.write(data)
+            f.flush()
+            if sync:
+                os.fsync(f.fileno())
+
+    def _discard_tmp(self) -> None:
+        with contextlib.suppress(OSError):
+            self.tmp_path.unlink()
+
+    def read(self) -> list[T]:
+        """The file's entries, by Kafka's reading rules."""
+        try:
+            text = self.path.read_bytes().decode("utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise CheckpointError(f"Error while reading checkpoint file: {e}", path=str(self.path)) from e
+        lines = _LINE_BREAK.split(text)
+        if lines[-1] == "":
+            lines.pop()
+        if not lines:
+            return []
+        found = self._int_line(lines[0], 1)
+        if found != self.version:
+            raise self._error(f"Unrecognised version:{found}, expected version: {self.version}", 1)
+        if len(lines) < 2:
+            return []
+        expected = self._int_line(lines[1], 2)
+        if expected < 0:
+            raise self._error(f"Malformed line (negative entry count): {lines[1]}", 2)
+        entries = [self._entry(line, number) for number, line in enumerate(lines[2:], start=3)]
+        if len(entries) != expected:
+            raise self._error(f"Expected [{expected}] entries in checkpoint file, but found only [{len(entries)}]")
+        return entries
+
+    def _int_line(self, line: str, number: int) -> int:
+        value = parse_java_int(line)
+        if value is None:
+            raise self._error(f"Malformed line in checkpoint file: {line}", number)
+        return value
+
+    def _entry(self, line: str, number: int) -> T:
+        entry = self.formatter.from_line(line)
+        if entry is None:
+            raise self._error(f"Malformed line in checkpoint file: {line}", number)
+        return entry
+
+    def _error(self, message: str, line_number: int | None = None) -> CheckpointError:
+        where = f" (line {line_number})" if line_number is not None else ""
+        return CheckpointError(message + where, path=str(self.path))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Offset checkpoints: recovery-point-offset-checkpoint, log-start-offset-checkpoint,
+# replication-offset-checkpoint, cleaner-offset-checkpoint
+# ---------------------------------------------------------------------------------------------------------------
+
+TopicPartition = tuple[str, int]
+
+
+class OffsetFormatter:
+    """``<topic> <partition> <offset>`` (OffsetCheckpointFile.Formatter)."""
+
+    def to_line(self, entry: tuple[TopicPartition, int]) -> str:
+        (topic, partition), offset = entry
+        return f"{topic} {partition} {offset}"
+
+    def from_line(self, line: str) -> tuple[TopicPartition, int] | None:
+        parts = split_whitespace(line)
+        if len(parts) != 3:
+            return None
+        partition, offset = parse_java_int(parts[1]), parse_java_int(parts[2], LONG_MIN, LONG_MAX)
+        if partition is None or offset is None:
+            return None
+        return (parts[0], partition), offset
+
+
+class OffsetCheckpointFile:
+    """A map of (topic, partition) → offset, checkpoint version 0."""
+
+    VERSION = 0
+
+    def __init__(self, path: str | PathLike[str]) -> None:
+        self.checkpoint: CheckpointFile[tuple[TopicPartition, int]] = CheckpointFile(
+            path, self.VERSION, OffsetFormatter()
+        )
+
+    @property
+    def path(self) -> Path:
+        return self.checkpoint.path
+
+    def write(self, offsets: Mapping[TopicPartition, int], sync: bool = True) -> None:
+        """Replace the checkpoint with ``offsets``, in the mapping's order."""
+        self.checkpoint.write(((tuple(tp), offset) for tp, offset in offsets.items()), sync)
+
+    def read(self) -> dict[TopicPartition, int]:
+        """The checkpointed offsets; a partition listed twice keeps its last offset, as Kafka's HashMap does."""
+        return dict(self.checkpoint.read())
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# leader-epoch-checkpoint
+# ---------------------------------------------------------------------------------------------------------------
+
+
+class EpochEntry(NamedTuple):
+    """A leader epoch and the first offset written in it."""
+
+    epoch: int
+    start_offset: int
+
+
+class EpochFormatter:
+    """``<epoch> <startOffset>`` (LeaderEpochCheckpointFile's formatter)."""
+
+    def to_line(self, entry: tuple[int, int]) -> str:
+        epoch, start_offset = entry
+        return f"{epoch} {start_offset}"
+
+    def from_line(self, line: str) -> EpochEntry | None:
+        parts = split_whitespace(line)
+        if len(parts) != 2:
+            return None
+        epoch, start_offset = parse_java_int(parts[0]), parse_java_int(parts[1], LONG_MIN, LONG_MAX)
+        if epoch is None or start_offset is None:
+            return None
+        return EpochEntry(epoch, start_offset)
+
+
+class LeaderEpochCheckpointFile:
+    """A partition's list of (epoch, start offset) entries, checkpoint version 0."""
+
+    VERSION = 0
+    FILE_NAME = "leader-epoch-checkpoint"
+
+    def __init__(self, path: str | PathLike[str]) -> None:
+        self.checkpoint: CheckpointFile[tuple[int, int]] = CheckpointFile(path, self.VERSION, EpochFormatter())
+
+    @property
+    def path(self) -> Path:
+        return self.checkpoint.path
+
+    def write(self, entries: Iterable[tuple[int, int]], sync: bool = True) -> None:
+        """Replace the checkpoint with ``entries`` in the given order."""
+        self.checkpoint.write(list(entries), sync)
+
+    def read(self) -> list[EpochEntry]:
+        """The checkpointed entries in file order."""
+        return self.checkpoint.read()  # type: ignore[return-value]
+
+
+__all__ = [
+    "CheckpointError",
+    "CheckpointFile",
+    "EntryFormatter",
+    "EpochEntry",
+    "LeaderEpochCheckpointFile",
+    "OffsetCheckpointFile",
+    "fsync_directory",
+]

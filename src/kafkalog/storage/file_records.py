@@ -1,0 +1,232 @@
+"""A segment's ``.log`` file (Kafka's FileRecords): a logical size, positional appends, and batch scans.
+
+The logical size can be smaller than the file when the file was preallocated (``preallocate``);
+``trim`` cuts the file to it. Reads return ``RecordsSlice`` objects that read no bytes until asked,
+like Kafka's FileRecords.slice.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import CorruptRecordError, KafkaStorageError
+from ..record.batch import HEADER_SIZE_UP_TO_MAGIC, MAGIC_OFFSET, RecordBatch
+from ..record.legacy import LegacyBatch
+from ..record.scan import AnyBatch, batch_size_at, iter_batches
+
+INT32_MAX = (1 << 31) - 1
+SCAN_CHUNK = 1 << 20  # bytes read at a time while walking batches
+
+
+class FileRecords:
+    """The records file of one segment."""
+
+    def __init__(self, path: Path, fd: int, size: int, mutable: bool) -> None:
+        self.path = Path(path)
+        self._fd = fd
+        self._size = size
+        self.mutable = mutable
+        self._lock = threading.RLock()
+
+    @classmethod
+    def open(
+        cls,
+        path: Path,
+        *,
+        file_already_exists: bool = False,
+        init_file_size: int = 0,
+        preallocate: bool = False,
+        mutable: bool = True,
+    ) -> FileRecords:
+        """Open or create the file; a new preallocated file is sized to ``init_file_size`` with logical size 0."""
+        path = Path(path)
+        flags = os.O_RDWR | os.O_CREAT if mutable else os.O_RDONLY
+        try:
+            fd = os.open(path, flags, 0o644)
+        except OSError as e:
+            raise KafkaStorageError(f"Cannot open {path}: {e.strerror}", path=str(path)) from e
+        length = os.fstat(fd).st_size
+        if preallocate and not file_already_exists and length == 0 and init_file_size > 0:
+            os.ftruncate(fd, init_file_size)
+            length = 0
+        if length > INT32_MAX:
+            os.close(fd)
+            raise KafkaStorageError(
+                f"The size of segment {path} ({length}) is larger than the maximum allowed", path=str(path)
+            )
+        return cls(path, fd, length, mutable)
+
+    # ----- size and bytes ------------------------------------------------------------------
+    @property
+    def size(self) -> int:
+        return self._size
+
+    def file_length(self) -> int:
+        return os.fstat(self._fd).st_size
+
+    def append(self, data) -> int:
+        """Write ``data`` at the logical end; return the bytes written."""
+        n = len(data)
+        with self._lock:
+            if self._size > INT32_MAX - n:
+                raise KafkaStorageError(
+                    f"Append of size {n} bytes is too large for segment with current file position at {self._size}",
+                    path=str(self.path),
+                )
+            view = memoryview(data)
+            written = 0
+            while written < n:
+                written += os.pwrite(self._fd, view[written:], self._size + written)
+            self._size += n
+            return n
+
+    def read(self, position: int, size: int) -> bytes:
+        """``size`` bytes from ``position`` (fewer only at the end of the file)."""
+        size = max(0, min(size, self._size - position))
+        parts = []
+        while size > 0:
+            chunk = os.pread(self._fd, size, position)
+            if not chunk:
+                break
+            parts.append(chunk)
+            position += len(chunk)
+            size -= len(chunk)
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    def slice(self, position: int, size: int) -> RecordsSlice:
+        """A lazy view of ``[position, position + size)``, clipped to the logical end."""
+        end = min(self._size, position + size)
+        return RecordsSlice(self, position, max(0, end - position))
+
+    # ----- scanning ------------------------------------------------------------------------
+    def batches(self, start: int = 0, end: int | None = None) -> Iterator[tuple[int, AnyBatch]]:
+        """Yield (file position, batch view) from ``start``, with Kafka's scan rules; a partial tail ends it."""
+        end = self._size if end is None else min(end, self._size)
+        pos = start
+        while end - pos >= HEADER_SIZE_UP_TO_MAGIC:
+            buf = memoryview(self.read(pos, min(SCAN_CHUNK, end - pos)))
+            offset_in_buf = 0
+            while len(buf) - offset_in_buf >= HEADER_SIZE_UP_TO_MAGIC:
+                try:
+                    total = batch_size_at(buf, offset_in_buf, len(buf))
+                except CorruptRecordError as e:
+                    raise CorruptRecordError(
+                        e.reason, position=pos + offset_in_buf, offset=e.offset, path=str(self.path)
+                    ) from None
+                if total is None:  # runs past this chunk
+                    break
+                magic = buf[offset_in_buf + MAGIC_OFFSET]
+                batch = RecordBatch(buf, offset_in_buf) if magic == 2 else LegacyBatch(buf, offset_in_buf)
+                yield pos + offset_in_buf, batch
+                offset_in_buf += total
+            if offset_in_buf == 0:
+                # A batch larger than the chunk: read it whole, or stop at a partial tail.
+                head = self.read(pos, 12)
+                total = 12 + int.from_bytes(head[8:12], "big", signed=True)
+                if pos + total > end:
+                    return
+                big = memoryview(self.read(pos, total))
+                for _, batch in zip(range(1), iter_batches(big), strict=False):
+                    yield pos, batch
+                offset_in_buf = total
+            pos += offset_in_buf
+
+    def search_for_offset_with_size(self, target_offset: int, starting_position: int) -> tuple[int, int, int] | None:
+        """(last offset, position, size) of the first batch at or after ``starting_position`` whose last
+        offset is >= ``target_offset`` (Kafka's searchForOffsetWithSize)."""
+        for position, batch in self.batches(starting_position):
+            if batch.last_offset >= target_offset:
+                return batch.last_offset, position, batch.size_in_bytes
+        return None
+
+    # ----- lifecycle -----------------------------------------------------------------------
+    def truncate_to(self, target_size: int) -> int:
+        """Cut the file to ``target_size`` bytes; return how many were removed."""
+        with self._lock:
+            if target_size > self._size or target_size < 0:
+                raise KafkaStorageError(
+                    f"Attempt to truncate log segment {self.path} to {target_size} bytes failed, "
+                    f"size of this log segment is {self._size} bytes.",
+                    path=str(self.path),
+                )
+            removed = self._size - target_size
+            if target_size < self.file_length():
+                os.ftruncate(self._fd, target_size)
+            self._size = target_size
+            return removed
+
+    def trim(self) -> None:
+        """Cut a preallocated file down to its logical size."""
+        with self._lock:
+            if self.file_length() > self._size:
+                os.ftruncate(self._fd, self._size)
+
+    def flush(self) -> None:
+        os.fsync(self._fd)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._fd >= 0:
+                if self.mutable:
+                    self.trim()
+                os.close(self._fd)
+                self._fd = -1
+
+    def close_handlers(self) -> None:
+        """Close the file without trimming it."""
+        with self._lock:
+            if self._fd >= 0:
+                os.close(self._fd)
+                self._fd = -1
+
+    def rename_to(self, new_path: Path) -> None:
+        os.rename(self.path, new_path)
+        self.path = Path(new_path)
+
+    def delete_if_exists(self) -> bool:
+        self.close_handlers()
+        try:
+            os.unlink(self.path)
+            return True
+        except FileNotFoundError:
+            return False
+
+    def last_modified_ms(self) -> int:
+        return int(os.stat(self.path).st_mtime * 1000)
+
+    def set_last_modified_ms(self, ms: int) -> None:
+        os.utime(self.path, ns=(ms * 1_000_000, ms * 1_000_000))
+
+    def __repr__(self) -> str:
+        return f"FileRecords({self.path}, size={self._size})"
+
+
+@dataclass(frozen=True)
+class RecordsSlice:
+    """Bytes ``[position, position + size)`` of a segment file, read only when asked (FileRecords.slice)."""
+
+    file: FileRecords | None
+    position: int
+    size: int
+
+    @property
+    def size_in_bytes(self) -> int:
+        return self.size
+
+    def tobytes(self) -> bytes:
+        return b"" if self.file is None or self.size == 0 else self.file.read(self.position, self.size)
+
+    def batches(self) -> Iterator[AnyBatch]:
+        """The complete batches in the slice (a partial batch at its end is left out, as Kafka's reader does)."""
+        return iter_batches(self.tobytes())
+
+    def records(self):
+        for batch in self.batches():
+            yield from batch
+
+
+EMPTY_SLICE = RecordsSlice(None, 0, 0)

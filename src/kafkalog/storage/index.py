@@ -1,0 +1,628 @@
+"""Memory-mapped offset index (``.index``) and time index (``.timeindex``), as Kafka's storage engine keeps them.
+
+Both files are flat arrays of fixed-size, big-endian entries with no header and no checksum
+(spec section 3; Kafka's ``AbstractIndex``, ``OffsetIndex`` and ``TimeIndex``):
+
+* offset index entry, 8 bytes: int32 offset relative to the segment base, int32 byte position in the ``.log``;
+* time index entry, 12 bytes: int64 timestamp, int32 relative offset.
+
+A new file is preallocated to ``round_down(max_index_size, entry_size)`` bytes; an existing file's whole length
+counts as entries, which is why indexes are trimmed to their valid size when closed.
+
+Entries are read with :func:`struct.unpack_from` straight from the mapping; no view on the mapping outlives a call,
+so the mapping can always be resized or closed.
+
+Where these classes differ from Kafka's on purpose:
+
+* Kafka throws ``IllegalArgumentException`` on an append to a full index; here :class:`IndexFullError` is raised, a
+  subclass of both :class:`~kafkalog.errors.InvalidOffsetError` and :class:`ValueError`.
+* ``TimeIndex.maybe_append`` with a timestamp below the last one is Kafka's ``IllegalStateException``; here it is an
+  :class:`~kafkalog.errors.InvalidOffsetError` whose message says the timestamp went backwards.
+* An index opened read-only never writes its file: ``close()`` does not trim it and ``resize`` refuses to change its
+  size. Kafka reopens the file read-write for a resize even when the index was opened read-only.
+* A missing file opened read-only raises :class:`FileNotFoundError` (Kafka would create an empty file first), and an
+  invalid ``max_index_size`` for a new file raises before the file is created (Kafka leaves an empty file behind).
+* ``resize`` to fewer bytes than the entries use raises :class:`ValueError` before touching the file (Kafka fails
+  after it has already shortened the file).
+"""
+
+from __future__ import annotations
+
+import errno
+import mmap
+import os
+import shutil
+import struct
+import threading
+from enum import Enum
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from kafkalog.errors import CorruptIndexError, IndexOffsetOverflowError, InvalidOffsetError
+
+__all__ = [
+    "NO_TIMESTAMP",
+    "AbstractIndex",
+    "IndexFullError",
+    "OffsetIndex",
+    "OffsetPosition",
+    "TimeIndex",
+    "TimestampOffset",
+]
+
+INT32_MAX = 2**31 - 1
+NO_TIMESTAMP = -1
+"""Kafka's ``RecordBatch.NO_TIMESTAMP``: the timestamp of an empty time index's sentinel last entry."""
+
+WARM_SECTION_BYTES = 8192
+"""Size in bytes of the index tail that lookups search first (Kafka's ``warmEntries`` × entry size)."""
+
+_OFFSET_ENTRY = struct.Struct(">ii")
+_TIME_ENTRY = struct.Struct(">qi")
+_INT64 = struct.Struct(">q")
+
+
+class IndexFullError(InvalidOffsetError, ValueError):
+    """An append to an index with no free slot (Kafka's ``IllegalArgumentException("...full index...")``)."""
+
+
+class OffsetPosition(NamedTuple):
+    """An offset index entry: an absolute ``offset`` and the byte ``position`` of its batch in the ``.log``."""
+
+    offset: int
+    position: int
+
+
+class TimestampOffset(NamedTuple):
+    """A time index entry: the largest ``timestamp`` seen up to and including the batch ending at ``offset``."""
+
+    timestamp: int
+    offset: int
+
+
+class _SearchResult(Enum):
+    LARGEST_LOWER_BOUND = 0
+    SMALLEST_UPPER_BOUND = 1
+
+
+class _SearchOn(Enum):
+    KEY = 0
+    VALUE = 1
+
+
+def _round_down(number: int, factor: int) -> int:
+    """Java's ``factor * (number / factor)``: integer division truncates toward zero, so negatives give 0."""
+    return factor * int(number / factor) if number < 0 else factor * (number // factor)
+
+
+class AbstractIndex:
+    """What the offset and time indexes share: the mapping, its size, the entry count, search and resizing."""
+
+    ENTRY_SIZE = 0
+    _ENTRY: struct.Struct
+
+    def __init__(self, path: str | os.PathLike[str], base_offset: int, max_index_size: int = -1, writable: bool = True):
+        self._path = Path(path)
+        self._base_offset = base_offset
+        self._max_index_size = max_index_size
+        self._writable = writable
+        self._lock = threading.RLock()
+        self._mmap: mmap.mmap | None = None
+        self._closed = False
+        self._length = 0
+        self._open_and_map()
+        self._max_entries = self._length // self.ENTRY_SIZE
+        self._entries = self._max_entries if self._existed else 0
+
+    # ----------------------------------------------------------------- opening and mapping
+
+    def _open_and_map(self) -> None:
+        """Open (creating and preallocating a new writable file) and map the whole file."""
+        self._existed = self._path.exists()
+        if not self._existed and not self._writable:
+            raise FileNotFoundError(
+                errno.ENOENT, "index file does not exist and the index is read-only", str(self._path)
+            )
+        if not self._existed:
+            if self._max_index_size < self.ENTRY_SIZE:
+                raise ValueError(f"Invalid max index size: {self._max_index_size} (entry size {self.ENTRY_SIZE})")
+            try:
+                fd = os.open(self._path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+            except FileExistsError:  # created by someone else in between: treat it as existing
+                self._existed = True
+            else:
+                with os.fdopen(fd, "r+b") as f:
+                    f.truncate(_round_down(self._max_index_size, self.ENTRY_SIZE))
+        self._map_file()
+
+    def _map_file(self) -> None:
+        """Map the file as it is now on disk (no mapping at all for a 0-byte file)."""
+        with open(self._path, "r+b" if self._writable else "rb") as f:
+            length = os.fstat(f.fileno()).st_size
+            access = mmap.ACCESS_WRITE if self._writable else mmap.ACCESS_READ
+            self._mmap = mmap.mmap(f.fileno(), length, access=access) if length > 0 else None
+        self._length = length
+
+    def _unmap(self) -> None:
+        if self._mmap is not None:
+            self._mmap.close()
+            self._mmap = None
+
+    def _buffer(self) -> mmap.mmap:
+        """The live mapping; only called when at least one entry exists or is being written."""
+        if self._closed:
+            raise ValueError(f"index {self._path} is closed")
+        if self._mmap is None:
+            raise ValueError(f"index {self._path} has no mapped bytes")
+        return self._mmap
+
+    # ----------------------------------------------------------------- attributes
+
+    @property
+    def path(self) -> Path:
+        """Where the index file is now (follows ``rename_to``)."""
+        return self._path
+
+    @property
+    def file(self) -> Path:
+        """Alias of :attr:`path` (Kafka's ``file()``)."""
+        return self._path
+
+    @property
+    def base_offset(self) -> int:
+        """The segment's base offset; stored offsets are relative to it."""
+        return self._base_offset
+
+    @property
+    def max_index_size(self) -> int:
+        """The size in bytes a new or reset index is given."""
+        return self._max_index_size
+
+    @property
+    def entries(self) -> int:
+        """The number of valid entries."""
+        return self._entries
+
+    @property
+    def max_entries(self) -> int:
+        """How many entries the current mapping holds: ``length // entry_size``."""
+        return self._max_entries
+
+    @property
+    def length(self) -> int:
+        """The mapped length in bytes, which is the file's length."""
+        return self._length
+
+    @property
+    def entry_size(self) -> int:
+        """Bytes per entry: 8 for the offset index, 12 for the time index."""
+        return self.ENTRY_SIZE
+
+    @property
+    def size_in_bytes(self) -> int:
+        """The bytes the valid entries use."""
+        return self._entries * self.ENTRY_SIZE
+
+    @property
+    def is_writable(self) -> bool:
+        """Whether the index was opened for writing."""
+        return self._writable
+
+    def is_full(self) -> bool:
+        """True when no slot is free."""
+        return self._entries >= self._max_entries
+
+    # ----------------------------------------------------------------- offsets
+
+    def _to_relative(self, offset: int) -> int | None:
+        relative = offset - self._base_offset
+        return relative if 0 <= relative <= INT32_MAX else None
+
+    def relative_offset(self, offset: int) -> int:
+        """``offset - base_offset``; IndexOffsetOverflowError unless it lies in [0, Int32.MAX]."""
+        relative = self._to_relative(offset)
+        if relative is None:
+            raise IndexOffsetOverflowError(
+                f"Integer overflow for offset: {offset} (base offset {self._base_offset})",
+                offset=offset,
+                path=str(self._path),
+            )
+        return relative
+
+    def can_append_offset(self, offset: int) -> bool:
+        """Whether ``offset`` fits this index's 4-byte relative offset."""
+        return self._to_relative(offset) is not None
+
+    # ----------------------------------------------------------------- entries and search
+
+    def _parse(self, buf: Any, n: int) -> Any:
+        """The entry in slot ``n`` with an absolute offset; overridden per index."""
+        raise NotImplementedError
+
+    def _entry_checked(self, n: int) -> Any:
+        with self._lock:
+            if not 0 <= n < self._entries:
+                raise IndexError(
+                    f"Attempt to fetch the {n}th entry from index {self._path}, which has size {self._entries}"
+                )
+            return self._parse(self._buffer(), n)
+
+    def _compare(self, buf: Any, n: int, target: int, on: _SearchOn) -> int:
+        entry = self._parse(buf, n)
+        value = entry[0] if on is _SearchOn.KEY else entry[1]
+        return (value > target) - (value < target)
+
+    def _index_slot_range_for(self, target: int, on: _SearchOn, result: _SearchResult) -> int:
+        """Kafka's ``indexSlotRangeFor``: search the warm tail first, then the cold head (spec 3.1)."""
+        entries = self._entries
+        if entries == 0:
+            return -1
+        buf = self._buffer()
+        first_hot = max(0, entries - 1 - WARM_SECTION_BYTES // self.ENTRY_SIZE)
+        if self._compare(buf, first_hot, target, on) < 0:
+            return self._binary_search(buf, target, on, result, first_hot, entries - 1)
+        if self._compare(buf, 0, target, on) > 0:
+            return -1 if result is _SearchResult.LARGEST_LOWER_BOUND else 0
+        return self._binary_search(buf, target, on, result, 0, first_hot)
+
+    def _binary_search(self, buf: Any, target: int, on: _SearchOn, result: _SearchResult, begin: int, end: int) -> int:
+        lo, hi = begin, end
+        while lo < hi:
+            mid = (lo + hi + 1) >> 1
+            cmp = self._compare(buf, mid, target, on)
+            if cmp > 0:
+                hi = mid - 1
+            elif cmp < 0:
+                lo = mid
+            else:
+                return mid
+        if result is _SearchResult.LARGEST_LOWER_BOUND:
+            return lo
+        return -1 if lo == self._entries - 1 else lo + 1
+
+    def _largest_lower_bound_slot(self, target: int, on: _SearchOn) -> int:
+        return self._index_slot_range_for(target, on, _SearchResult.LARGEST_LOWER_BOUND)
+
+    def _smallest_upper_bound_slot(self, target: int, on: _SearchOn) -> int:
+        return self._index_slot_range_for(target, on, _SearchResult.SMALLEST_UPPER_BOUND)
+
+    def _truncate_slot_count(self, offset: int, on: _SearchOn) -> int:
+        """Entries kept by ``truncate_to(offset)``: the three cases of Kafka's ``truncateTo``."""
+        slot = self._largest_lower_bound_slot(offset, on)
+        if slot < 0:
+            return 0
+        entry_offset = self._parse(self._buffer(), slot)[0 if on is _SearchOn.KEY else 1]
+        return slot if entry_offset == offset else slot + 1
+
+    def _truncate_to_entries(self, entries: int) -> None:
+        """Set the entry count (the bytes after it stay until overwritten or trimmed)."""
+        with self._lock:
+            self._entries = entries
+            self._refresh_last()
+
+    def _refresh_last(self) -> None:
+        """Re-read the cached last entry from the mapping; overridden per index."""
+
+    def _write_entry(self, *fields: int) -> None:
+        self._ENTRY.pack_into(self._buffer(), self._entries * self.ENTRY_SIZE, *fields)
+        self._entries += 1
+
+    # ----------------------------------------------------------------- size management
+
+    def truncate(self) -> None:
+        """Remove every entry (the file keeps its size)."""
+        self._truncate_to_entries(0)
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove every entry whose offset is >= ``offset``."""
+        raise NotImplementedError
+
+    def sanity_check(self) -> None:
+        """Raise CorruptIndexError on obvious damage."""
+        raise NotImplementedError
+
+    def resize(self, new_size: int) -> bool:
+        """Set the file and mapping to ``new_size`` rounded down to whole entries; True if the size changed."""
+        with self._lock:
+            rounded = _round_down(new_size, self.ENTRY_SIZE)
+            if self._length == rounded:
+                return False
+            if self._closed:
+                raise ValueError(f"index {self._path} is closed")
+            if not self._writable:
+                raise ValueError(f"index {self._path} was opened read-only and cannot be resized to {rounded} bytes")
+            if rounded < self._entries * self.ENTRY_SIZE:
+                raise ValueError(
+                    f"cannot resize index {self._path} to {rounded} bytes: its {self._entries} entries need "
+                    f"{self._entries * self.ENTRY_SIZE}"
+                )
+            self._unmap()
+            os.truncate(self._path, rounded)
+            self._map_file()
+            self._max_entries = self._length // self.ENTRY_SIZE
+            self._refresh_last()
+            return True
+
+    def trim_to_valid_size(self) -> None:
+        """Shrink the file to exactly the valid entries (run on close and on roll)."""
+        with self._lock:
+            if not self._closed:
+                self.resize(self._entries * self.ENTRY_SIZE)
+
+    def reset(self) -> None:
+        """Remove every entry, then give the file ``max_index_size`` bytes again."""
+        with self._lock:
+            self.truncate()
+            self.resize(self._max_index_size)
+
+    def flush(self) -> None:
+        """Write the mapped pages to disk."""
+        with self._lock:
+            if self._mmap is not None and self._writable:
+                self._mmap.flush()
+
+    def close(self) -> None:
+        """Trim to the valid size (writable indexes only), then unmap."""
+        with self._lock:
+            if self._writable:
+                self.trim_to_valid_size()
+            self.close_handler()
+
+    def close_handler(self) -> None:
+        """Unmap without trimming; lookups fail afterwards."""
+        with self._lock:
+            self._unmap()
+            self._closed = True
+
+    def delete_if_exists(self) -> bool:
+        """Unmap and delete the file; False if there was no file."""
+        with self._lock:
+            self.close_handler()
+            try:
+                self._path.unlink()
+            except FileNotFoundError:
+                return False
+            return True
+
+    def rename_to(self, new_path: str | os.PathLike[str]) -> None:
+        """Move the file; the mapping stays valid. The new path is adopted even if the move fails."""
+        with self._lock:
+            target = Path(new_path)
+            try:
+                _atomic_move_with_fallback(self._path, target)
+            finally:
+                self._path = target
+
+    def update_parent_dir(self, parent_dir: str | os.PathLike[str]) -> None:
+        """Point at the same file name in another directory (after the directory itself was renamed)."""
+        with self._lock:
+            self._path = Path(parent_dir) / self._path.name
+
+    def __enter__(self) -> AbstractIndex:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(path={str(self._path)!r}, base_offset={self._base_offset}, "
+            f"entries={self._entries}, max_entries={self._max_entries})"
+        )
+
+
+def _atomic_move_with_fallback(source: Path, target: Path) -> None:
+    """Kafka's ``Utils.atomicMoveWithFallback``: an atomic rename, or a plain move across file systems."""
+    try:
+        os.replace(source, target)
+    except OSError as exc:
+        if exc.errno != errno.EXDEV:
+            raise
+        shutil.move(source, target)
+
+
+class OffsetIndex(AbstractIndex):
+    """The ``.index`` file: relative offset → byte position, one entry every ``index.interval.bytes``."""
+
+    ENTRY_SIZE = 8
+    _ENTRY = _OFFSET_ENTRY
+
+    def __init__(self, path: str | os.PathLike[str], base_offset: int, max_index_size: int = -1, writable: bool = True):
+        self._last_offset = base_offset
+        super().__init__(path, base_offset, max_index_size, writable)
+        self._refresh_last()
+
+    def _parse(self, buf: Any, n: int) -> OffsetPosition:
+        relative, position = _OFFSET_ENTRY.unpack_from(buf, n * 8)
+        return OffsetPosition(self._base_offset + relative, position)
+
+    def _last_entry(self) -> OffsetPosition:
+        if self._entries == 0:
+            return OffsetPosition(self._base_offset, 0)
+        return self._parse(self._buffer(), self._entries - 1)
+
+    def _refresh_last(self) -> None:
+        self._last_offset = self._last_entry().offset
+
+    @property
+    def last_offset(self) -> int:
+        """The last entry's absolute offset, or the base offset when empty."""
+        return self._last_offset
+
+    def entry(self, n: int) -> OffsetPosition:
+        """The entry in slot ``n`` (IndexError unless 0 <= n < entries)."""
+        return self._entry_checked(n)
+
+    def lookup(self, target_offset: int) -> OffsetPosition:
+        """The entry with the largest offset <= ``target_offset``, else ``(base_offset, 0)``."""
+        with self._lock:
+            slot = self._largest_lower_bound_slot(target_offset, _SearchOn.KEY)
+            if slot == -1:
+                return OffsetPosition(self._base_offset, 0)
+            return self._parse(self._buffer(), slot)
+
+    def fetch_upper_bound_offset(self, start_position: int | OffsetPosition, fetch_size: int) -> OffsetPosition | None:
+        """The first entry whose position is >= ``start_position + fetch_size`` (Kafka's search), or None.
+
+        ``start_position`` may also be an :class:`OffsetPosition`, as Kafka passes it; its position is used.
+        Kafka's search has one quirk that is kept: when the bound equals the first entry's position exactly (and
+        the search goes to the cold section), the second entry is returned, which is still a valid upper bound.
+        """
+        if isinstance(start_position, OffsetPosition):
+            start_position = start_position.position
+        with self._lock:
+            slot = self._smallest_upper_bound_slot(start_position + fetch_size, _SearchOn.VALUE)
+            if slot == -1:
+                return None
+            return self._parse(self._buffer(), slot)
+
+    def append(self, offset: int, position: int) -> None:
+        """Add ``(offset, position)``; the offset must be above the last one unless the index is empty."""
+        with self._lock:
+            if self.is_full():
+                raise IndexFullError(
+                    f"Attempt to append to a full index (size = {self._entries})", offset=offset, path=str(self._path)
+                )
+            if self._entries != 0 and offset <= self._last_offset:
+                raise InvalidOffsetError(
+                    f"Attempt to append an offset {offset} to position {self._entries} no larger than the last "
+                    f"offset appended ({self._last_offset})",
+                    offset=offset,
+                    path=str(self._path),
+                )
+            self._write_entry(self.relative_offset(offset), position)
+            self._last_offset = offset
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove every entry with offset >= ``offset``."""
+        with self._lock:
+            self._truncate_to_entries(self._truncate_slot_count(offset, _SearchOn.KEY))
+
+    def sanity_check(self) -> None:
+        """CorruptIndexError if the last offset is below the base offset or the length is not whole entries."""
+        with self._lock:
+            if self._entries != 0 and self._last_offset < self._base_offset:
+                raise CorruptIndexError(
+                    f"Corrupt index found, index file has non-zero size but the last offset is {self._last_offset} "
+                    f"which is less than the base offset {self._base_offset}",
+                    path=str(self._path),
+                )
+            if self._length % self.ENTRY_SIZE != 0:
+                raise CorruptIndexError(
+                    f"Index file is corrupt, found {self._length} bytes which is neither positive nor a multiple of "
+                    f"{self.ENTRY_SIZE}",
+                    path=str(self._path),
+                )
+
+
+class TimeIndex(AbstractIndex):
+    """The ``.timeindex`` file: the largest timestamp so far → the offset of the batch that carried it."""
+
+    ENTRY_SIZE = 12
+    _ENTRY = _TIME_ENTRY
+
+    def __init__(self, path: str | os.PathLike[str], base_offset: int, max_index_size: int = -1, writable: bool = True):
+        self._last_entry = TimestampOffset(NO_TIMESTAMP, base_offset)
+        super().__init__(path, base_offset, max_index_size, writable)
+        self._refresh_last()
+
+    def _parse(self, buf: Any, n: int) -> TimestampOffset:
+        timestamp, relative = _TIME_ENTRY.unpack_from(buf, n * 12)
+        return TimestampOffset(timestamp, self._base_offset + relative)
+
+    def _refresh_last(self) -> None:
+        if self._entries == 0:
+            self._last_entry = TimestampOffset(NO_TIMESTAMP, self._base_offset)
+        else:
+            self._last_entry = self._parse(self._buffer(), self._entries - 1)
+
+    def is_full(self) -> bool:
+        """True one slot early: the last slot is kept for the entry written on roll or close."""
+        return self._entries >= self._max_entries - 1
+
+    @property
+    def last_entry(self) -> TimestampOffset:
+        """The last entry, or ``(-1, base_offset)`` when empty."""
+        return self._last_entry
+
+    def entry(self, n: int) -> TimestampOffset:
+        """The entry in slot ``n`` (IndexError unless 0 <= n < entries)."""
+        return self._entry_checked(n)
+
+    def lookup(self, target_timestamp: int) -> TimestampOffset:
+        """The entry with the largest timestamp <= ``target_timestamp``, else ``(-1, base_offset)``."""
+        with self._lock:
+            slot = self._largest_lower_bound_slot(target_timestamp, _SearchOn.KEY)
+            if slot == -1:
+                return TimestampOffset(NO_TIMESTAMP, self._base_offset)
+            return self._parse(self._buffer(), slot)
+
+    def maybe_append(self, timestamp: int, offset: int, skip_full_check: bool = False) -> None:
+        """Add ``(timestamp, offset)`` if the timestamp is above the last one; an equal timestamp is dropped.
+
+        Raises IndexFullError when full (unless ``skip_full_check``, used on roll and close), and
+        InvalidOffsetError when the offset or the timestamp goes below the last entry's (Kafka throws
+        ``IllegalStateException`` for the timestamp case).
+        """
+        with self._lock:
+            if not skip_full_check and self.is_full():
+                raise IndexFullError(
+                    f"Attempt to append to a full time index (size = {self._entries})",
+                    offset=offset,
+                    path=str(self._path),
+                )
+            last = self._last_entry
+            if self._entries != 0 and offset < last.offset:
+                raise InvalidOffsetError(
+                    f"Attempt to append an offset ({offset}) to slot {self._entries} no larger than the last offset "
+                    f"appended ({last.offset})",
+                    offset=offset,
+                    path=str(self._path),
+                )
+            if self._entries != 0 and timestamp < last.timestamp:
+                raise InvalidOffsetError(
+                    f"Attempt to append a timestamp ({timestamp}) to slot {self._entries} no larger than the last "
+                    f"timestamp appended ({last.timestamp}): timestamps in a time index must not go backwards",
+                    offset=offset,
+                    path=str(self._path),
+                )
+            if timestamp > last.timestamp:
+                if self._entries >= self._max_entries:  # no byte left even for the reserved slot
+                    raise IndexFullError(
+                        f"Attempt to append past the end of a full time index (size = {self._entries})",
+                        offset=offset,
+                        path=str(self._path),
+                    )
+                self._write_entry(timestamp, self.relative_offset(offset))
+                self._last_entry = TimestampOffset(timestamp, offset)
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove every entry with offset >= ``offset`` (searched by the offset field)."""
+        with self._lock:
+            self._truncate_to_entries(self._truncate_slot_count(offset, _SearchOn.VALUE))
+
+    def sanity_check(self) -> None:
+        """CorruptIndexError if timestamps end below where they start, the last offset is below the base
+        offset, or the length is not whole entries."""
+        with self._lock:
+            last = self._last_entry
+            if self._entries != 0:
+                first_timestamp = _INT64.unpack_from(self._buffer(), 0)[0]
+                if last.timestamp < first_timestamp:
+                    raise CorruptIndexError(
+                        f"Corrupt time index found, time index file has non-zero size but the last timestamp is "
+                        f"{last.timestamp} which is less than the first timestamp {first_timestamp}",
+                        path=str(self._path),
+                    )
+                if last.offset < self._base_offset:
+                    raise CorruptIndexError(
+                        f"Corrupt time index found, time index file has non-zero size but the last offset is "
+                        f"{last.offset} which is less than the first offset {self._base_offset}",
+                        path=str(self._path),
+                    )
+            if self._length % self.ENTRY_SIZE != 0:
+                raise CorruptIndexError(
+                    f"Time index file is corrupt, found {self._length} bytes which is neither positive nor a multiple "
+                    f"of {self.ENTRY_SIZE}",
+                    path=str(self._path),
+                )

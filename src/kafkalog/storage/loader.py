@@ -1,0 +1,245 @@
+"""Opening a partition directory (Kafka's LogLoader): temp files, swaps, segments, recovery, producer state.
+
+The steps follow LogLoader.load: delete ``.deleted`` files and incomplete cleaner output; finish or roll
+back interrupted ``.swap`` replacements; open every segment (rebuilding a missing or corrupt index);
+after an unclean shutdown re-validate every segment from the recovery point on, deleting whatever
+follows a truncated one; then settle the start offset and rebuild the producer state.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+from pathlib import Path
+
+from ..clock import Time
+from ..errors import CorruptIndexError, InvalidOffsetError, KafkaLogError
+from .config import LogConfig
+from .files import (
+    CLEANED_SUFFIX,
+    DELETED_SUFFIX,
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    SEGMENT_SUFFIXES,
+    SWAP_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
+    delete_if_exists,
+    offset_from_filename,
+    segment_file,
+)
+from .producer_state import ProducerStateManager
+from .segment import LogSegment, update_producer_state
+from .segments import LogSegments
+
+log = logging.getLogger(__name__)
+
+
+def _open_segment(
+    directory: Path, base: int, config: LogConfig, clock: Time, rng: random.Random, suffix: str = ""
+) -> LogSegment:
+    return LogSegment.open(
+        directory,
+        base,
+        index_interval_bytes=config.index_interval_bytes,
+        max_index_size=config.segment_index_bytes,
+        clock=clock,
+        file_already_exists=True,
+        rolling_jitter_ms=config.random_segment_jitter(rng),
+        suffix=suffix,
+    )
+
+
+def _new_segment(directory: Path, base: int, config: LogConfig, clock: Time, rng: random.Random) -> LogSegment:
+    return LogSegment.open(
+        directory,
+        base,
+        index_interval_bytes=config.index_interval_bytes,
+        max_index_size=config.segment_index_bytes,
+        clock=clock,
+        init_file_size=config.initial_file_size,
+        preallocate=config.preallocate,
+        rolling_jitter_ms=config.random_segment_jitter(rng),
+    )
+
+
+def _is_segment_file(name: str) -> bool:
+    return any(name.endswith(s) for s in SEGMENT_SUFFIXES)
+
+
+def remove_temp_files_and_collect_swaps(directory: Path) -> list[Path]:
+    """Step 1: delete .deleted files and .cleaned output (and swaps of an incomplete split); return swaps."""
+    swaps, cleaned = [], []
+    for path in sorted(directory.iterdir()):
+        name = path.name
+        if not path.is_file():
+            continue
+        if name.endswith(DELETED_SUFFIX) and not name.endswith(".checkpoint" + DELETED_SUFFIX):
+            log.debug("Deleting stray temporary file %s", path)
+            delete_if_exists(path)
+        elif name.endswith(CLEANED_SUFFIX):
+            cleaned.append(path)
+        elif name.endswith(SWAP_SUFFIX):
+            swaps.append(path)
+    if cleaned:
+        min_cleaned = min(offset_from_filename(p.name) for p in cleaned)
+        for swap in [s for s in swaps if offset_from_filename(s.name) >= min_cleaned]:
+            log.info("Deleting invalid swap file %s (min cleaned offset %d)", swap, min_cleaned)
+            delete_if_exists(swap)
+            swaps.remove(swap)
+        for path in cleaned:
+            delete_if_exists(path)
+    return swaps
+
+
+def complete_swaps(directory: Path, swaps: list[Path], config: LogConfig, clock: Time, rng: random.Random) -> None:
+    """Step 2: the swap completes: replaced files in [min swap, max swap) go, each .swap loses its suffix."""
+    log_swaps = [s for s in swaps if s.name.endswith(LOG_SUFFIX + SWAP_SUFFIX)]
+    if not log_swaps:
+        for swap in swaps:
+            os.rename(swap, swap.with_name(swap.name[: -len(SWAP_SUFFIX)]))
+        return
+    low, high = None, None
+    for swap in log_swaps:
+        segment = _open_segment(directory, offset_from_filename(swap.name), config, clock, rng, SWAP_SUFFIX)
+        start, end = segment.base_offset, segment.read_next_offset()
+        segment.close_handlers()
+        low = start if low is None else min(low, start)
+        high = end if high is None else max(high, end)
+    for path in directory.iterdir():
+        name = path.name
+        if name.endswith(SWAP_SUFFIX) or not _is_segment_file(name):
+            continue
+        if low <= offset_from_filename(name) < high:
+            log.info("Deleting segment file %s replaced by the swap", path)
+            delete_if_exists(path)
+    for swap in swaps:
+        os.rename(swap, swap.with_name(swap.name[: -len(SWAP_SUFFIX)]))
+
+
+def load_segment_files(
+    directory: Path, config: LogConfig, clock: Time, rng: random.Random, log_start_offset: int
+) -> LogSegments:
+    """Step 3: open every segment, deleting orphan indexes and rebuilding missing or corrupt ones."""
+    segments = LogSegments()
+    for path in sorted(directory.iterdir()):
+        name = path.name
+        if not path.is_file():
+            continue
+        if name.endswith((INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)):
+            if not segment_file(directory, offset_from_filename(name), LOG_SUFFIX).exists():
+                log.warning("Found an orphaned index file %s, with no corresponding log file.", path)
+                delete_if_exists(path)
+        elif name.endswith(LOG_SUFFIX):
+            base = offset_from_filename(name)
+            time_index_existed = segment_file(directory, base, TIME_INDEX_SUFFIX).exists()
+            segment = _open_segment(directory, base, config, clock, rng)
+            try:
+                segment.sanity_check(not time_index_existed)
+            except (FileNotFoundError, CorruptIndexError, KafkaLogError) as e:
+                log.warning("Could not use the index files of segment %s (%s); rebuilding them", segment, e)
+                recover_segment(directory, segment, segments, config, clock, log_start_offset)
+            segments.add(segment)
+    return segments
+
+
+def recover_segment(
+    directory: Path, segment: LogSegment, earlier: LogSegments, config: LogConfig, clock: Time, log_start_offset: int
+) -> int:
+    """Rebuild one segment's indexes with the producer state as of its base offset; return bytes cut."""
+    state = ProducerStateManager(directory, clock=clock)
+    state.truncate_and_reload(log_start_offset, segment.base_offset, clock.milliseconds())
+    replay_producer_state(state, earlier, log_start_offset, segment.base_offset)
+    truncated = segment.recover(state)
+    state.take_snapshot()
+    return truncated
+
+
+def replay_producer_state(
+    state: ProducerStateManager, segments: LogSegments, log_start_offset: int, to_offset: int
+) -> None:
+    """Replay the batches between the producer state's map end and ``to_offset`` into it."""
+    start = max(state.map_end_offset, log_start_offset)
+    if start < to_offset:
+        for segment in segments.values_between(start, to_offset):
+            found = segment.translate_offset(start) if segment.base_offset < start else None
+            position = found[1] if found is not None else 0
+            for _, batch in segment.log.batches(position):
+                if batch.base_offset >= to_offset:
+                    break
+                if batch.last_offset < start or batch.magic < 2:
+                    continue
+                if batch.has_producer_id:
+                    update_producer_state(state, batch, None)
+    state.update_map_end_offset(to_offset)
+
+
+def recover_log(
+    directory: Path, segments: LogSegments, config: LogConfig, clock: Time, log_start_offset: int, recovery_point: int
+) -> None:
+    """Step 4: re-validate every segment from floor(recovery point); a truncation deletes all that follows."""
+    for segment in segments.values_from(recovery_point):
+        if segment.base_offset not in segments:
+            continue
+        try:
+            truncated = recover_segment(directory, segment, segments, config, clock, log_start_offset)
+        except (InvalidOffsetError, OSError) as e:
+            log.warning("Found invalid offset during recovery of %s (%s); truncating it to its base offset", segment, e)
+            truncated = segment.truncate_to(segment.base_offset)
+        if truncated > 0:
+            doomed = [s for s in segments if s.base_offset > segment.base_offset]
+            if doomed:
+                log.warning("Deleting %d segments after the truncated segment %s", len(doomed), segment)
+            for later in doomed:
+                segments.remove(later.base_offset)
+                later.delete_if_exists()
+                delete_if_exists(segment_file(directory, later.base_offset, ".snapshot"))
+            break
+
+
+def load_log(
+    directory: Path,
+    config: LogConfig,
+    clock: Time,
+    producer_state: ProducerStateManager,
+    *,
+    rng: random.Random,
+    log_start_offset: int,
+    recovery_point: int,
+    had_clean_shutdown: bool,
+):
+    """Load (and recover) a partition directory; return its segments and LoadedOffsets."""
+    from .log import LoadedOffsets
+
+    swaps = remove_temp_files_and_collect_swaps(directory)
+    complete_swaps(directory, swaps, config, clock, rng)
+    segments = load_segment_files(directory, config, clock, rng, log_start_offset)
+    if not had_clean_shutdown and len(segments):
+        recover_log(directory, segments, config, clock, log_start_offset, recovery_point)
+    last = segments.last()
+    next_offset = last.read_next_offset() if last is not None else log_start_offset
+    if last is not None and next_offset < log_start_offset:
+        log.warning(
+            "Deleting all segments: the log end %d is below the checkpointed log start offset %d",
+            next_offset,
+            log_start_offset,
+        )
+        for segment in list(segments):
+            segments.remove(segment.base_offset)
+            segment.delete_if_exists()
+        producer_state.truncate_fully_and_start_at(log_start_offset)
+        next_offset = log_start_offset
+    if not len(segments):
+        segments.add(_new_segment(directory, log_start_offset, config, clock, rng))
+        next_offset = log_start_offset
+    recovery = next_offset if had_clean_shutdown else min(recovery_point, next_offset)
+    segments.last().reset_index_sizes()
+    start = max(log_start_offset, segments.first().base_offset)
+    producer_state.remove_stray_snapshots(segments.base_offsets)
+    producer_state.truncate_and_reload(start, next_offset, clock.milliseconds())
+    before = producer_state.map_end_offset
+    replay_producer_state(producer_state, segments, start, next_offset)
+    if before < next_offset:
+        producer_state.take_snapshot()
+    return segments, LoadedOffsets(start, recovery, next_offset)

@@ -1,0 +1,776 @@
+"""One partition's log (Kafka's UnifiedLog and LocalLog): appends, rolls, reads, offsets, retention, flushing.
+
+``Log.open(dir, config, clock=...)`` loads (and when needed recovers) a partition directory written by
+Kafka or by kafkalog. Appends come as client batches (validated and given offsets as Kafka's
+LogValidator does), through a ``RecordBatchBuilder``, or follower-style with their own offsets.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import random
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..clock import SYSTEM_TIME, Time
+from ..errors import KafkaStorageError, OffsetOutOfRangeError, RecordBatchTooLargeError
+from ..record import RecordBatchBuilder, control_batch, iter_batches
+from ..record.types import ControlRecordType, Record
+from .config import LogConfig
+from .files import (
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
+    delete_if_exists,
+    fsync_dir,
+    parse_partition_dir,
+    segment_file,
+)
+from .producer_state import ProducerStateManager
+from .segment import EMPTY_SLICE, FetchDataInfo, LogOffsetMetadata, LogSegment, RollParams, TimestampAndOffset
+from .segments import LogSegments
+from .txn_index import AbortedTxn
+from .validator import (
+    CLIENT,
+    COORDINATOR,
+    REPLICATION,
+    LogAppendInfo,
+    analyze,
+    check_follower_offsets,
+    validate_and_assign_offsets,
+)
+
+log = logging.getLogger(__name__)
+
+INT32_MAX = (1 << 31) - 1
+EARLIEST_TIMESTAMP = -2
+LATEST_TIMESTAMP = -1
+MAX_TIMESTAMP = -3
+EARLIEST_LOCAL_TIMESTAMP = -4
+ISOLATIONS = {
+    "log_end": "log_end",
+    "high_watermark": "high_watermark",
+    "read_uncommitted": "high_watermark",
+    "txn_committed": "txn_committed",
+    "read_committed": "txn_committed",
+}
+DEFAULT_FETCH_BYTES = 1024 * 1024
+
+
+class Scheduler:
+    """What the log asks of a scheduler: run something later (MockScheduler and the manager's fit)."""
+
+    def schedule_once(self, name: str, fn: Callable[[], object], delay_ms: int = 0) -> object: ...
+
+
+@dataclass(frozen=True)
+class LoadedOffsets:
+    log_start_offset: int
+    recovery_point: int
+    next_offset: int
+
+
+class Log:
+    """A partition log in ``directory`` (named ``<topic>-<partition>``)."""
+
+    def __init__(
+        self,
+        directory: Path,
+        config: LogConfig,
+        clock: Time,
+        scheduler: Scheduler | None,
+        segments: LogSegments,
+        producer_state: ProducerStateManager,
+        offsets: LoadedOffsets,
+        high_watermark: int | None,
+        rng: random.Random,
+        auto_high_watermark: bool,
+    ) -> None:
+        self.directory = Path(directory)
+        self.topic, self.partition = _topic_partition(self.directory)
+        self.config = config
+        self.clock = clock
+        self.scheduler = scheduler
+        self.segments = segments
+        self.producer_state = producer_state
+        self._rng = rng
+        self._lock = threading.RLock()
+        self._log_start_offset = offsets.log_start_offset
+        self._recovery_point = offsets.recovery_point
+        self._log_end_offset = offsets.next_offset
+        self.auto_high_watermark = auto_high_watermark
+        hw = offsets.next_offset if high_watermark is None and auto_high_watermark else (high_watermark or 0)
+        self._high_watermark = 0
+        self._set_high_watermark(hw)
+        self._last_flush_ms = clock.milliseconds()
+        self._closed = False
+
+    # ----- opening -------------------------------------------------------------------------
+    @classmethod
+    def open(
+        cls,
+        directory: str | Path,
+        config: LogConfig | dict | None = None,
+        clock: Time | None = None,
+        *,
+        log_start_offset: int = 0,
+        recovery_point: int = 0,
+        high_watermark: int | None = None,
+        had_clean_shutdown: bool = False,
+        scheduler: Scheduler | None = None,
+        rng: random.Random | None = None,
+        producer_id_expiration_ms: int = 86_400_000,
+        auto_high_watermark: bool = True,
+    ) -> Log:
+        """Open (creating when absent) the partition log in ``directory``, recovering what must be.
+
+        ``recovery_point`` and ``log_start_offset`` are the values from the log dir's checkpoints;
+        with ``had_clean_shutdown`` false, everything from the recovery point on is re-validated.
+        """
+        from .loader import load_log
+
+        directory = Path(directory)
+        config = config if isinstance(config, LogConfig) else LogConfig(config or {})
+        clock = clock or SYSTEM_TIME
+        if scheduler is None:
+            scheduler = getattr(clock, "scheduler", None)
+        rng = rng or random.Random()
+        directory.mkdir(parents=True, exist_ok=True)
+        producer_state = ProducerStateManager(directory, producer_id_expiration_ms, clock)
+        segments, offsets = load_log(
+            directory,
+            config,
+            clock,
+            producer_state,
+            rng=rng,
+            log_start_offset=log_start_offset,
+            recovery_point=recovery_point,
+            had_clean_shutdown=had_clean_shutdown,
+        )
+        return cls(
+            directory,
+            config,
+            clock,
+            scheduler,
+            segments,
+            producer_state,
+            offsets,
+            high_watermark,
+            rng,
+            auto_high_watermark,
+        )
+
+    # ----- offsets -------------------------------------------------------------------------
+    @property
+    def log_start_offset(self) -> int:
+        return self._log_start_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._log_end_offset
+
+    @property
+    def high_watermark(self) -> int:
+        return self._high_watermark
+
+    @property
+    def recovery_point(self) -> int:
+        return self._recovery_point
+
+    @property
+    def last_flush_ms(self) -> int:
+        return self._last_flush_ms
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self.segments.last()
+
+    @property
+    def size(self) -> int:
+        return sum(s.size for s in self.segments)
+
+    def update_high_watermark(self, offset: int) -> int:
+        """Set the high watermark, kept within [log start, log end] (UnifiedLog.updateHighWatermark)."""
+        with self._lock:
+            return self._set_high_watermark(offset)
+
+    def _set_high_watermark(self, offset: int) -> int:
+        self._high_watermark = min(max(offset, self._log_start_offset), self._log_end_offset)
+        self.producer_state.on_high_watermark_updated(self._high_watermark)
+        return self._high_watermark
+
+    @property
+    def first_unstable_offset(self) -> int | None:
+        return self.producer_state.first_unstable_offset()
+
+    @property
+    def last_stable_offset(self) -> int:
+        """The LSO: the first offset of any open transaction, capped by the high watermark."""
+        unstable = self.first_unstable_offset
+        return min(unstable, self._high_watermark) if unstable is not None else self._high_watermark
+
+    # ----- appending -----------------------------------------------------------------------
+    def append(self, records, *, origin: str = CLIENT, leader_epoch: int = 0) -> LogAppendInfo:
+        """Append client batches, validated and given offsets as Kafka's leader does.
+
+        ``records`` is batch bytes, a RecordBatchBuilder, or a list of records: ``Record`` objects or
+        (key, value[, timestamp[, headers]]) tuples, which go into one uncompressed batch.
+        """
+        if isinstance(records, RecordBatchBuilder):
+            records = records.build()
+        elif isinstance(records, list | tuple):
+            records = self._build(records)
+        return self._append(bytes(records), origin=origin, leader_epoch=leader_epoch, assign_offsets=True)
+
+    def _build(self, records) -> bytes:
+        builder = RecordBatchBuilder(clock=self.clock)
+        for record in records:
+            if isinstance(record, Record):
+                builder.append(record.key, record.value, record.timestamp, record.headers)
+            else:
+                builder.append(*record)
+        return builder.build()
+
+    def append_as_follower(self, records) -> LogAppendInfo:
+        """Append batches that keep their own offsets (a replica's fetch, or a copy of another log)."""
+        return self._append(bytes(records), origin=REPLICATION, leader_epoch=-1, assign_offsets=False)
+
+    def append_end_txn_marker(
+        self,
+        control_type: ControlRecordType,
+        producer_id: int,
+        producer_epoch: int,
+        coordinator_epoch: int,
+        leader_epoch: int = 0,
+    ) -> LogAppendInfo:
+        """Write a COMMIT or ABORT marker, as the transaction coordinator does (origin coordinator)."""
+        batch = control_batch(control_type, producer_id, producer_epoch, coordinator_epoch, self.clock.milliseconds())
+        return self._append(batch, origin=COORDINATOR, leader_epoch=leader_epoch, assign_offsets=True)
+
+    def _append(self, records: bytes, *, origin: str, leader_epoch: int, assign_offsets: bool) -> LogAppendInfo:
+        info = analyze(
+            records, origin, self.config.max_message_bytes, leader_epoch, ignore_record_size=not assign_offsets
+        )
+        if info.shallow_count == 0:
+            return info
+        valid = records[: info.valid_bytes]
+        with self._lock:
+            self._check_open()
+            if assign_offsets:
+                now = self.clock.milliseconds()
+                result = validate_and_assign_offsets(
+                    valid, self._log_end_offset, now, self.config, origin=origin, leader_epoch=leader_epoch
+                )
+                valid = result.records
+                info.first_offset = self._log_end_offset
+                info.last_offset = result.next_offset - 1
+                info.max_timestamp = result.max_timestamp
+                info.shallow_offset_of_max_timestamp = result.shallow_offset_of_max_timestamp
+                info.log_append_time = result.log_append_time
+                info.num_records = result.num_records
+                if result.size_maybe_changed:
+                    for batch in iter_batches(valid):
+                        if batch.size_in_bytes > self.config.max_message_bytes:
+                            from ..errors import RecordTooLargeError
+
+                            raise RecordTooLargeError(
+                                f"Message batch size is {batch.size_in_bytes} bytes in append to partition "
+                                f"{self.topic}-{self.partition} which exceeds the maximum configured size of "
+                                f"{self.config.max_message_bytes}."
+                            )
+            else:
+                check_follower_offsets(info, self._log_end_offset)
+                info.num_records = sum(b.record_count for b in iter_batches(valid))
+            if len(valid) > self.config.segment_bytes:
+                raise RecordBatchTooLargeError(
+                    f"Message batch size is {len(valid)} bytes in append to partition {self.topic}-{self.partition}"
+                    f" which exceeds the maximum configured segment size of {self.config.segment_bytes}."
+                )
+            segment = self._maybe_roll(len(valid), info)
+            duplicate, pending = self._analyze_producer_state(valid, origin)
+            if duplicate is not None:
+                info.first_offset = duplicate.first_offset
+                info.last_offset = duplicate.last_offset
+                info.max_timestamp = duplicate.timestamp
+                info.is_duplicate = True
+                return info
+            segment.append(info.last_offset, info.max_timestamp, info.shallow_offset_of_max_timestamp, valid)
+            self._log_end_offset = info.last_offset + 1
+            self._apply_producer_state(pending, segment)
+            self.producer_state.update_map_end_offset(self._log_end_offset)
+            info.log_start_offset = self._log_start_offset
+            if self.auto_high_watermark:
+                self._set_high_watermark(self._log_end_offset)
+            if self._log_end_offset - self._recovery_point >= self.config.flush_messages:
+                self.flush()
+            return info
+
+    def _analyze_producer_state(self, valid: bytes, origin: str):
+        """Producer checks before the write: a duplicate batch, or the per-producer updates to apply after."""
+        updates: dict[int, object] = {}
+        completed = []
+        for batch in iter_batches(valid):
+            if not batch.has_producer_id:
+                continue
+            if origin == CLIENT and batch.magic >= 2 and not batch.is_transactional:
+                duplicate = self.producer_state.find_duplicate_batch(batch)
+                if duplicate is not None:
+                    return duplicate, None
+            info = updates.get(batch.producer_id)
+            if info is None:
+                info = self.producer_state.prepare_update(batch.producer_id, origin=origin)
+                updates[batch.producer_id] = info
+            done = info.append(batch)
+            if done is not None:
+                completed.append(done)
+        return None, (list(updates.values()), completed)
+
+    def _apply_producer_state(self, pending, segment: LogSegment) -> None:
+        infos, completed = pending
+        for info in infos:
+            self.producer_state.update(info)
+        for txn in completed:
+            lso = self.producer_state.last_stable_offset(txn)
+            segment.update_txn_index(txn, lso)
+            self.producer_state.complete_txn(txn)
+
+    # ----- rolling -------------------------------------------------------------------------
+    def _maybe_roll(self, messages_size: int, info: LogAppendInfo) -> LogSegment:
+        segment = self.active_segment
+        params = RollParams(
+            self.config.max_segment_ms,
+            self.config.segment_bytes,
+            info.max_timestamp,
+            info.last_offset,
+            messages_size,
+            self.clock.milliseconds(),
+        )
+        if segment.should_roll(params):
+            expected = info.first_offset if info.first_offset >= 0 else info.last_offset - INT32_MAX
+            return self.roll(expected)
+        return segment
+
+    def roll(self, expected_next_offset: int | None = None) -> LogSegment:
+        """Start a new active segment at max(expected, log end) (LocalLog.roll, UnifiedLog.roll)."""
+        with self._lock:
+            self._check_open()
+            new_offset = max(expected_next_offset or 0, self._log_end_offset)
+            active = self.active_segment
+            existing = self.segments.get(new_offset)
+            if existing is not None:
+                if existing is active and active.size == 0:
+                    log.warning(
+                        "Trying to roll a new segment at offset %d, replacing the empty active segment", new_offset
+                    )
+                    self.segments.remove(new_offset)
+                    self._delete_segment_files([existing])
+                else:
+                    raise KafkaStorageError(
+                        f"Trying to roll a new log segment for topic partition {self.topic}-{self.partition} with "
+                        f"start offset {new_offset} while it already exists."
+                    )
+            elif new_offset < active.base_offset:
+                raise KafkaStorageError(
+                    f"Trying to roll a new log segment with start offset {new_offset} lower than start offset "
+                    f"{active.base_offset} of the active segment"
+                )
+            else:
+                active.on_become_inactive_segment()
+            for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
+                path = segment_file(self.directory, new_offset, suffix)
+                if path.exists():
+                    log.warning("Newly rolled segment file %s already exists; deleting it first", path)
+                    delete_if_exists(path)
+            segment = self._new_segment(new_offset)
+            self.segments.add(segment)
+            self.producer_state.update_map_end_offset(new_offset)
+            self.producer_state.take_snapshot(sync=False)
+            self._run_async(f"flush-log-{self.topic}-{self.partition}", lambda: self._flush_upto(new_offset))
+            return segment
+
+    def _new_segment(self, base_offset: int) -> LogSegment:
+        return LogSegment.open(
+            self.directory,
+            base_offset,
+            index_interval_bytes=self.config.index_interval_bytes,
+            max_index_size=self.config.segment_index_bytes,
+            clock=self.clock,
+            init_file_size=self.config.initial_file_size,
+            preallocate=self.config.preallocate,
+            rolling_jitter_ms=self.config.random_segment_jitter(self._rng),
+        )
+
+    def _run_async(self, name: str, fn: Callable[[], object], delay_ms: int = 0) -> None:
+        if self.scheduler is not None:
+            self.scheduler.schedule_once(name, fn, delay_ms)
+        else:
+            fn()
+
+    # ----- flushing ------------------------------------------------------------------------
+    def flush(self, offset: int | None = None, *, include_active: bool = False) -> None:
+        """fsync every segment in [recovery point, offset) and move the recovery point (UnifiedLog.flush)."""
+        with self._lock:
+            end = self._log_end_offset if offset is None else offset
+            self._flush_upto(end + 1 if include_active and end == self._log_end_offset else end)
+
+    def _flush_upto(self, offset: int) -> None:
+        with self._lock:
+            if self._closed or (offset <= self._recovery_point and offset != self._log_end_offset + 1):
+                return
+            old = self._recovery_point
+            flushed = self.segments.values_between(old, offset)
+            for segment in flushed:
+                segment.flush()
+            if any(s.base_offset >= old for s in flushed):
+                fsync_dir(self.directory)
+            self._recovery_point = max(self._recovery_point, min(offset, self._log_end_offset))
+            self._last_flush_ms = self.clock.milliseconds()
+
+    def flush_if_due(self) -> bool:
+        """Flush when ``flush.ms`` has passed since the last flush (the kafka-log-flusher task)."""
+        if self.clock.milliseconds() - self._last_flush_ms >= self.config.flush_ms:
+            self.flush()
+            return True
+        return False
+
+    # ----- reading -------------------------------------------------------------------------
+    def read(
+        self,
+        offset: int,
+        max_bytes: int = DEFAULT_FETCH_BYTES,
+        isolation: str = "high_watermark",
+        min_one_message: bool = True,
+    ) -> FetchDataInfo:
+        """Bytes from the batch holding ``offset`` up to ``max_bytes`` (UnifiedLog.read / LocalLog.read)."""
+        isolation = _isolation(isolation)
+        with self._lock:
+            if offset < self._log_start_offset:
+                raise OffsetOutOfRangeError(
+                    f"Received request for offset {offset} for partition {self.topic}-{self.partition}, but we only "
+                    f"have log segments starting from offset: {self._log_start_offset}.",
+                    offset=offset,
+                )
+            if isolation == "log_end":
+                upper = self._log_end_offset
+            elif isolation == "high_watermark":
+                upper = self._high_watermark
+            else:
+                upper = self.last_stable_offset
+            segment = self.segments.floor(offset)
+            if offset > self._log_end_offset or segment is None:
+                raise OffsetOutOfRangeError(
+                    f"Received request for offset {offset} for partition {self.topic}-{self.partition}, but we only "
+                    f"have log segments upto {self._log_end_offset}.",
+                    offset=offset,
+                )
+            if offset >= upper:
+                return FetchDataInfo(LogOffsetMetadata(offset), EMPTY_SLICE)
+            upper_md = self._offset_metadata(upper)
+            while segment is not None:
+                if segment.base_offset < upper_md.segment_base_offset:
+                    max_position = segment.size
+                elif segment.base_offset == upper_md.segment_base_offset:
+                    max_position = upper_md.relative_position_in_segment
+                else:
+                    max_position = None
+                fetch = segment.read(offset, max_bytes, max_position, min_one_message)
+                if fetch is not None:
+                    if isolation == "txn_committed":
+                        return self._add_aborted_transactions(offset, segment, fetch)
+                    return fetch
+                segment = self.segments.higher(segment.base_offset)
+            return FetchDataInfo(LogOffsetMetadata(self._log_end_offset), EMPTY_SLICE)
+
+    def _offset_metadata(self, offset: int) -> LogOffsetMetadata:
+        """Where ``offset`` sits: its segment and the position of the batch holding it."""
+        active = self.active_segment
+        if offset == self._log_end_offset:
+            return LogOffsetMetadata(offset, active.base_offset, active.size)
+        segment = self.segments.floor(offset)
+        found = segment.translate_offset(offset) if segment is not None else None
+        if found is None:
+            following = self.segments.higher(segment.base_offset) if segment is not None else None
+            if following is None:
+                return LogOffsetMetadata(offset, active.base_offset, active.size)
+            return LogOffsetMetadata(offset, following.base_offset, 0)
+        return LogOffsetMetadata(offset, segment.base_offset, found[1])
+
+    def _add_aborted_transactions(self, start_offset: int, segment: LogSegment, fetch: FetchDataInfo):
+        start_position = fetch.fetch_offset_metadata.relative_position_in_segment
+        upper = segment.fetch_upper_bound_offset(start_position, fetch.records.size)
+        if upper is None:
+            following = self.segments.higher(segment.base_offset)
+            upper = following.base_offset if following is not None else self._log_end_offset
+        aborted: list[AbortedTxn] = []
+        for candidate in self.segments.values_from(segment.base_offset):
+            result = candidate.collect_aborted_txns(start_offset, upper)
+            aborted.extend(result.aborted)
+            if result.is_complete:
+                break
+        return FetchDataInfo(fetch.fetch_offset_metadata, fetch.records, fetch.first_entry_incomplete, aborted)
+
+    def records(
+        self, from_offset: int | None = None, isolation: str = "read_uncommitted", max_bytes: int = DEFAULT_FETCH_BYTES
+    ) -> Iterator[Record]:
+        """Every record from ``from_offset`` (default: the log start) up to the isolation's bound, as a consumer
+        sees them: control records left out, and with read_committed, aborted transactions too."""
+        offset = self._log_start_offset if from_offset is None else from_offset
+        committed = _isolation(isolation) == "txn_committed"
+        while True:
+            fetch = self.read(offset, max_bytes, isolation, min_one_message=True)
+            batches = list(fetch.records.batches())
+            if not batches:
+                return
+            if committed:
+                batches = filter_aborted(batches, fetch.aborted_transactions or [])
+            last_next = offset
+            for batch in batches:
+                last_next = batch.next_offset
+                if batch.is_control:
+                    continue
+                for record in batch:
+                    if record.offset >= offset:
+                        yield record
+            if last_next <= offset:
+                return
+            offset = last_next
+
+    # ----- offsets by time -----------------------------------------------------------------
+    def offset_for_timestamp(self, timestamp: int) -> TimestampAndOffset | None:
+        """ListOffsets: -2 earliest, -1 latest, -3 max timestamp, or the first record with ts >= timestamp."""
+        with self._lock:
+            if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
+                return TimestampAndOffset(-1, self._log_start_offset)
+            if timestamp == LATEST_TIMESTAMP:
+                return TimestampAndOffset(-1, self._log_end_offset)
+            if timestamp == MAX_TIMESTAMP:
+                return self._offset_of_max_timestamp()
+            if timestamp < 0:
+                raise ValueError(f"Invalid timestamp {timestamp} for ListOffsets")
+            for segment in self.segments:
+                if segment.largest_timestamp >= timestamp:
+                    return segment.find_offset_by_timestamp(timestamp, self._log_start_offset)
+            return None
+
+    def _offset_of_max_timestamp(self) -> TimestampAndOffset | None:
+        best = None
+        for segment in self.segments:
+            if best is None or segment.max_timestamp_so_far > best.max_timestamp_so_far:
+                best = segment
+        if best is None or best.max_timestamp_so_far < 0:
+            return None
+        max_ts = best.max_timestamp_so_far
+        position = best.offset_index.lookup(best.shallow_offset_of_max_timestamp_so_far).position
+        for _, batch in best.log.batches(position):
+            if batch.max_timestamp == max_ts:
+                for record in batch:
+                    if record.timestamp == max_ts:
+                        return TimestampAndOffset(max_ts, record.offset)
+        return None
+
+    # ----- log start offset, retention, truncation -----------------------------------------
+    def delete_records(self, offset: int) -> int:
+        """DeleteRecords: move the log start offset forward (up to the high watermark); return the new start."""
+        self.maybe_increment_log_start_offset(offset)
+        return self._log_start_offset
+
+    def maybe_increment_log_start_offset(self, new_start: int) -> bool:
+        with self._lock:
+            if new_start > self._high_watermark:
+                raise OffsetOutOfRangeError(
+                    f"Cannot increment the log start offset to {new_start} of partition {self.topic}-{self.partition}"
+                    f" since it is larger than the high watermark {self._high_watermark}",
+                    offset=new_start,
+                )
+            if new_start <= self._log_start_offset:
+                return False
+            self._log_start_offset = new_start
+            if self._recovery_point < new_start:
+                self._recovery_point = new_start
+            self.producer_state.on_log_start_offset_incremented(new_start)
+            return True
+
+    def delete_old_segments(self) -> int:
+        """One retention pass (UnifiedLog.deleteOldSegments): log start, size and time rules; return segments."""
+        with self._lock:
+            deleted = self._delete_segments_matching(self._breaches_log_start, "log start offset")
+            if self.config.delete:
+                deleted += self._delete_retention_size_breached()
+                deleted += self._delete_retention_ms_breached()
+            return deleted
+
+    def _breaches_log_start(self, segment: LogSegment, following: LogSegment | None) -> bool:
+        return following is not None and following.base_offset <= self._log_start_offset
+
+    def _delete_retention_ms_breached(self) -> int:
+        retention = self.config.retention_ms
+        if retention < 0:
+            return 0
+        now = self.clock.milliseconds()
+        return self._delete_segments_matching(
+            lambda segment, _: now - segment.largest_timestamp > retention, "retention time"
+        )
+
+    def _delete_retention_size_breached(self) -> int:
+        limit = self.config.retention_bytes
+        if limit < 0 or self.size < limit:
+            return 0
+        diff = [self.size - limit]
+
+        def breaches(segment: LogSegment, _) -> bool:
+            if diff[0] - segment.size >= 0:
+                diff[0] -= segment.size
+                return True
+            return False
+
+        return self._delete_segments_matching(breaches, "retention size")
+
+    def deletable_segments(self, predicate) -> list[LogSegment]:
+        """Oldest-first segments passing ``predicate``, stopping at the first that does not (or is above HW)."""
+        result = []
+        for segment in self.segments:
+            following = self.segments.higher(segment.base_offset)
+            upper = following.base_offset if following is not None else self._log_end_offset
+            is_last_and_empty = following is None and segment.size == 0
+            if self._high_watermark >= upper and predicate(segment, following) and not is_last_and_empty:
+                result.append(segment)
+            else:
+                break
+        return result
+
+    def _delete_segments_matching(self, predicate, reason: str) -> int:
+        deletable = self.deletable_segments(predicate)
+        if not deletable:
+            return 0
+        if len(deletable) == len(self.segments):
+            self.roll()
+            if deletable[-1] is self.active_segment:
+                deletable = deletable[:-1]
+        if not deletable:
+            return 0
+        following = self.segments.higher(deletable[-1].base_offset)
+        if following is not None:
+            self.maybe_increment_log_start_offset(following.base_offset)
+        for segment in deletable:
+            self.segments.remove(segment.base_offset)
+        log.info("Deleting %d segments of %s-%s due to %s", len(deletable), self.topic, self.partition, reason)
+        self._delete_segment_files(deletable)
+        return len(deletable)
+
+    def _delete_segment_files(self, segments: list[LogSegment]) -> None:
+        """Rename to .deleted now, remove after file.delete.delay.ms (LocalLog.deleteSegmentFiles)."""
+        for segment in segments:
+            segment.rename_to_deleted()
+            self.producer_state.rename_snapshot_to_deleted(segment.base_offset)
+
+        def delete() -> None:
+            for segment in segments:
+                segment.delete_if_exists()
+                delete_if_exists(Path(f"{segment_file(self.directory, segment.base_offset, '.snapshot')}.deleted"))
+
+        self._run_async("delete-file", delete, self.config.file_delete_delay_ms)
+
+    def truncate_to(self, target_offset: int) -> bool:
+        """Remove every record at or after ``target_offset`` (UnifiedLog.truncateTo); True when anything went."""
+        if target_offset < 0:
+            raise ValueError(f"Cannot truncate partition {self.topic}-{self.partition} to a negative offset")
+        with self._lock:
+            if target_offset >= self._log_end_offset:
+                return False
+            first = self.segments.first()
+            if first is not None and first.base_offset > target_offset:
+                self.truncate_fully_and_start_at(target_offset)
+                return True
+            doomed = [s for s in self.segments if s.base_offset > target_offset]
+            for segment in doomed:
+                self.segments.remove(segment.base_offset)
+            if doomed:
+                self._delete_segment_files(doomed)
+            self.active_segment.truncate_to(target_offset)
+            self.active_segment.reset_index_sizes()
+            self._log_end_offset = target_offset
+            self._recovery_point = min(self._recovery_point, target_offset)
+            self._high_watermark = min(self._high_watermark, target_offset)
+            self.producer_state.truncate_and_reload(self._log_start_offset, target_offset, self.clock.milliseconds())
+            from .loader import replay_producer_state
+
+            replay_producer_state(self.producer_state, self.segments, self._log_start_offset, target_offset)
+            return True
+
+    def truncate_fully_and_start_at(self, new_offset: int) -> None:
+        """Delete every segment and restart the log, empty, at ``new_offset``."""
+        with self._lock:
+            doomed = list(self.segments)
+            for segment in doomed:
+                self.segments.remove(segment.base_offset)
+            self._delete_segment_files(doomed)
+            self.segments.add(self._new_segment(new_offset))
+            self._log_start_offset = new_offset
+            self._log_end_offset = new_offset
+            self._recovery_point = new_offset
+            self._high_watermark = new_offset
+            self.producer_state.truncate_fully_and_start_at(new_offset)
+
+    # ----- lifecycle -----------------------------------------------------------------------
+    def _check_open(self) -> None:
+        if self._closed:
+            raise KafkaStorageError(f"The log for {self.topic}-{self.partition} is closed", path=str(self.directory))
+
+    def close(self) -> None:
+        """Flush everything, snapshot the producer state, and close every segment (a clean shutdown)."""
+        with self._lock:
+            if self._closed:
+                return
+            self.flush(include_active=True)
+            self.producer_state.take_snapshot()
+            for segment in self.segments:
+                segment.close()
+            self._closed = True
+
+    def __enter__(self) -> Log:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (
+            f"Log({self.directory}, start={self._log_start_offset}, end={self._log_end_offset}, "
+            f"hw={self._high_watermark}, segments={len(self.segments)})"
+        )
+
+
+def _topic_partition(directory: Path) -> tuple[str, int]:
+    try:
+        return parse_partition_dir(directory.name)
+    except ValueError:
+        return directory.name, 0
+
+
+def _isolation(name: str) -> str:
+    try:
+        return ISOLATIONS[name]
+    except KeyError:
+        raise ValueError(f"Unknown isolation level {name!r}: use read_uncommitted or read_committed") from None
+
+
+def filter_aborted(batches: list, aborted: list[AbortedTxn]) -> list:
+    """Drop the data batches of aborted transactions, as a read_committed consumer does."""
+    pending = [(t.first_offset, t.producer_id) for t in aborted]
+    heapq.heapify(pending)
+    aborting: set[int] = set()
+    kept = []
+    for batch in batches:
+        while pending and pending[0][0] <= batch.last_offset:
+            aborting.add(heapq.heappop(pending)[1])
+        if batch.is_transactional and batch.producer_id in aborting:
+            if batch.is_control:
+                aborting.discard(batch.producer_id)
+                kept.append(batch)
+            continue
+        kept.append(batch)
+    return kept

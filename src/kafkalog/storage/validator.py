@@ -1,0 +1,352 @@
+"""Validation and offset assignment on append (Kafka's LogValidator and UnifiedLog.analyzeAndValidateRecords).
+
+Three paths, as in Kafka: uncompressed v2 batches get their offsets, leader epoch and max timestamp
+rewritten in place (the CRC only recomputed when the timestamp type or max timestamp changes);
+compressed batches whose codec and magic already match the target are handled in place too; anything
+else (another target codec, a legacy magic) is rebuilt. Record-level checks run in one numba pass per
+batch (``summarize_records``), not record by record in Python.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import (
+    CorruptRecordError,
+    InvalidRecordError,
+    InvalidTimestampError,
+    OffsetsOutOfOrderError,
+    RecordTooLargeError,
+    UnsupportedForMessageFormatError,
+)
+from ..record import _kernels
+from ..record import compression as codecs
+from ..record.batch import (
+    ATTRIBUTES_OFFSET,
+    CONTROL_MASK,
+    CRC_OFFSET,
+    DELETE_HORIZON_MASK,
+    TIMESTAMP_TYPE_MASK,
+    TRANSACTIONAL_MASK,
+    RecordBatch,
+)
+from ..record.builder import RecordBatchBuilder
+from ..record.checksums import crc32c
+from ..record.columnar import _ERRORS as KERNEL_ERRORS
+from ..record.scan import iter_batches
+from ..record.types import NO_TIMESTAMP, TimestampType
+from .config import LogConfig
+
+CLIENT, REPLICATION, COORDINATOR = "client", "replication", "coordinator"
+LONG_MAX = (1 << 63) - 1
+_MAX_TS_OFFSET = 35
+_LEADER_EPOCH_OFFSET = 12
+
+
+@dataclass
+class LogAppendInfo:
+    """What an append did (Kafka's LogAppendInfo)."""
+
+    first_offset: int = -1
+    last_offset: int = -1
+    max_timestamp: int = NO_TIMESTAMP
+    shallow_offset_of_max_timestamp: int = -1
+    log_append_time: int = NO_TIMESTAMP
+    log_start_offset: int = 0
+    source_compression: str = "none"
+    valid_bytes: int = 0
+    shallow_count: int = 0
+    num_records: int = 0
+    last_leader_epoch: int = -1
+    offsets_monotonic: bool = True
+    last_offset_of_first_batch: int = -1
+    is_duplicate: bool = False
+    batch_sizes: list[int] = field(default_factory=list)
+
+
+def analyze(
+    records: bytes,
+    origin: str,
+    max_message_bytes: int,
+    leader_epoch: int | None = None,
+    ignore_record_size: bool = False,
+) -> LogAppendInfo:
+    """Kafka's analyzeAndValidateRecords: sizes, CRCs, monotonic offsets, the source codec."""
+    info = LogAppendInfo()
+    first = True
+    last_offset = -1
+    source_codec = codecs.NONE
+    for batch in iter_batches(records):
+        if origin == CLIENT and batch.magic >= 2 and batch.base_offset != 0:
+            raise InvalidRecordError(
+                f"The baseOffset of the record batch in the append should be 0, but it is {batch.base_offset}",
+                offset=batch.base_offset,
+                position=batch.position,
+            )
+        if first:
+            info.first_offset = batch.base_offset if batch.magic >= 2 else -1
+            info.last_offset_of_first_batch = batch.last_offset
+            first = False
+        if batch.last_offset < last_offset:
+            info.offsets_monotonic = False
+        last_offset = batch.last_offset
+        info.last_offset = batch.last_offset
+        size = batch.size_in_bytes
+        if not ignore_record_size and size > max_message_bytes:
+            raise RecordTooLargeError(
+                f"The record batch size in the append is {size} bytes which exceeds the maximum configured value "
+                f"of {max_message_bytes}.",
+                offset=batch.base_offset,
+                position=batch.position,
+            )
+        batch.ensure_valid()
+        if batch.magic >= 2 and batch.max_timestamp > info.max_timestamp:
+            info.max_timestamp = batch.max_timestamp
+            info.shallow_offset_of_max_timestamp = batch.last_offset
+        info.last_leader_epoch = batch.partition_leader_epoch if batch.magic >= 2 else -1
+        info.shallow_count += 1
+        info.valid_bytes += size
+        info.batch_sizes.append(size)
+        if batch.compression_type != codecs.NONE:
+            source_codec = batch.compression_type
+    info.source_compression = codecs.codec_name(source_codec)
+    return info
+
+
+def target_codec(config: LogConfig, source_codec: int) -> int:
+    """compression.type 'producer' keeps the producer's codec; anything else is the target."""
+    name = config.compression_type
+    return source_codec if name == "producer" else codecs.codec_id(name)
+
+
+@dataclass
+class ValidationResult:
+    records: bytes
+    max_timestamp: int
+    shallow_offset_of_max_timestamp: int
+    log_append_time: int
+    size_maybe_changed: bool
+    next_offset: int
+    num_records: int
+
+
+def validate_and_assign_offsets(
+    records: bytes, first_offset: int, now: int, config: LogConfig, *, origin: str = CLIENT, leader_epoch: int = 0
+) -> ValidationResult:
+    """Kafka's LogValidator.validateMessagesAndAssignOffsets for one append (records already analysed)."""
+    buf = bytearray(records)
+    batches = list(iter_batches(buf))
+    if not batches:
+        raise InvalidRecordError("Record batch has no batches at all")
+    source = next((b.compression_type for b in reversed(batches) if b.compression_type), codecs.NONE)
+    target = target_codec(config, source)
+    magic = batches[0].magic
+    for batch in batches:
+        if batch.magic != magic:
+            raise InvalidRecordError("All batches in the append must have the same magic value")
+    log_append = config.message_timestamp_type == "LogAppendTime"
+    if source == codecs.NONE and target == codecs.NONE and magic == 2:
+        return _assign_in_place(buf, batches, first_offset, now, config, origin, leader_epoch, log_append)
+    first = batches[0]
+    if magic >= 2 and len(batches) > 1:
+        raise InvalidRecordError("Compressed outer record has more than one batch")
+    in_place = (source == target and magic == 2) or (source == codecs.NONE and first.is_control)
+    if in_place:
+        return _assign_in_place(buf, batches, first_offset, now, config, origin, leader_epoch, log_append)
+    return _rebuild(batches, first_offset, now, config, origin, leader_epoch, target, log_append)
+
+
+def _validate_batch(batch, origin: str, target_magic: int = 2) -> None:
+    """LogValidator.validateBatch, for client appends of v2 batches."""
+    if origin != CLIENT or batch.magic < 2:
+        return
+    where = {"offset": batch.base_offset, "position": batch.position}
+    if batch.last_offset - batch.base_offset + 1 <= 0:
+        raise InvalidRecordError("Batch has an invalid offset range", **where)
+    if batch.record_count <= 0:
+        raise InvalidRecordError(f"Batch has an invalid record count {batch.record_count}", **where)
+    if batch.record_count != batch.last_offset_delta + 1:
+        raise InvalidRecordError(
+            f"Inconsistent batch offset range ({batch.base_offset}..{batch.last_offset}) and count of records "
+            f"{batch.record_count}",
+            **where,
+        )
+    if batch.is_control:
+        raise InvalidRecordError("Clients are not allowed to write control records", **where)
+    if batch.has_producer_id and batch.base_sequence < 0:
+        raise InvalidRecordError(
+            f"Invalid sequence number {batch.base_sequence} in record batch with producerId {batch.producer_id}",
+            **where,
+        )
+
+
+def _summarize(batch: RecordBatch) -> tuple[int, int, int, int]:
+    """(records, min timestamp ignoring -1, max timestamp, null keys) of a v2 batch, validating structure."""
+    section = batch.records_section()
+    arena = np.frombuffer(section, dtype=np.uint8)
+    code, index, count, min_ts, max_ts, null_keys = _kernels.summarize_records(
+        arena, 0, len(arena), max(batch.record_count, 0), batch.base_timestamp
+    )
+    if code != _kernels.OK:
+        raise InvalidRecordError(
+            f"{KERNEL_ERRORS[code]} (record {index} of {batch.record_count})",
+            offset=batch.base_offset,
+            position=batch.position,
+        )
+    if batch.attributes & TIMESTAMP_TYPE_MASK:  # a LogAppendTime batch reads back with its max timestamp
+        min_ts = max_ts = batch.max_timestamp
+    return count, int(min_ts), int(max_ts), int(null_keys)
+
+
+def _check_records(batch, config: LogConfig, now: int, origin: str, min_ts: int, max_ts: int, null_keys: int) -> None:
+    """LogValidator.validateRecord, vectorised: null keys on compacted topics, timestamp range and type."""
+    if origin == REPLICATION:
+        return
+    where = {"offset": batch.base_offset, "position": batch.position}
+    if config.compact and null_keys and not batch.is_control:
+        raise InvalidRecordError("Compacted topic cannot accept message without key in topic partition", **where)
+    if config.message_timestamp_type == "CreateTime":
+        before = config.message_timestamp_before_max_ms
+        after = config.message_timestamp_after_max_ms
+        if min_ts != LONG_MAX and min_ts != NO_TIMESTAMP and now - min_ts > before:
+            raise InvalidTimestampError(
+                f"Timestamp {min_ts} of message is before the allowed range: more than {before} ms before the "
+                f"broker's time {now}",
+                **where,
+            )
+        if max_ts != NO_TIMESTAMP and max_ts - now > after:
+            raise InvalidTimestampError(
+                f"Timestamp {max_ts} of message is after the allowed range: more than {after} ms after the "
+                f"broker's time {now}",
+                **where,
+            )
+        if batch.attributes & TIMESTAMP_TYPE_MASK and max_ts == NO_TIMESTAMP:
+            raise InvalidTimestampError("Invalid timestamp type in message: LogAppendTime set by the producer", **where)
+    elif batch.attributes & TIMESTAMP_TYPE_MASK:
+        raise InvalidTimestampError("Invalid timestamp type in message: LogAppendTime set by the producer", **where)
+
+
+def _set_header(
+    buf: bytearray, batch: RecordBatch, last_offset: int, leader_epoch: int, log_append: bool, max_ts: int
+) -> None:
+    """setLastOffset, setPartitionLeaderEpoch and setMaxTimestamp on the batch's bytes, in place."""
+    pos = batch.position
+    struct.pack_into(">q", buf, pos, last_offset - batch.last_offset_delta)
+    struct.pack_into(">i", buf, pos + _LEADER_EPOCH_OFFSET, leader_epoch)
+    attributes = batch.attributes
+    wanted = (attributes | TIMESTAMP_TYPE_MASK) if log_append else (attributes & ~TIMESTAMP_TYPE_MASK)
+    if wanted == attributes and max_ts == batch.max_timestamp:
+        return  # the CRC covers neither the base offset nor the leader epoch
+    wanted &= 0xFF & (0x07 | TIMESTAMP_TYPE_MASK | TRANSACTIONAL_MASK | CONTROL_MASK | DELETE_HORIZON_MASK)
+    struct.pack_into(">h", buf, pos + ATTRIBUTES_OFFSET, wanted)
+    struct.pack_into(">q", buf, pos + _MAX_TS_OFFSET, max_ts)
+    end = pos + batch.size_in_bytes
+    struct.pack_into(">I", buf, pos + CRC_OFFSET, crc32c(memoryview(buf)[pos + ATTRIBUTES_OFFSET : end]))
+
+
+def _assign_in_place(
+    buf: bytearray,
+    batches,
+    first_offset: int,
+    now: int,
+    config: LogConfig,
+    origin: str,
+    leader_epoch: int,
+    log_append: bool,
+) -> ValidationResult:
+    counter = first_offset
+    max_timestamp, offset_of_max = NO_TIMESTAMP, -1
+    total = 0
+    for batch in batches:
+        _validate_batch(batch, origin)
+        count, min_ts, batch_max, null_keys = _summarize(batch)
+        _check_records(batch, config, now, origin, min_ts, batch_max, null_keys)
+        counter += count
+        total += count
+        last = counter - 1
+        batch_max_ts = now if log_append else batch_max
+        if batch_max_ts > max_timestamp:
+            max_timestamp, offset_of_max = batch_max_ts, last
+        _set_header(buf, batch, last, leader_epoch, log_append, batch_max_ts)
+    if log_append:
+        max_timestamp, offset_of_max = now, counter - 1
+    return ValidationResult(
+        bytes(buf), max_timestamp, offset_of_max, now if log_append else NO_TIMESTAMP, False, counter, total
+    )
+
+
+def _rebuild(
+    batches,
+    first_offset: int,
+    now: int,
+    config: LogConfig,
+    origin: str,
+    leader_epoch: int,
+    target: int,
+    log_append: bool,
+) -> ValidationResult:
+    """Re-encode the records at magic 2 with the target codec, keeping the first batch's producer fields."""
+    first = batches[0]
+    if first.magic < 2 and (first.is_transactional or first.has_producer_id):
+        raise UnsupportedForMessageFormatError("Idempotent and transactional records need magic v2")
+    for batch in batches:
+        _validate_batch(batch, origin)
+        if batch.magic >= 2:
+            _, min_ts, max_ts, null_keys = _summarize(batch)
+            _check_records(batch, config, now, origin, min_ts, max_ts, null_keys)
+    records = [r for batch in batches for r in batch]
+    if not records:
+        raise InvalidRecordError("Record batch has no records")
+    if config.compact and origin != REPLICATION and any(r.key is None for r in records):
+        raise InvalidRecordError("Compacted topic cannot accept message without key in topic partition")
+    builder = RecordBatchBuilder(
+        compression=target,
+        compression_level=_level(config, target),
+        timestamp_type=TimestampType.LOG_APPEND_TIME if log_append else TimestampType.CREATE_TIME,
+        producer_id=first.producer_id,
+        producer_epoch=first.producer_epoch,
+        base_sequence=first.base_sequence,
+        is_transactional=first.is_transactional,
+        base_offset=first_offset,
+        partition_leader_epoch=leader_epoch,
+        log_append_time=now if log_append else None,
+    )
+    built = builder.build_from(
+        [r.key for r in records],
+        [r.value for r in records],
+        [max(r.timestamp, NO_TIMESTAMP) for r in records],
+        [r.headers for r in records] if any(r.headers for r in records) else None,
+    )
+    last = first_offset + len(records) - 1
+    (batch,) = iter_batches(built)
+    max_ts = now if log_append else batch.max_timestamp
+    return ValidationResult(built, max_ts, last, now if log_append else NO_TIMESTAMP, True, last + 1, len(records))
+
+
+def _level(config: LogConfig, codec: int) -> int | None:
+    return {
+        codecs.GZIP: config.compression_gzip_level,
+        codecs.LZ4: config.compression_lz4_level,
+        codecs.ZSTD: config.compression_zstd_level,
+    }.get(codec)
+
+
+def check_follower_offsets(info: LogAppendInfo, log_end_offset: int) -> None:
+    """Follower-style appends keep their offsets; they must not go backwards or behind the log end."""
+    if not info.offsets_monotonic:
+        raise OffsetsOutOfOrderError(f"Out of order offsets found in append: first offset {info.first_offset}")
+    if info.first_offset < log_end_offset and info.first_offset >= 0:
+        raise OffsetsOutOfOrderError(
+            f"Out of order offsets found in append: first offset {info.first_offset} is less than the next "
+            f"offset {log_end_offset}"
+        )
+
+
+def check_valid_size(records: bytes, what: str) -> None:
+    """Refuse bytes that do not end on a batch boundary (a partial batch in an append)."""
+    consumed = sum(b.size_in_bytes for b in iter_batches(records))
+    if consumed != len(records):
+        raise CorruptRecordError(f"{what}: {len(records) - consumed} trailing bytes do not form a complete batch")
