@@ -40,6 +40,8 @@ from typing import Any, NamedTuple
 
 from kafkalog.errors import CorruptIndexError, IndexOffsetOverflowError, InvalidOffsetError
 
+from .files import delete_if_exists
+
 __all__ = [
     "NO_TIMESTAMP",
     "AbstractIndex",
@@ -378,11 +380,7 @@ class AbstractIndex:
         """Unmap and delete the file; False if there was no file."""
         with self._lock:
             self.close_handler()
-            try:
-                self._path.unlink()
-            except FileNotFoundError:
-                return False
-            return True
+            return delete_if_exists(self._path)
 
     def rename_to(self, new_path: str | os.PathLike[str]) -> None:
         """Move the file; the mapping stays valid. The new path is adopted even if the move fails."""

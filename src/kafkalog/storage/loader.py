@@ -36,31 +36,28 @@ from .segments import LogSegments
 log = logging.getLogger(__name__)
 
 
-def _open_segment(
-    directory: Path, base: int, config: LogConfig, clock: Time, rng: random.Random, suffix: str = ""
+def open_segment(
+    directory: Path,
+    base: int,
+    config: LogConfig,
+    clock: Time,
+    rng: random.Random,
+    *,
+    existing: bool = False,
+    suffix: str = "",
 ) -> LogSegment:
+    """A segment with the topic's index settings: an existing one, or a new one (preallocated when asked)."""
     return LogSegment.open(
         directory,
         base,
         index_interval_bytes=config.index_interval_bytes,
         max_index_size=config.segment_index_bytes,
         clock=clock,
-        file_already_exists=True,
+        file_already_exists=existing,
+        init_file_size=0 if existing else config.initial_file_size,
+        preallocate=not existing and config.preallocate,
         rolling_jitter_ms=config.random_segment_jitter(rng),
         suffix=suffix,
-    )
-
-
-def _new_segment(directory: Path, base: int, config: LogConfig, clock: Time, rng: random.Random) -> LogSegment:
-    return LogSegment.open(
-        directory,
-        base,
-        index_interval_bytes=config.index_interval_bytes,
-        max_index_size=config.segment_index_bytes,
-        clock=clock,
-        init_file_size=config.initial_file_size,
-        preallocate=config.preallocate,
-        rolling_jitter_ms=config.random_segment_jitter(rng),
     )
 
 
@@ -102,7 +99,9 @@ def complete_swaps(directory: Path, swaps: list[Path], config: LogConfig, clock:
         return
     low, high = None, None
     for swap in log_swaps:
-        segment = _open_segment(directory, offset_from_filename(swap.name), config, clock, rng, SWAP_SUFFIX)
+        segment = open_segment(
+            directory, offset_from_filename(swap.name), config, clock, rng, existing=True, suffix=SWAP_SUFFIX
+        )
         start, end = segment.base_offset, segment.read_next_offset()
         segment.close_handlers()
         low = start if low is None else min(low, start)
@@ -134,7 +133,7 @@ def load_segment_files(
         elif name.endswith(LOG_SUFFIX):
             base = offset_from_filename(name)
             time_index_existed = segment_file(directory, base, TIME_INDEX_SUFFIX).exists()
-            segment = _open_segment(directory, base, config, clock, rng)
+            segment = open_segment(directory, base, config, clock, rng, existing=True)
             try:
                 segment.sanity_check(not time_index_existed)
             except (FileNotFoundError, CorruptIndexError, KafkaLogError) as e:
@@ -231,7 +230,7 @@ def load_log(
         producer_state.truncate_fully_and_start_at(log_start_offset)
         next_offset = log_start_offset
     if not len(segments):
-        segments.add(_new_segment(directory, log_start_offset, config, clock, rng))
+        segments.add(open_segment(directory, log_start_offset, config, clock, rng))
         next_offset = log_start_offset
     recovery = next_offset if had_clean_shutdown else min(recovery_point, next_offset)
     segments.last().reset_index_sizes()

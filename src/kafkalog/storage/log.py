@@ -393,16 +393,9 @@ class Log:
             return segment
 
     def _new_segment(self, base_offset: int) -> LogSegment:
-        return LogSegment.open(
-            self.directory,
-            base_offset,
-            index_interval_bytes=self.config.index_interval_bytes,
-            max_index_size=self.config.segment_index_bytes,
-            clock=self.clock,
-            init_file_size=self.config.initial_file_size,
-            preallocate=self.config.preallocate,
-            rolling_jitter_ms=self.config.random_segment_jitter(self._rng),
-        )
+        from .loader import open_segment
+
+        return open_segment(self.directory, base_offset, self.config, self.clock, self._rng)
 
     def _run_async(self, name: str, fn: Callable[[], object], delay_ms: int = 0) -> None:
         if self.scheduler is not None:

@@ -40,6 +40,8 @@ from typing import NamedTuple
 from kafkalog.errors import CorruptIndexError, InvalidOffsetError, KafkaLogError
 from kafkalog.storage.index import _atomic_move_with_fallback
 
+from .files import delete_if_exists
+
 __all__ = ["ABORTED_TXN_SIZE", "AbortedTxn", "TransactionIndex", "TxnIndexSearchResult", "TxnOrderError"]
 
 CURRENT_VERSION = 0
@@ -198,11 +200,7 @@ class TransactionIndex:
         """Close and delete the file; False if there was none."""
         with self._lock:
             self.close()
-            try:
-                self._path.unlink()
-            except FileNotFoundError:
-                return False
-            return True
+            return delete_if_exists(self._path)
 
     def rename_to(self, new_path: str | os.PathLike[str]) -> None:
         """Move the file if it exists; the new path is adopted even if the move fails."""
