@@ -316,7 +316,7 @@ class Log:
         for batch in iter_batches(valid):
             if not batch.has_producer_id:
                 continue
-            if origin == CLIENT and batch.magic >= 2 and not batch.is_transactional:
+            if origin == CLIENT and batch.magic >= 2:
                 duplicate = self.producer_state.find_duplicate_batch(batch)
                 if duplicate is not None:
                     return duplicate, None
@@ -686,6 +686,7 @@ class Log:
             self.active_segment.truncate_to(target_offset)
             self.active_segment.reset_index_sizes()
             self._log_end_offset = target_offset
+            self._log_start_offset = min(self._log_start_offset, target_offset)
             self._recovery_point = min(self._recovery_point, target_offset)
             self._high_watermark = min(self._high_watermark, target_offset)
             self.producer_state.truncate_and_reload(self._log_start_offset, target_offset, self.clock.milliseconds())
