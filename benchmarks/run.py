@@ -15,6 +15,7 @@ from rich.console import Console
 
 BENCHMARKS = {
     "record": "benchmarks.bench_record",
+    "storage": "benchmarks.bench_storage",
 }
 DEFAULT_RESULTS = Path(__file__).resolve().parent / "results"
 

@@ -100,3 +100,43 @@ def test_record_json_shape(quick_run):
         else:
             assert _positive(r["codec_only"]["build_ceiling_vs_kafka_python"]), codec
             assert r["compression_ratio"] > 1, codec  # the values are compressible, so codecs do real work
+
+
+@pytest.fixture(scope="module")
+def quick_storage_run(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path]:
+    results = tmp_path_factory.mktemp("bench-storage-results")
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.run", "--quick", "--only", "storage", "--results-dir", str(results)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    return proc, results
+
+
+def test_storage_json_shape(quick_storage_run):
+    proc, results = quick_storage_run
+    assert proc.returncode == 0, f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    assert "Append" in proc.stdout and "Goals" in proc.stdout
+    data = json.loads((results / "storage.json").read_text())
+
+    assert data["benchmark"] == "storage" and data["quick"] is True
+    assert isinstance(data["machine"]["scratch_same_device_as_repo"], bool)
+    assert set(data["goals"]) == set(data["goals_met"]) == {"append_1mib_vs_raw", "append_single_record_per_s"}
+    assert isinstance(data["all_goals_met"], bool)
+    assert tuple(data["append"]) == ("1 record", "100 records", "1 MiB")
+    for name, r in data["append"].items():
+        for path in ("client", "follower", "raw"):
+            assert _positive(r[path]["mb_per_s"]) and _positive(r[path]["batches_per_s"]), (name, path)
+            assert len(r[path]["times_s"]) == data["parameters"]["repeats"], (name, path)
+        assert _positive(r["client_vs_raw"]) and _positive(r["follower_vs_raw"]), name
+    assert data["append"]["1 MiB"]["batch_bytes"] <= 1 << 20
+    big = data["big_log"]
+    for key in ("position", "position_and_bytes"):
+        assert 0 < big["lookup"][key]["p50_us"] <= big["lookup"][key]["p99_us"]
+    assert _positive(big["sequential_read"]["log_vs_raw"])
+    assert _positive(big["recovery"]["s_per_gb"]) and _positive(big["recovery"]["crc32c_s_per_gb"])
+    assert data["profile_single_record_append"] and all(
+        _positive(row["tottime_s"]) or row["tottime_s"] == 0 for row in data["profile_single_record_append"]
+    )
