@@ -53,14 +53,14 @@ class BatchView(ABC):
 
     def ensure_valid(self) -> None:
         """Raise CorruptRecordError, as Kafka's ensureValid does, unless the batch is valid."""
-        where = {"position": self.position, "offset": self._offset_for_errors()}
-        if self.size_in_bytes < self.min_size_in_bytes:
-            raise CorruptRecordError(self._too_small(), **where)
-        present = len(self._buffer) - self.position
-        if self.size_in_bytes > present:
-            raise CorruptRecordError(
-                f"Batch is truncated: {self.size_in_bytes} bytes declared, {present} present", **where
-            )
-        computed = self.compute_checksum()
-        if self.crc != computed:
-            raise CorruptRecordError(f"Record is corrupt (stored crc = {self.crc}, computed crc = {computed})", **where)
+        size = self.size_in_bytes
+        if size >= self.min_size_in_bytes and size <= len(self._buffer) - self.position:
+            computed = self.compute_checksum()
+            if self.crc == computed:
+                return
+            reason = f"Record is corrupt (stored crc = {self.crc}, computed crc = {computed})"
+        elif size < self.min_size_in_bytes:
+            reason = self._too_small()
+        else:
+            reason = f"Batch is truncated: {size} bytes declared, {len(self._buffer) - self.position} present"
+        raise CorruptRecordError(reason, position=self.position, offset=self._offset_for_errors())

@@ -22,6 +22,33 @@ INT32_MAX = (1 << 31) - 1
 SCAN_CHUNK = 1 << 20  # bytes read at a time while walking batches
 
 
+_HEADER_READ = 61  # a v2 header; legacy messages need only the first 17 bytes of it
+
+
+@dataclass(frozen=True)
+class BatchHeader:
+    """What a batch header says, read without the records: position, size, offsets, max timestamp."""
+
+    position: int
+    size: int
+    magic: int
+    base_offset: int
+    last_offset: int
+    max_timestamp: int
+
+    @classmethod
+    def parse(cls, head: bytes, position: int, size: int) -> BatchHeader:
+        offset = int.from_bytes(head[0:8], "big", signed=True)
+        magic = head[16]
+        if magic >= 2 and len(head) >= 43:
+            last = offset + int.from_bytes(head[23:27], "big", signed=True)
+            max_ts = int.from_bytes(head[35:43], "big", signed=True)
+            return cls(position, size, magic, offset, last, max_ts)
+        # A legacy message: its offset is its last offset; the timestamp (v1) follows the attributes.
+        max_ts = int.from_bytes(head[18:26], "big", signed=True) if magic == 1 and len(head) >= 26 else -1
+        return cls(position, size, magic, offset, offset, max_ts)
+
+
 class FileRecords:
     """The records file of one segment."""
 
@@ -69,18 +96,24 @@ class FileRecords:
         return os.fstat(self._fd).st_size
 
     def append(self, data) -> int:
-        """Write ``data`` at the logical end; return the bytes written."""
-        n = len(data)
+        """Write ``data`` (a buffer, or a list of buffers written in order) at the logical end; return its size."""
+        parts = data if isinstance(data, list) else [data]
+        n = sum(map(len, parts))  # bytes, or byte memoryviews: len is the byte count
         with self._lock:
             if self._size > INT32_MAX - n:
                 raise KafkaStorageError(
                     f"Append of size {n} bytes is too large for segment with current file position at {self._size}",
                     path=str(self.path),
                 )
-            view = memoryview(data)
-            written = 0
-            while written < n:
-                written += os.pwrite(self._fd, view[written:], self._size + written)
+            written = (
+                os.pwritev(self._fd, parts, self._size) if len(parts) > 1 else os.pwrite(self._fd, parts[0], self._size)
+            )
+            if written < n:  # a short write: finish the rest from where it stopped
+                rest = memoryview(b"".join(parts))[written:]
+                while rest:
+                    step = os.pwrite(self._fd, rest, self._size + written)
+                    written += step
+                    rest = rest[step:]
             self._size += n
             return n
 
@@ -135,13 +168,33 @@ class FileRecords:
                 offset_in_buf = total
             pos += offset_in_buf
 
+    def batch_headers(self, start: int = 0, end: int | None = None) -> Iterator[BatchHeader]:
+        """Walk batch headers only (one small read per batch), with the scan rules of ``batches``."""
+        end = self._size if end is None else min(end, self._size)
+        pos = start
+        while end - pos >= HEADER_SIZE_UP_TO_MAGIC:
+            head = os.pread(self._fd, _HEADER_READ, pos)
+            try:
+                total = batch_size_at(head, 0, end - pos)
+            except CorruptRecordError as e:
+                raise CorruptRecordError(e.reason, position=pos, offset=e.offset, path=str(self.path)) from None
+            if total is None:
+                return
+            yield BatchHeader.parse(head, pos, total)
+            pos += total
+
     def search_for_offset_with_size(self, target_offset: int, starting_position: int) -> tuple[int, int, int] | None:
         """(last offset, position, size) of the first batch at or after ``starting_position`` whose last
-        offset is >= ``target_offset`` (Kafka's searchForOffsetWithSize)."""
-        for position, batch in self.batches(starting_position):
-            if batch.last_offset >= target_offset:
-                return batch.last_offset, position, batch.size_in_bytes
+        offset is >= ``target_offset`` (Kafka's searchForOffsetWithSize, reading headers only)."""
+        for header in self.batch_headers(starting_position):
+            if header.last_offset >= target_offset:
+                return header.last_offset, header.position, header.size
         return None
+
+    def read_batch(self, header: BatchHeader) -> AnyBatch:
+        """The full batch view for a header found by ``batch_headers``."""
+        (batch,) = iter_batches(self.read(header.position, header.size))
+        return batch
 
     # ----- lifecycle -----------------------------------------------------------------------
     def truncate_to(self, target_size: int) -> int:

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..clock import SYSTEM_TIME, Time
-from ..errors import KafkaStorageError, OffsetOutOfRangeError, RecordBatchTooLargeError
-from ..record import RecordBatchBuilder, control_batch, iter_batches
+from ..errors import KafkaStorageError, OffsetOutOfRangeError, RecordBatchTooLargeError, RecordTooLargeError
+from ..record import RecordBatchBuilder, control_batch
 from ..record.types import ControlRecordType, Record
 from .config import LogConfig
 from .files import (
@@ -31,7 +31,7 @@ from .files import (
     segment_file,
 )
 from .producer_state import ProducerStateManager
-from .segment import EMPTY_SLICE, FetchDataInfo, LogOffsetMetadata, LogSegment, RollParams, TimestampAndOffset
+from .segment import EMPTY_SLICE, FetchDataInfo, LogOffsetMetadata, LogSegment, TimestampAndOffset
 from .segments import LogSegments
 from .txn_index import AbortedTxn
 from .validator import (
@@ -252,20 +252,22 @@ class Log:
         return self._append(batch, origin=COORDINATOR, leader_epoch=leader_epoch, assign_offsets=True)
 
     def _append(self, records: bytes, *, origin: str, leader_epoch: int, assign_offsets: bool) -> LogAppendInfo:
-        info = analyze(
+        info, batches = analyze(
             records, origin, self.config.max_message_bytes, leader_epoch, ignore_record_size=not assign_offsets
         )
         if info.shallow_count == 0:
             return info
-        valid = records[: info.valid_bytes]
+        valid = records if info.valid_bytes == len(records) else records[: info.valid_bytes]
         with self._lock:
             self._check_open()
             if assign_offsets:
                 now = self.clock.milliseconds()
                 result = validate_and_assign_offsets(
-                    valid, self._log_end_offset, now, self.config, origin=origin, leader_epoch=leader_epoch
+                    batches, self._log_end_offset, now, self.config, origin=origin, leader_epoch=leader_epoch
                 )
-                valid = result.records
+                valid = result.parts
+                valid_size = result.size
+                validated = result.batches
                 info.first_offset = self._log_end_offset
                 info.last_offset = result.next_offset - 1
                 info.max_timestamp = result.max_timestamp
@@ -273,10 +275,8 @@ class Log:
                 info.log_append_time = result.log_append_time
                 info.num_records = result.num_records
                 if result.size_maybe_changed:
-                    for batch in iter_batches(valid):
+                    for batch in validated:
                         if batch.size_in_bytes > self.config.max_message_bytes:
-                            from ..errors import RecordTooLargeError
-
                             raise RecordTooLargeError(
                                 f"Message batch size is {batch.size_in_bytes} bytes in append to partition "
                                 f"{self.topic}-{self.partition} which exceeds the maximum configured size of "
@@ -284,14 +284,20 @@ class Log:
                             )
             else:
                 check_follower_offsets(info, self._log_end_offset)
-                info.num_records = sum(b.record_count for b in iter_batches(valid))
-            if len(valid) > self.config.segment_bytes:
+                valid = [valid]
+                valid_size = info.valid_bytes
+                validated = [b for b in batches if b.has_producer_id or b.is_control]
+                info.num_records = sum(b.record_count for b in batches)
+            if valid_size > self.config.segment_bytes:
                 raise RecordBatchTooLargeError(
-                    f"Message batch size is {len(valid)} bytes in append to partition {self.topic}-{self.partition}"
+                    f"Message batch size is {valid_size} bytes in append to partition {self.topic}-{self.partition}"
                     f" which exceeds the maximum configured segment size of {self.config.segment_bytes}."
                 )
-            segment = self._maybe_roll(len(valid), info)
-            duplicate, pending = self._analyze_producer_state(valid, origin)
+            segment = self._maybe_roll(valid_size, info)
+            if validated:
+                duplicate, pending = self._analyze_producer_state(validated, origin)
+            else:
+                duplicate, pending = None, ((), ())
             if duplicate is not None:
                 info.first_offset = duplicate.first_offset
                 info.last_offset = duplicate.last_offset
@@ -309,11 +315,11 @@ class Log:
                 self.flush()
             return info
 
-    def _analyze_producer_state(self, valid: bytes, origin: str):
+    def _analyze_producer_state(self, validated: list, origin: str):
         """Producer checks before the write: a duplicate batch, or the per-producer updates to apply after."""
         updates: dict[int, object] = {}
         completed = []
-        for batch in iter_batches(valid):
+        for batch in validated:
             if not batch.has_producer_id:
                 continue
             if origin == CLIENT and batch.magic >= 2:
@@ -340,16 +346,16 @@ class Log:
 
     # ----- rolling -------------------------------------------------------------------------
     def _maybe_roll(self, messages_size: int, info: LogAppendInfo) -> LogSegment:
-        segment = self.active_segment
-        params = RollParams(
-            self.config.max_segment_ms,
-            self.config.segment_bytes,
+        segment = self.segments.last()
+        config = self.config
+        if segment.should_roll_for(
+            config.max_segment_ms,
+            config.segment_bytes,
             info.max_timestamp,
             info.last_offset,
             messages_size,
             self.clock.milliseconds(),
-        )
-        if segment.should_roll(params):
+        ):
             expected = info.first_offset if info.first_offset >= 0 else info.last_offset - INT32_MAX
             return self.roll(expected)
         return segment

@@ -184,8 +184,8 @@ class LogSegment:
 
     def _load_first_batch_timestamp(self) -> None:
         if self.rolling_based_timestamp is None:
-            for _, batch in self.log.batches():
-                self.rolling_based_timestamp = batch.max_timestamp
+            for header in self.log.batch_headers():
+                self.rolling_based_timestamp = header.max_timestamp
                 break
 
     def time_waited_for_roll(self, now: int, message_timestamp: int) -> int:
@@ -198,16 +198,34 @@ class LogSegment:
 
     def should_roll(self, params: RollParams) -> bool:
         """Kafka's five roll conditions, in Kafka's order."""
-        reached_roll_ms = self.time_waited_for_roll(params.now, params.max_timestamp_in_messages) > (
-            params.max_segment_ms - self.rolling_jitter_ms
+        return self.should_roll_for(
+            params.max_segment_ms,
+            params.max_segment_bytes,
+            params.max_timestamp_in_messages,
+            params.max_offset_in_messages,
+            params.messages_size,
+            params.now,
         )
-        size = self.size
+
+    def should_roll_for(
+        self,
+        max_segment_ms: int,
+        max_segment_bytes: int,
+        max_timestamp: int,
+        max_offset: int,
+        messages_size: int,
+        now: int,
+    ) -> bool:
+        """``should_roll`` with its parameters spelled out (the append path calls this one)."""
+        size = self.log.size
+        if size > max_segment_bytes - messages_size:
+            return True
+        if size > 0 and self.time_waited_for_roll(now, max_timestamp) > max_segment_ms - self.rolling_jitter_ms:
+            return True
         return (
-            size > params.max_segment_bytes - params.messages_size
-            or (size > 0 and reached_roll_ms)
-            or self.offset_index.is_full()
+            self.offset_index.is_full()
             or self.time_index.is_full()
-            or not self.can_convert_to_relative_offset(params.max_offset_in_messages)
+            or not 0 <= max_offset - self.base_offset <= INT32_MAX
         )
 
     def can_convert_to_relative_offset(self, offset: int) -> bool:
@@ -223,8 +241,10 @@ class LogSegment:
     def append(
         self, largest_offset: int, largest_timestamp: int, shallow_offset_of_max_timestamp: int, records
     ) -> None:
-        """Append validated batches (bytes) whose last offset is ``largest_offset`` (LogSegment.append)."""
-        if not records:
+        """Append validated batches (bytes, or a list of buffers written in order) whose last offset is
+        ``largest_offset`` (LogSegment.append)."""
+        size = sum(map(len, records)) if isinstance(records, list) else len(records)
+        if size == 0:
             return
         position = self.log.size
         if position == 0:
@@ -237,7 +257,7 @@ class LogSegment:
             self.offset_index.append(largest_offset, position)
             self.time_index.maybe_append(self.max_timestamp_so_far, self.shallow_offset_of_max_timestamp_so_far)
             self.bytes_since_last_index_entry = 0
-        self.bytes_since_last_index_entry += len(records)
+        self.bytes_since_last_index_entry += size
 
     def update_txn_index(self, completed_txn, last_stable_offset: int) -> None:
         """Record a completed transaction in the .txnindex when it was aborted."""
@@ -276,19 +296,20 @@ class LogSegment:
         )
 
     def read_next_offset(self) -> int:
-        """The offset after the last batch (scanning from the last index entry)."""
+        """The offset after the last batch (stepping through headers from the last index entry)."""
         start = self.offset_index.lookup(self.offset_index.last_offset).position
         next_offset = self.base_offset
-        for _, batch in self.log.batches(start):
-            next_offset = batch.next_offset
+        for header in self.log.batch_headers(start):
+            next_offset = header.last_offset + 1
         return next_offset
 
     def find_offset_by_timestamp(self, timestamp: int, starting_offset: int) -> TimestampAndOffset | None:
         """The first record at or after ``starting_offset`` whose timestamp >= ``timestamp``."""
         entry = self.time_index.lookup(timestamp)
         position = self.offset_index.lookup(max(entry.offset, starting_offset)).position
-        for _, batch in self.log.batches(position):
-            if batch.max_timestamp >= timestamp:
+        for header in self.log.batch_headers(position):
+            if header.max_timestamp >= timestamp:
+                batch = self.log.read_batch(header)
                 for record in batch:
                     if record.timestamp >= timestamp and record.offset >= starting_offset:
                         epoch = batch.partition_leader_epoch
@@ -297,9 +318,9 @@ class LogSegment:
 
     def largest_timestamp_after(self, position: int) -> TimestampOffset:
         best = UNKNOWN_TIMESTAMP_OFFSET
-        for _, batch in self.log.batches(position):
-            if batch.max_timestamp > best.timestamp:
-                best = TimestampOffset(batch.max_timestamp, batch.last_offset)
+        for header in self.log.batch_headers(position):
+            if header.max_timestamp > best.timestamp:
+                best = TimestampOffset(header.max_timestamp, header.last_offset)
         return best
 
     def collect_aborted_txns(self, fetch_offset: int, upper_bound_offset: int):

@@ -9,6 +9,7 @@ batch (``summarize_records``), not record by record in Python.
 
 from __future__ import annotations
 
+import functools
 import struct
 from dataclasses import dataclass, field
 
@@ -29,6 +30,7 @@ from ..record.batch import (
     CONTROL_MASK,
     CRC_OFFSET,
     DELETE_HORIZON_MASK,
+    RECORDS_OFFSET,
     TIMESTAMP_TYPE_MASK,
     TRANSACTIONAL_MASK,
     RecordBatch,
@@ -79,7 +81,8 @@ def analyze(
     first = True
     last_offset = -1
     source_codec = codecs.NONE
-    for batch in iter_batches(records):
+    batches = list(iter_batches(records))
+    for batch in batches:
         if origin == CLIENT and batch.magic >= 2 and batch.base_offset != 0:
             raise InvalidRecordError(
                 f"The baseOffset of the record batch in the append should be 0, but it is {batch.base_offset}",
@@ -113,18 +116,33 @@ def analyze(
         if batch.compression_type != codecs.NONE:
             source_codec = batch.compression_type
     info.source_compression = codecs.codec_name(source_codec)
-    return info
+    return info, batches
 
 
 def target_codec(config: LogConfig, source_codec: int) -> int:
     """compression.type 'producer' keeps the producer's codec; anything else is the target."""
     name = config.compression_type
-    return source_codec if name == "producer" else codecs.codec_id(name)
+    return source_codec if name == "producer" else _codec_of(name)
+
+
+@functools.lru_cache(maxsize=16)
+def _codec_of(name: str) -> int:
+    return codecs.codec_id(name)
 
 
 @dataclass
 class ValidationResult:
-    records: bytes
+    """The validated append: its bytes as buffers to write in order, and views of its batches.
+
+    In-place validation changes only 61-byte headers, so ``parts`` alternate new headers and the
+    untouched bodies, and ``batches`` holds views of the batches the producer state must see (header-only
+    for data batches, which is all those checks read; a control batch keeps its record). A rebuilt
+    append is one buffer.
+    """
+
+    parts: list
+    size: int
+    batches: list
     max_timestamp: int
     shallow_offset_of_max_timestamp: int
     log_append_time: int
@@ -132,13 +150,18 @@ class ValidationResult:
     next_offset: int
     num_records: int
 
+    @property
+    def records(self) -> bytes:
+        return self.parts[0] if len(self.parts) == 1 else b"".join(self.parts)
+
 
 def validate_and_assign_offsets(
-    records: bytes, first_offset: int, now: int, config: LogConfig, *, origin: str = CLIENT, leader_epoch: int = 0
+    batches: list, first_offset: int, now: int, config: LogConfig, *, origin: str = CLIENT, leader_epoch: int = 0
 ) -> ValidationResult:
-    """Kafka's LogValidator.validateMessagesAndAssignOffsets for one append (records already analysed)."""
-    buf = bytearray(records)
-    batches = list(iter_batches(buf))
+    """Kafka's LogValidator.validateMessagesAndAssignOffsets for one append of batches already analysed.
+
+    ``batches`` are views (``analyze`` gives them); their bytes are not modified.
+    """
     if not batches:
         raise InvalidRecordError("Record batch has no batches at all")
     source = next((b.compression_type for b in reversed(batches) if b.compression_type), codecs.NONE)
@@ -149,13 +172,13 @@ def validate_and_assign_offsets(
             raise InvalidRecordError("All batches in the append must have the same magic value")
     log_append = config.message_timestamp_type == "LogAppendTime"
     if source == codecs.NONE and target == codecs.NONE and magic == 2:
-        return _assign_in_place(buf, batches, first_offset, now, config, origin, leader_epoch, log_append)
+        return _assign_in_place(batches, first_offset, now, config, origin, leader_epoch, log_append)
     first = batches[0]
     if magic >= 2 and len(batches) > 1:
         raise InvalidRecordError("Compressed outer record has more than one batch")
     in_place = (source == target and magic == 2) or (source == codecs.NONE and first.is_control)
     if in_place:
-        return _assign_in_place(buf, batches, first_offset, now, config, origin, leader_epoch, log_append)
+        return _assign_in_place(batches, first_offset, now, config, origin, leader_epoch, log_append)
     return _rebuild(batches, first_offset, now, config, origin, leader_epoch, target, log_append)
 
 
@@ -229,26 +252,25 @@ def _check_records(batch, config: LogConfig, now: int, origin: str, min_ts: int,
         raise InvalidTimestampError("Invalid timestamp type in message: LogAppendTime set by the producer", **where)
 
 
-def _set_header(
-    buf: bytearray, batch: RecordBatch, last_offset: int, leader_epoch: int, log_append: bool, max_ts: int
-) -> None:
-    """setLastOffset, setPartitionLeaderEpoch and setMaxTimestamp on the batch's bytes, in place."""
-    pos = batch.position
-    struct.pack_into(">q", buf, pos, last_offset - batch.last_offset_delta)
-    struct.pack_into(">i", buf, pos + _LEADER_EPOCH_OFFSET, leader_epoch)
+def _new_header(batch: RecordBatch, last_offset: int, leader_epoch: int, log_append: bool, max_ts: int) -> bytes:
+    """The batch's 61-byte header after setLastOffset, setPartitionLeaderEpoch and setMaxTimestamp."""
+    view = batch.buffer
+    head = bytearray(view[:RECORDS_OFFSET])
+    struct.pack_into(">q", head, 0, last_offset - batch.last_offset_delta)
+    struct.pack_into(">i", head, _LEADER_EPOCH_OFFSET, leader_epoch)
     attributes = batch.attributes
     wanted = (attributes | TIMESTAMP_TYPE_MASK) if log_append else (attributes & ~TIMESTAMP_TYPE_MASK)
     if wanted == attributes and max_ts == batch.max_timestamp:
-        return  # the CRC covers neither the base offset nor the leader epoch
-    wanted &= 0xFF & (0x07 | TIMESTAMP_TYPE_MASK | TRANSACTIONAL_MASK | CONTROL_MASK | DELETE_HORIZON_MASK)
-    struct.pack_into(">h", buf, pos + ATTRIBUTES_OFFSET, wanted)
-    struct.pack_into(">q", buf, pos + _MAX_TS_OFFSET, max_ts)
-    end = pos + batch.size_in_bytes
-    struct.pack_into(">I", buf, pos + CRC_OFFSET, crc32c(memoryview(buf)[pos + ATTRIBUTES_OFFSET : end]))
+        return bytes(head)  # the CRC covers neither the base offset nor the leader epoch
+    wanted &= 0x07 | TIMESTAMP_TYPE_MASK | TRANSACTIONAL_MASK | CONTROL_MASK | DELETE_HORIZON_MASK
+    struct.pack_into(">h", head, ATTRIBUTES_OFFSET, wanted)
+    struct.pack_into(">q", head, _MAX_TS_OFFSET, max_ts)
+    crc = crc32c(view[RECORDS_OFFSET:], crc32c(memoryview(head)[ATTRIBUTES_OFFSET:]))
+    struct.pack_into(">I", head, CRC_OFFSET, crc)
+    return bytes(head)
 
 
 def _assign_in_place(
-    buf: bytearray,
     batches,
     first_offset: int,
     now: int,
@@ -257,24 +279,39 @@ def _assign_in_place(
     leader_epoch: int,
     log_append: bool,
 ) -> ValidationResult:
+    """New headers, untouched bodies: the validated bytes are made with a single copy."""
     counter = first_offset
     max_timestamp, offset_of_max = NO_TIMESTAMP, -1
-    total = 0
+    parts: list = []
+    views: list = []
     for batch in batches:
         _validate_batch(batch, origin)
         count, min_ts, batch_max, null_keys = _summarize(batch)
         _check_records(batch, config, now, origin, min_ts, batch_max, null_keys)
         counter += count
-        total += count
         last = counter - 1
         batch_max_ts = now if log_append else batch_max
         if batch_max_ts > max_timestamp:
             max_timestamp, offset_of_max = batch_max_ts, last
-        _set_header(buf, batch, last, leader_epoch, log_append, batch_max_ts)
+        header = _new_header(batch, last, leader_epoch, log_append, batch_max_ts)
+        body = batch.buffer[RECORDS_OFFSET:]
+        parts += (header, body)
+        if batch.is_control:
+            views.append(RecordBatch(header + bytes(body)))
+        elif batch.has_producer_id:  # header-only: the producer-state checks read header fields
+            views.append(RecordBatch(header))
     if log_append:
         max_timestamp, offset_of_max = now, counter - 1
     return ValidationResult(
-        bytes(buf), max_timestamp, offset_of_max, now if log_append else NO_TIMESTAMP, False, counter, total
+        parts,
+        sum(b.size_in_bytes for b in batches),
+        views,
+        max_timestamp,
+        offset_of_max,
+        now if log_append else NO_TIMESTAMP,
+        False,
+        counter,
+        counter - first_offset,
     )
 
 
@@ -323,7 +360,9 @@ def _rebuild(
     last = first_offset + len(records) - 1
     (batch,) = iter_batches(built)
     max_ts = now if log_append else batch.max_timestamp
-    return ValidationResult(built, max_ts, last, now if log_append else NO_TIMESTAMP, True, last + 1, len(records))
+    return ValidationResult(
+        [built], len(built), [batch], max_ts, last, now if log_append else NO_TIMESTAMP, True, last + 1, len(records)
+    )
 
 
 def _level(config: LogConfig, codec: int) -> int | None:
