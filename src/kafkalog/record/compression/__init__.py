@@ -68,8 +68,8 @@ def resolve_level(codec: int, level: int | None) -> int | None:
     return level
 
 
-def compress(codec: int | str, data, level: int | None = None) -> bytes:
-    """Compress a records section with Kafka's framing for ``codec``."""
+def compress(codec: int | str, data, level: int | None = None):
+    """Compress a records section with Kafka's framing for ``codec``; returns a bytes-like object."""
     cid = codec_id(codec)
     if cid == NONE:
         return bytes(data)

@@ -11,9 +11,9 @@ MIN_LEVEL = -131072
 MAX_LEVEL = 22
 
 
-def compress(data, level: int = DEFAULT_LEVEL) -> bytes:
-    """One zstd frame at Kafka's level (cramjam's own default would be 11)."""
-    return bytes(cramjam.zstd.compress(data, level=level))
+def compress(data, level: int = DEFAULT_LEVEL):
+    """One zstd frame at Kafka's level (cramjam's own default would be 11); a bytes-like object, uncopied."""
+    return cramjam.zstd.compress(data, level=level)
 
 
 def decompress(data):
