@@ -128,3 +128,19 @@ class KafkaStorageError(KafkaLogError):
 
 class InvalidConfigurationError(KafkaLogError, ValueError):
     """Kafka's ConfigException / InvalidConfigurationException: a config value with the wrong type or range."""
+
+
+class InvalidTopicError(KafkaLogError, ValueError):
+    """Kafka's InvalidTopicException: a topic name with illegal characters, too long, '.' or '..'."""
+
+
+class TopicExistsError(KafkaLogError):
+    """Kafka's TopicExistsException."""
+
+
+class UnknownTopicOrPartitionError(KafkaLogError):
+    """Kafka's UnknownTopicOrPartitionException."""
+
+
+class InvalidPartitionsError(KafkaLogError, ValueError):
+    """Kafka's InvalidPartitionsException: a partition count below 1 or a partition that does not exist."""
