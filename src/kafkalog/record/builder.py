@@ -39,6 +39,7 @@ from .types import (
 from .varint import encode_varint, encode_varlong, size_of_varint
 
 _INT32_MIN, _INT32_MAX = -(1 << 31), (1 << 31) - 1
+_RECORD_BOUND = MAX_RECORD_OVERHEAD + 3 * 5  # + key length, value length and header count varints
 _BYTES_TYPES = (bytes, bytearray, memoryview)
 _PREFIX_STRUCT = struct.Struct(">qiibI")  # baseOffset, batchLength, partitionLeaderEpoch, magic, crc
 _TAIL_STRUCT = struct.Struct(">hiqqqhii")  # attributes .. recordsCount: the CRC-covered header part
@@ -149,11 +150,17 @@ class RecordBatchBuilder:
         return offset
 
     def estimated_size_in_bytes(self) -> int:
-        """An upper bound of the uncompressed batch size so far (for batch-size limits)."""
-        size = RECORDS_OFFSET + MAX_RECORD_OVERHEAD * len(self._records)
+        """An upper bound of the uncompressed batch size so far (for batch-size limits).
+
+        Per record: length, attributes, timestamp and offset deltas at their widest (21 bytes), the key,
+        value and header-count varints (5 each), the key and value, and for each header two 5-byte
+        varints plus its UTF-8 key and value.
+        """
+        size = RECORDS_OFFSET + _RECORD_BOUND * len(self._records)
         for key, value, _, headers in self._records:
             size += len(key or b"") + len(value or b"")
-            size += sum(10 + len(k) + len(v or b"") for k, v in headers)
+            for hkey, hvalue in headers:
+                size += 10 + len(hkey.encode("utf-8")) + len(hvalue or b"")
         return size
 
     # ----- building ------------------------------------------------------------------------

@@ -20,6 +20,7 @@ from ..record.scan import AnyBatch, batch_size_at, iter_batches
 
 INT32_MAX = (1 << 31) - 1
 SCAN_CHUNK = 1 << 20  # bytes read at a time while walking batches
+_JOIN_BELOW = 64 * 1024  # appends smaller than this are joined and written with one pwrite
 
 
 _HEADER_READ = 61  # a v2 header; legacy messages need only the first 17 bytes of it
@@ -95,19 +96,22 @@ class FileRecords:
     def file_length(self) -> int:
         return os.fstat(self._fd).st_size
 
-    def append(self, data) -> int:
+    def append(self, data, size: int | None = None) -> int:
         """Write ``data`` (a buffer, or a list of buffers written in order) at the logical end; return its size."""
         parts = data if isinstance(data, list) else [data]
-        n = sum(map(len, parts))  # bytes, or byte memoryviews: len is the byte count
+        n = sum(map(len, parts)) if size is None else size  # bytes or byte memoryviews: len counts bytes
         with self._lock:
             if self._size > INT32_MAX - n:
                 raise KafkaStorageError(
                     f"Append of size {n} bytes is too large for segment with current file position at {self._size}",
                     path=str(self.path),
                 )
-            written = (
-                os.pwritev(self._fd, parts, self._size) if len(parts) > 1 else os.pwrite(self._fd, parts[0], self._size)
-            )
+            if len(parts) > 1 and n < _JOIN_BELOW:
+                parts = [b"".join(parts)]  # one small copy is cheaper than a vectored write
+            if len(parts) > 1:
+                written = os.pwritev(self._fd, parts, self._size)
+            else:
+                written = os.pwrite(self._fd, parts[0], self._size)
             if written < n:  # a short write: finish the rest from where it stopped
                 rest = memoryview(b"".join(parts))[written:]
                 while rest:

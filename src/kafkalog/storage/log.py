@@ -42,6 +42,7 @@ from .validator import (
     analyze,
     check_follower_offsets,
     validate_and_assign_offsets,
+    validate_single_plain_batch,
 )
 
 log = logging.getLogger(__name__)
@@ -220,11 +221,13 @@ class Log:
         ``records`` is batch bytes, a RecordBatchBuilder, or a list of records: ``Record`` objects or
         (key, value[, timestamp[, headers]]) tuples, which go into one uncompressed batch.
         """
-        if isinstance(records, RecordBatchBuilder):
-            records = records.build()
-        elif isinstance(records, list | tuple):
-            records = self._build(records)
-        return self._append(bytes(records), origin=origin, leader_epoch=leader_epoch, assign_offsets=True)
+        if type(records) is not bytes:
+            if isinstance(records, RecordBatchBuilder):
+                records = records.build()
+            elif isinstance(records, list | tuple):
+                records = self._build(records)
+            records = bytes(records)
+        return self._append(records, origin=origin, leader_epoch=leader_epoch, assign_offsets=True)
 
     def _build(self, records) -> bytes:
         builder = RecordBatchBuilder(clock=self.clock)
@@ -252,6 +255,34 @@ class Log:
         return self._append(batch, origin=COORDINATOR, leader_epoch=leader_epoch, assign_offsets=True)
 
     def _append(self, records: bytes, *, origin: str, leader_epoch: int, assign_offsets: bool) -> LogAppendInfo:
+        if assign_offsets and origin == CLIENT:
+            with self._lock:
+                now = self.clock.milliseconds()
+                fast = validate_single_plain_batch(records, self._log_end_offset, now, self.config, leader_epoch)
+                if fast is not None:
+                    return self._append_validated(*fast, now)
+        return self._append_general(records, origin=origin, leader_epoch=leader_epoch, assign_offsets=assign_offsets)
+
+    def _append_validated(self, parts: list, size: int, info: LogAppendInfo, now: int) -> LogAppendInfo:
+        """Write an append that ``validate_single_plain_batch`` validated (no producer state involved)."""
+        self._check_open()
+        if size > self.config.segment_bytes:
+            raise RecordBatchTooLargeError(
+                f"Message batch size is {size} bytes in append to partition {self.topic}-{self.partition} "
+                f"which exceeds the maximum configured segment size of {self.config.segment_bytes}."
+            )
+        segment = self._maybe_roll(size, info, now)
+        segment.append(info.last_offset, info.max_timestamp, info.shallow_offset_of_max_timestamp, parts, size)
+        self._log_end_offset = info.last_offset + 1
+        self.producer_state.update_map_end_offset(self._log_end_offset)
+        info.log_start_offset = self._log_start_offset
+        if self.auto_high_watermark:
+            self._set_high_watermark(self._log_end_offset)
+        if self._log_end_offset - self._recovery_point >= self.config.flush_messages:
+            self.flush()
+        return info
+
+    def _append_general(self, records: bytes, *, origin: str, leader_epoch: int, assign_offsets: bool) -> LogAppendInfo:
         info, batches = analyze(
             records, origin, self.config.max_message_bytes, leader_epoch, ignore_record_size=not assign_offsets
         )
@@ -345,7 +376,7 @@ class Log:
             self.producer_state.complete_txn(txn)
 
     # ----- rolling -------------------------------------------------------------------------
-    def _maybe_roll(self, messages_size: int, info: LogAppendInfo) -> LogSegment:
+    def _maybe_roll(self, messages_size: int, info: LogAppendInfo, now: int | None = None) -> LogSegment:
         segment = self.segments.last()
         config = self.config
         if segment.should_roll_for(
@@ -354,7 +385,7 @@ class Log:
             info.max_timestamp,
             info.last_offset,
             messages_size,
-            self.clock.milliseconds(),
+            self.clock.milliseconds() if now is None else now,
         ):
             expected = info.first_offset if info.first_offset >= 0 else info.last_offset - INT32_MAX
             return self.roll(expected)

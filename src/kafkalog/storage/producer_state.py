@@ -669,9 +669,12 @@ class ProducerStateManager:
             self._update_oldest_txn_timestamp()
 
     def update_map_end_offset(self, offset: int) -> None:
-        """Record that the state now covers the log up to ``offset`` (exclusive)."""
-        with self._lock:
-            self._last_map_offset = offset
+        """Record that the state now covers the log up to ``offset`` (exclusive).
+
+        One attribute store (atomic under the GIL), called on every append with the log's lock held, so it
+        takes no lock of its own.
+        """
+        self._last_map_offset = offset
 
     def load_producer_entry(self, entry: ProducerStateEntry) -> None:
         """Install an entry as read from a snapshot, with its ongoing transaction."""
@@ -753,6 +756,8 @@ class ProducerStateManager:
 
     def on_high_watermark_updated(self, high_watermark: int) -> None:
         """Release decided transactions whose marker lies below ``high_watermark``."""
+        if not self._unreplicated_txns:  # the common case, checked without the lock
+            return
         with self._lock:
             self._remove_unreplicated_transactions(high_watermark)
 

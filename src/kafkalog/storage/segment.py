@@ -220,13 +220,17 @@ class LogSegment:
         size = self.log.size
         if size > max_segment_bytes - messages_size:
             return True
-        if size > 0 and self.time_waited_for_roll(now, max_timestamp) > max_segment_ms - self.rolling_jitter_ms:
-            return True
-        return (
-            self.offset_index.is_full()
-            or self.time_index.is_full()
-            or not 0 <= max_offset - self.base_offset <= INT32_MAX
-        )
+        if size > 0:
+            ts = self.rolling_based_timestamp
+            if ts is None:
+                self._load_first_batch_timestamp()
+                ts = self.rolling_based_timestamp
+            waited = max_timestamp - ts if ts is not None and ts >= 0 else now - self.created_ms
+            if waited > max_segment_ms - self.rolling_jitter_ms:
+                return True
+        offset_index = self._offset_index if self._offset_index is not None else self.offset_index
+        time_index = self._time_index if self._time_index is not None else self.time_index
+        return offset_index.is_full() or time_index.is_full() or not 0 <= max_offset - self.base_offset <= INT32_MAX
 
     def can_convert_to_relative_offset(self, offset: int) -> bool:
         return 0 <= offset - self.base_offset <= INT32_MAX
@@ -239,19 +243,27 @@ class LogSegment:
 
     # ----- append --------------------------------------------------------------------------
     def append(
-        self, largest_offset: int, largest_timestamp: int, shallow_offset_of_max_timestamp: int, records
+        self,
+        largest_offset: int,
+        largest_timestamp: int,
+        shallow_offset_of_max_timestamp: int,
+        records,
+        size: int | None = None,
     ) -> None:
         """Append validated batches (bytes, or a list of buffers written in order) whose last offset is
-        ``largest_offset`` (LogSegment.append)."""
-        size = sum(map(len, records)) if isinstance(records, list) else len(records)
+        ``largest_offset`` (LogSegment.append). ``size`` saves recounting when the caller knows it."""
+        if size is None:
+            size = sum(map(len, records)) if isinstance(records, list) else len(records)
         if size == 0:
             return
         position = self.log.size
         if position == 0:
             self.rolling_based_timestamp = largest_timestamp
-        self._ensure_offset_in_range(largest_offset)
-        self.log.append(records)
-        if largest_timestamp > self.max_timestamp_so_far:
+        if not 0 <= largest_offset - self.base_offset <= INT32_MAX:
+            self._ensure_offset_in_range(largest_offset)
+        self.log.append(records, size)
+        current = self._max_ts_and_offset if self._max_ts_and_offset is not None else self._max_timestamp_and_offset()
+        if largest_timestamp > current.timestamp:
             self._max_ts_and_offset = TimestampOffset(largest_timestamp, shallow_offset_of_max_timestamp)
         if self.bytes_since_last_index_entry > self.index_interval_bytes:
             self.offset_index.append(largest_offset, position)

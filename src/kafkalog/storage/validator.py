@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import struct
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -30,6 +30,7 @@ from ..record.batch import (
     CONTROL_MASK,
     CRC_OFFSET,
     DELETE_HORIZON_MASK,
+    HEADER_STRUCT,
     RECORDS_OFFSET,
     TIMESTAMP_TYPE_MASK,
     TRANSACTIONAL_MASK,
@@ -48,7 +49,7 @@ _MAX_TS_OFFSET = 35
 _LEADER_EPOCH_OFFSET = 12
 
 
-@dataclass
+@dataclass(slots=True)
 class LogAppendInfo:
     """What an append did (Kafka's LogAppendInfo)."""
 
@@ -66,7 +67,6 @@ class LogAppendInfo:
     offsets_monotonic: bool = True
     last_offset_of_first_batch: int = -1
     is_duplicate: bool = False
-    batch_sizes: list[int] = field(default_factory=list)
 
 
 def analyze(
@@ -112,7 +112,6 @@ def analyze(
         info.last_leader_epoch = batch.partition_leader_epoch if batch.magic >= 2 else -1
         info.shallow_count += 1
         info.valid_bytes += size
-        info.batch_sizes.append(size)
         if batch.compression_type != codecs.NONE:
             source_codec = batch.compression_type
     info.source_compression = codecs.codec_name(source_codec)
@@ -389,3 +388,97 @@ def check_valid_size(records: bytes, what: str) -> None:
     consumed = sum(b.size_in_bytes for b in iter_batches(records))
     if consumed != len(records):
         raise CorruptRecordError(f"{what}: {len(records) - consumed} trailing bytes do not form a complete batch")
+
+
+_FAST_ATTRIBUTES_MASK = 0x7F  # codec, timestamp type, transactional, control, delete horizon: all must be clear
+
+
+def validate_single_plain_batch(
+    records: bytes, first_offset: int, now: int, config: LogConfig, leader_epoch: int
+) -> tuple[list, int, LogAppendInfo] | None:
+    """The common client append in one pass: a lone uncompressed v2 batch with no producer id.
+
+    Returns (buffers to write, size, info). It applies the checks of ``analyze`` and
+    ``validate_and_assign_offsets`` and returns None whenever the append is anything else, or anything is
+    wrong, so that the general path handles it and raises Kafka's exact error.
+    """
+    size = len(records)
+    if size < RECORDS_OFFSET or records[16] != 2:
+        return None
+    (
+        _,
+        batch_length,
+        epoch,
+        _,
+        crc,
+        attributes,
+        delta,
+        base_ts,
+        header_max_ts,
+        producer_id,
+        producer_epoch,
+        base_sequence,
+        count,
+    ) = HEADER_STRUCT.unpack_from(records)
+    if (
+        batch_length + 12 != size
+        or attributes & _FAST_ATTRIBUTES_MASK
+        or producer_id != -1
+        or records[:8] != _ZERO_OFFSET
+        or size > config.max_message_bytes
+        or count <= 0
+        or count != delta + 1
+        or config.message_timestamp_type != "CreateTime"
+        or config.compression_type not in ("producer", "uncompressed")
+    ):
+        return None
+    view = memoryview(records)
+    body = view[RECORDS_OFFSET:]
+    if crc32c(view[ATTRIBUTES_OFFSET:]) != crc:
+        return None
+    # numba reads the bytes object as a buffer directly (no numpy wrapper needed on this path)
+    code, _, _, min_ts, max_ts, null_keys = _kernels.summarize_records(records, RECORDS_OFFSET, size, count, base_ts)
+
+    if code != _kernels.OK or (null_keys and config.compact):
+        return None
+    max_ts = int(max_ts)
+    if max_ts != NO_TIMESTAMP and (
+        max_ts - now > config.message_timestamp_after_max_ms
+        or (min_ts != LONG_MAX and now - min_ts > config.message_timestamp_before_max_ms)
+    ):
+        return None
+    last = first_offset + delta
+    if max_ts != header_max_ts:  # setMaxTimestamp: the CRC covers the max timestamp
+        new_tail = _TAIL.pack(attributes, delta, base_ts, max_ts, producer_id, producer_epoch, base_sequence, count)
+        crc = crc32c(body, crc32c(new_tail))
+    header = HEADER_STRUCT.pack(
+        first_offset,
+        batch_length,
+        leader_epoch,
+        2,
+        crc,
+        attributes,
+        delta,
+        base_ts,
+        max_ts,
+        producer_id,
+        producer_epoch,
+        base_sequence,
+        count,
+    )
+    info = LogAppendInfo(
+        first_offset=first_offset,
+        last_offset=last,
+        max_timestamp=max_ts,
+        shallow_offset_of_max_timestamp=last,
+        valid_bytes=size,
+        shallow_count=1,
+        num_records=count,
+        last_leader_epoch=epoch,
+        last_offset_of_first_batch=last,
+    )
+    return [header, body], size, info
+
+
+_ZERO_OFFSET = bytes(8)
+_TAIL = struct.Struct(">hiqqqhii")
