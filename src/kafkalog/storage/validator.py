@@ -470,7 +470,7 @@ def validate_single_plain_batch(
         first_offset=first_offset,
         last_offset=last,
         max_timestamp=max_ts,
-        shallow_offset_of_max_timestamp=last,
+        shallow_offset_of_max_timestamp=last if max_ts > NO_TIMESTAMP else -1,  # as LogValidator: only a real max
         valid_bytes=size,
         shallow_count=1,
         num_records=count,
