@@ -1,0 +1,681 @@
+"""The files at the root of a log dir and in a partition dir that are not segments, as Kafka writes them.
+
+- ``LogDirLock``: the exclusive lock on ``<dir>/.lock`` (LogManager.lockLogDirs, FileLock).
+- ``MetaProperties``: ``<dir>/meta.properties`` (metadata/.../properties/MetaProperties.java).
+- ``CleanShutdownFile``: ``<dir>/.kafka_cleanshutdown`` (CleanShutdownFileHandler.java).
+- ``PartitionMetadataFile``: ``<partition dir>/partition.metadata`` (PartitionMetadataFile.java).
+- ``validate_topic_name`` / ``has_collision_chars``: Kafka's Topic.validate rules, which also keep a topic's
+  directory inside its log dir.
+- ``TopicConfigStore``: kafkalog's own per-topic state (``kafkalog-topics.json``), which Kafka keeps in
+  its metadata log instead.
+- ``new_uuid`` / ``parse_uuid``: Kafka's Uuid, printed as 22 characters of base64url without padding.
+"""
+
+from __future__ import annotations
+
+import base64
+import fcntl
+import json
+import logging
+import os
+import re
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import InvalidPartitionsError, InvalidTopicError, KafkaStorageError
+from .storage.config import parse_properties
+from .storage.files import atomic_write, fsync_dir
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "CLEAN_SHUTDOWN_FILE",
+    "LOCK_FILE",
+    "META_PROPERTIES_FILE",
+    "ONE_UUID",
+    "PARTITION_METADATA_FILE",
+    "TOPICS_FILE",
+    "ZERO_UUID",
+    "CleanShutdownFile",
+    "LogDirLock",
+    "MetaProperties",
+    "PartitionMetadataFile",
+    "TopicConfigStore",
+    "TopicState",
+    "has_collision_chars",
+    "new_uuid",
+    "parse_uuid",
+    "validate_topic_name",
+]
+
+LOCK_FILE = ".lock"
+CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
+META_PROPERTIES_FILE = "meta.properties"
+PARTITION_METADATA_FILE = "partition.metadata"
+TOPICS_FILE = "kafkalog-topics.json"
+
+# ---------------------------------------------------------------------------------------------------------------
+# Kafka's Uuid
+# ---------------------------------------------------------------------------------------------------------------
+
+ZERO_UUID = "AAAAAAAAAAAAAAAAAAAAAA"  # Uuid.ZERO_UUID: "no id"
+ONE_UUID = "AAAAAAAAAAAAAAAAAAAAAQ"  # Uuid.ONE_UUID: the __cluster_metadata topic id
+_RESERVED_UUIDS = frozenset({ZERO_UUID, ONE_UUID})
+_BASE64URL = re.compile(r"[A-Za-z0-9_-]*={0,2}")
+
+
+def _uuid_string(raw: bytes) -> str:
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
+
+
+def new_uuid() -> str:
+    """A random version-4 UUID as Kafka prints it (Uuid.randomUuid): never zero, one, or starting with '-'."""
+    while True:
+        text = _uuid_string(uuid.uuid4().bytes)
+        if text not in _RESERVED_UUIDS and not text.startswith("-"):
+            return text
+
+
+def parse_uuid(text: str) -> bytes:
+    """The 16 bytes of a base64url UUID string (Uuid.fromString); ValueError with Kafka's wording if bad."""
+    if not isinstance(text, str):
+        raise ValueError(f"A UUID must be a string, not {type(text).__name__}")
+    if len(text) > 24:
+        raise ValueError(f"Input string with prefix `{text[:24]}` is too long to be decoded as a base64 UUID")
+    if not _BASE64URL.fullmatch(text) or len(text.rstrip("=")) % 4 == 1:
+        raise ValueError(f"Input string `{text}` is not valid base64url")
+    raw = base64.urlsafe_b64decode(text.rstrip("=") + "=" * (-len(text.rstrip("=")) % 4))
+    if len(raw) != 16:
+        raise ValueError(
+            f"Input string `{text}` decoded as {len(raw)} bytes, which is not equal to the expected 16 bytes "
+            "of a base64-encoded UUID"
+        )
+    return raw
+
+
+def _canonical_uuid(text: str) -> str:
+    """``text`` parsed and printed again (drops '=' padding)."""
+    return _uuid_string(parse_uuid(text))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# .lock
+# ---------------------------------------------------------------------------------------------------------------
+
+
+class LogDirLock:
+    """An exclusive, non-blocking ``flock`` on ``<dir>/.lock``, held from ``acquire()`` to ``release()``.
+
+    flock locks belong to an open file, so a second handle conflicts whether it is in another process, another
+    thread, or the same thread. The ``.lock`` file stays after release, as Kafka leaves it.
+    """
+
+    def __init__(self, directory: str | os.PathLike[str]) -> None:
+        self.directory = Path(directory)
+        self.path = self.directory / LOCK_FILE
+        self._fd: int | None = None
+
+    def _in_use(self) -> KafkaStorageError:
+        return KafkaStorageError(
+            f"Failed to acquire lock on file {LOCK_FILE} in {self.directory.absolute()}. "
+            "A Kafka instance in another process or thread is using this directory."
+        )
+
+    @property
+    def is_locked(self) -> bool:
+        """True while this object holds the lock."""
+        return self._fd is not None
+
+    def acquire(self) -> LogDirLock:
+        """Take the lock (creating ``.lock``); KafkaStorageError if anyone, this object included, holds it."""
+        if self._fd is not None:
+            raise self._in_use()
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as e:
+            raise KafkaStorageError(f"Failed to create lock file {self.path}: {e}") from e
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise self._in_use() from None
+        except OSError as e:
+            os.close(fd)
+            raise KafkaStorageError(f"Failed to lock {self.path}: {e}") from e
+        self._fd = fd
+        return self
+
+    def release(self) -> None:
+        """Drop the lock; does nothing if it is not held."""
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+            finally:
+                os.close(fd)
+
+    def __enter__(self) -> LogDirLock:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    def __del__(self) -> None:
+        if getattr(self, "_fd", None) is not None:
+            self.release()
+
+    def __repr__(self) -> str:
+        return f"LogDirLock({str(self.directory)!r}, locked={self.is_locked})"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# meta.properties
+# ---------------------------------------------------------------------------------------------------------------
+
+_DAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
+_MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+
+
+def _java_date(epoch_s: float) -> str:
+    """``java.util.Date.toString()`` in UTC, e.g. ``Sun Feb 27 16:00:38 UTC 2022`` (locale independent)."""
+    t = time.gmtime(epoch_s)
+    clock = f"{t.tm_hour:02d}:{t.tm_min:02d}:{t.tm_sec:02d}"
+    return f"{_DAYS[t.tm_wday]} {_MONTHS[t.tm_mon - 1]} {t.tm_mday:02d} {clock} UTC {t.tm_year}"
+
+
+def _escape_property(text: str, is_key: bool) -> str:
+    """Escape as java.util.Properties.store does; non-ASCII as \\uXXXX so any reader's charset round-trips."""
+    out = []
+    for i, ch in enumerate(text):
+        if ch == " " and (is_key or i == 0):
+            out.append("\\ ")
+        elif ch in "\\=:#!":
+            out.append("\\" + ch)
+        elif ch in "\t\n\r\f":
+            out.append({"\t": "\\t", "\n": "\\n", "\r": "\\r", "\f": "\\f"}[ch])
+        elif ord(ch) < 0x20 or ord(ch) > 0x7E:
+            out.extend(f"\\u{unit:04X}" for unit in _utf16_units(ch))
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def _utf16_units(ch: str) -> list[int]:
+    raw = ch.encode("utf-16-be")
+    return [int.from_bytes(raw[i : i + 2], "big") for i in range(0, len(raw), 2)]
+
+
+def _parse_int(key: str, value: str) -> int:
+    if not re.fullmatch(r"[+-]?[0-9]+", value) or not -(2**31) <= int(value) < 2**31:
+        raise ValueError(f"Unable to read {key} as a base-10 number.")
+    return int(value)
+
+
+@dataclass
+class MetaProperties:
+    """The contents of ``meta.properties``.
+
+    Versions (MetaPropertiesVersion): 0, the ZooKeeper-era file (``broker.id``, every field optional);
+    1, KRaft (``node.id`` and ``cluster.id`` required); 2 (``node.id`` and ``directory.id`` required).
+    ``directory_id`` is a base64url UUID string.
+    """
+
+    version: int = 1
+    cluster_id: str | None = None
+    node_id: int | None = None
+    directory_id: str | None = None
+
+    @staticmethod
+    def path(directory: str | os.PathLike[str]) -> Path:
+        return Path(directory) / META_PROPERTIES_FILE
+
+    @staticmethod
+    def new_uuid() -> str:
+        return new_uuid()
+
+    @classmethod
+    def generate(cls, cluster_id: str | None = None, node_id: int | None = 0) -> MetaProperties:
+        """A fresh version-1 file's contents with a new directory id (and a new cluster id if none is given)."""
+        return cls(
+            version=1,
+            cluster_id=cluster_id if cluster_id is not None else new_uuid(),
+            node_id=node_id if node_id is not None else 0,
+            directory_id=new_uuid(),
+        )
+
+    def validate(self) -> None:
+        """Raise ValueError if a field the version requires is missing or a value is malformed."""
+        if self.version not in (0, 1, 2):
+            raise ValueError(f"Unknown meta.properties version number {self.version}")
+        if self.version == 1 and self.cluster_id is None:
+            raise ValueError("cluster.id was not found.")
+        if self.version != 0 and self.node_id is None:
+            raise ValueError("node.id was not found.")
+        if self.version == 2 and self.directory_id is None:
+            raise ValueError("directory.id was not found.")
+        if self.node_id is not None and not -(2**31) <= self.node_id < 2**31:
+            raise ValueError(f"node id {self.node_id} does not fit a 32-bit integer")
+        if self.directory_id is not None:
+            try:
+                parse_uuid(self.directory_id)
+            except ValueError as e:
+                raise ValueError(f"Unable to read directory.id as a Uuid: {e}") from None
+
+    @classmethod
+    def from_properties(cls, props: dict[str, str]) -> MetaProperties:
+        """Build from parsed properties as Kafka's MetaProperties.Builder(Properties) does; ValueError if bad."""
+        text = props.get("version", "0")
+        try:
+            version = int(text.strip())
+        except ValueError:
+            raise ValueError(f"Invalid meta.properties version string '{text}'") from None
+        node_key = "broker.id" if version == 0 else "node.id"
+        node_id = None
+        if node_key in props:
+            node_id = _parse_int(node_key, props[node_key])
+        elif version != 0:
+            raise ValueError(f"Failed to find {node_key}")
+        directory_id = props.get("directory.id")
+        if directory_id is not None:
+            try:
+                directory_id = _canonical_uuid(directory_id)
+            except ValueError as e:
+                raise ValueError(f"Unable to read directory.id as a Uuid: {e}") from None
+        meta = cls(version, props.get("cluster.id"), node_id, directory_id)
+        meta.validate()
+        return meta
+
+    def to_properties(self) -> dict[str, str]:
+        """The keys Kafka writes, in the order kafkalog writes them."""
+        props = {"version": str(self.version)}
+        if self.cluster_id is not None:
+            props["cluster.id"] = self.cluster_id
+        if self.node_id is not None:
+            props["broker.id" if self.version == 0 else "node.id"] = str(self.node_id)
+        if self.directory_id is not None:
+            props["directory.id"] = self.directory_id
+        return props
+
+    def to_text(self, now_s: float | None = None) -> str:
+        """The file text as Properties.store(writer, "") prints it: '#', a date comment, then key=value lines."""
+        lines = ["#", "#" + _java_date(time.time() if now_s is None else now_s)]
+        lines += [f"{_escape_property(k, True)}={_escape_property(v, False)}" for k, v in self.to_properties().items()]
+        return "\n".join(lines) + "\n"
+
+    @classmethod
+    def read(cls, directory: str | os.PathLike[str]) -> MetaProperties | None:
+        """The directory's meta.properties, or None if it has none; KafkaStorageError if it cannot be used."""
+        path = cls.path(directory)
+        try:
+            # Kafka loads it from a byte stream, i.e. as ISO-8859-1.
+            text = path.read_text(encoding="iso-8859-1")
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            raise KafkaStorageError(f"Failed to read {path}: {e}") from e
+        try:
+            return cls.from_properties(parse_properties(text))
+        except ValueError as e:  # InvalidConfigurationError is a ValueError too
+            raise KafkaStorageError(f"Invalid {META_PROPERTIES_FILE} in {Path(directory)}: {e}") from None
+
+    def write(self, directory: str | os.PathLike[str]) -> None:
+        """Write ``<directory>/meta.properties`` atomically (tmp file, fsync, rename, fsync dir)."""
+        self.validate()
+        path = self.path(directory)
+        try:
+            atomic_write(path, self.to_text().encode("ascii"))
+        except OSError as e:
+            raise KafkaStorageError(f"Failed to write {path}: {e}") from e
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# .kafka_cleanshutdown
+# ---------------------------------------------------------------------------------------------------------------
+
+
+class CleanShutdownFile:
+    """The clean-shutdown marker. Its presence means clean; newer brokers (KIP-966) store the broker epoch.
+
+    Brokers before 3.7 wrote it empty, so ``read()`` answers None for an empty or unreadable file, as Kafka's
+    CleanShutdownFileHandler does: the file's existence is what counts.
+    """
+
+    def __init__(self, directory: str | os.PathLike[str]) -> None:
+        self.directory = Path(directory)
+        self.path = self.directory / CLEAN_SHUTDOWN_FILE
+
+    def exists(self) -> bool:
+        return self.path.exists()
+
+    def read(self) -> int | None:
+        """The broker epoch it records, or None (no file, an empty legacy file, or unparsable content)."""
+        try:
+            content = json.loads(self.path.read_text(encoding="utf-8"))
+            epoch = content["brokerEpoch"]
+            if isinstance(epoch, bool) or not isinstance(epoch, int):
+                raise ValueError(f"brokerEpoch is {epoch!r}")
+            return epoch
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError, TypeError, KeyError) as e:
+            log.debug("Fail to read the clean shutdown file in %s: %s", self.path, e)
+            return None
+
+    def write(self, broker_epoch: int) -> None:
+        """Write ``{"version":0,"brokerEpoch":<n>}``, fsync it and the directory."""
+        data = json.dumps({"version": 0, "brokerEpoch": int(broker_epoch)}, separators=(",", ":"))
+        try:
+            with open(self.path, "wb") as f:
+                f.write(data.encode("utf-8"))
+                f.flush()
+                os.fsync(f.fileno())
+            fsync_dir(self.directory)
+        except OSError as e:
+            raise KafkaStorageError(f"Failed to write the clean shutdown file {self.path}: {e}") from e
+
+    def delete(self) -> bool:
+        """Remove the marker; True if it existed."""
+        try:
+            self.path.unlink()
+        except FileNotFoundError:
+            return False
+        except OSError as e:
+            raise KafkaStorageError(f"Failed to delete the clean shutdown file {self.path}: {e}") from e
+        return True
+
+    def __repr__(self) -> str:
+        return f"CleanShutdownFile(file={self.path})"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# partition.metadata
+# ---------------------------------------------------------------------------------------------------------------
+
+_KEY_SEPARATOR = re.compile(r":\s+")
+
+
+class PartitionMetadataFile:
+    """``<partition dir>/partition.metadata``: ``version: 0\\ntopic_id: <base64url uuid>``, no final newline."""
+
+    CURRENT_VERSION = 0
+
+    def __init__(self, partition_dir: str | os.PathLike[str]) -> None:
+        self.partition_dir = Path(partition_dir)
+        self.path = self.partition_dir / PARTITION_METADATA_FILE
+
+    def exists(self) -> bool:
+        return self.path.exists()
+
+    @staticmethod
+    def encode(topic_id: str) -> str:
+        return f"version: {PartitionMetadataFile.CURRENT_VERSION}\ntopic_id: {topic_id}"
+
+    def write(self, topic_id: str) -> None:
+        """Write the file through ``.tmp``: write, fsync, rename, fsync the directory."""
+        topic_id = _canonical_uuid(topic_id)
+        if topic_id == ZERO_UUID:
+            raise ValueError(f"Cannot record the zero topic id in {self.path}")
+        try:
+            atomic_write(self.path, self.encode(topic_id).encode("utf-8"))
+        except OSError as e:
+            raise KafkaStorageError(f"Error while writing partition metadata file {self.path.absolute()}: {e}") from e
+
+    def read(self) -> str:
+        """The topic id; KafkaStorageError (Kafka's wording) if the file is missing or malformed."""
+        location = str(self.path.absolute())
+        try:
+            text = self.path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise KafkaStorageError(f"Error while reading partition metadata file {location}: {e}") from e
+        lines = text.splitlines()
+
+        def value(index: int, key: str) -> tuple[str, str]:
+            line = lines[index] if index < len(lines) else None
+            parts = _KEY_SEPARATOR.split(line, maxsplit=1) if line is not None else []
+            if len(parts) != 2 or parts[0] != key:
+                raise KafkaStorageError(f"Malformed line in partition metadata file [{location}]: {line}")
+            return line, parts[1]
+
+        line, raw_version = value(0, "version")
+        if not re.fullmatch(r"[+-]?[0-9]+", raw_version):
+            raise KafkaStorageError(f"Malformed line in partition metadata file [{location}]: {line}")
+        version = int(raw_version)
+        # As Kafka: only versions below the current one are refused, so a newer file stays readable.
+        if version < self.CURRENT_VERSION:
+            raise KafkaStorageError(f"Unrecognized version of partition metadata file ({location}): {version}")
+        line, raw_id = value(1, "topic_id")
+        try:
+            topic_id = _canonical_uuid(raw_id)
+        except ValueError:
+            raise KafkaStorageError(f"Malformed line in partition metadata file [{location}]: {line}") from None
+        if topic_id == ZERO_UUID:
+            raise KafkaStorageError(f"Invalid topic ID in partition metadata file ({location})")
+        return topic_id
+
+    def delete(self) -> bool:
+        """Remove the file; True if it existed."""
+        try:
+            self.path.unlink()
+        except FileNotFoundError:
+            return False
+        return True
+
+    def __repr__(self) -> str:
+        return f"PartitionMetadataFile(path={self.path})"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Topic names
+# ---------------------------------------------------------------------------------------------------------------
+
+MAX_TOPIC_NAME_LENGTH = 249
+_LEGAL_TOPIC_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+
+
+def _invalid_topic_reason(name: object) -> str | None:
+    if not isinstance(name, str):
+        return f"a topic name must be a string, not {type(name).__name__}"
+    if not name:
+        return "the empty string is not allowed"
+    if name == ".":
+        return "'.' is not allowed"
+    if name == "..":
+        return "'..' is not allowed"
+    if len(name.encode("utf-16-le")) // 2 > MAX_TOPIC_NAME_LENGTH:  # Java's String.length(): UTF-16 units
+        return f"the length of '{name}' is longer than the max allowed length {MAX_TOPIC_NAME_LENGTH}"
+    if not all(ch in _LEGAL_TOPIC_CHARS for ch in name):
+        return f"'{name}' contains one or more characters other than ASCII alphanumerics, '.', '_' and '-'"
+    return None
+
+
+def validate_topic_name(name: str) -> None:
+    """Kafka's Topic.validate: raise InvalidTopicError("Topic name is invalid: ...") for an illegal name.
+
+    A legal name has no '/', NUL or other separator and is neither '.' nor '..', so ``<log dir>/<name>-<n>``
+    always stays inside the log dir.
+    """
+    reason = _invalid_topic_reason(name)
+    if reason is not None:
+        raise InvalidTopicError(f"Topic name is invalid: {reason}")
+
+
+def is_valid_topic_name(name: str) -> bool:
+    return _invalid_topic_reason(name) is None
+
+
+def has_collision_chars(name: str) -> bool:
+    """True if the name has '.' or '_', which Kafka's metric names cannot tell apart."""
+    return "." in name or "_" in name
+
+
+def unify_collision_chars(name: str) -> str:
+    """The name with every '.' replaced by '_' (Topic.unifyCollisionChars), to check for collisions."""
+    return name.replace(".", "_")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# kafkalog-topics.json
+# ---------------------------------------------------------------------------------------------------------------
+
+TOPICS_FILE_VERSION = 1
+
+
+@dataclass
+class TopicState:
+    """What kafkalog remembers about a topic across restarts: its id, partition count and config overrides."""
+
+    topic_id: str
+    partitions: int
+    config: dict[str, str] = field(default_factory=dict)
+
+    def validate(self) -> None:
+        try:
+            parse_uuid(self.topic_id)
+        except ValueError as e:
+            raise ValueError(f"Invalid topic id {self.topic_id!r}: {e}") from None
+        if isinstance(self.partitions, bool) or not isinstance(self.partitions, int) or self.partitions < 1:
+            raise InvalidPartitionsError(f"Number of partitions must be at least 1, not {self.partitions!r}")
+        if not isinstance(self.config, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in self.config.items()
+        ):
+            raise ValueError(f"Topic config must map strings to strings: {self.config!r}")
+
+    def copy(self) -> TopicState:
+        return TopicState(self.topic_id, self.partitions, dict(self.config))
+
+    def to_json(self) -> dict[str, object]:
+        return {"topic_id": self.topic_id, "partitions": self.partitions, "config": dict(self.config)}
+
+    @classmethod
+    def from_json(cls, data: object) -> TopicState:
+        if not isinstance(data, dict):
+            raise ValueError(f"a topic entry must be an object, not {data!r}")
+        state = cls(data["topic_id"], data["partitions"], data.get("config", {}))
+        state.validate()
+        return state.copy()
+
+
+class TopicConfigStore:
+    """Per-topic state kept in ``kafkalog-topics.json`` in every log dir, so it survives losing a dir.
+
+    Each change writes every copy atomically with the next ``generation``; ``load()`` keeps the readable
+    copy with the highest generation (a corrupt or unreadable copy is skipped with a warning). The state is
+    loaded on first use if ``load()`` was not called.
+    """
+
+    def __init__(self, log_dirs: list[Path]) -> None:
+        if not log_dirs:
+            raise ValueError("TopicConfigStore needs at least one log dir")
+        self.log_dirs = [Path(d) for d in log_dirs]
+        self.generation = 0
+        self._topics: dict[str, TopicState] = {}
+        self._loaded = False
+        self._lock = threading.RLock()
+
+    def path(self, log_dir: Path) -> Path:
+        return Path(log_dir) / TOPICS_FILE
+
+    @staticmethod
+    def _read_copy(path: Path) -> tuple[int, dict[str, TopicState]]:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(data, dict):
+            raise ValueError("the file is not a JSON object")
+        if data.get("version") != TOPICS_FILE_VERSION:
+            raise ValueError(f"unsupported version {data.get('version')!r}")
+        generation = data.get("generation")
+        if isinstance(generation, bool) or not isinstance(generation, int) or generation < 0:
+            raise ValueError(f"bad generation {generation!r}")
+        topics = data.get("topics")
+        if not isinstance(topics, dict):
+            raise ValueError("'topics' is not an object")
+        states = {}
+        for name, entry in topics.items():
+            validate_topic_name(name)
+            states[name] = TopicState.from_json(entry)
+        return generation, states
+
+    def load(self) -> TopicConfigStore:
+        """(Re)read every copy and keep the newest readable one."""
+        best: tuple[int, dict[str, TopicState]] | None = None
+        for log_dir in self.log_dirs:
+            path = self.path(log_dir)
+            try:
+                copy = self._read_copy(path)
+            except FileNotFoundError:
+                continue
+            except (OSError, ValueError, KeyError, TypeError) as e:
+                log.warning("Ignoring the unreadable topic state file %s: %s", path, e)
+                continue
+            if best is None or copy[0] > best[0]:
+                best = copy
+        with self._lock:
+            self.generation, self._topics = best if best is not None else (0, {})
+            self._loaded = True
+        return self
+
+    def _ensure_loaded(self) -> None:
+        if not self._loaded:
+            self.load()
+
+    def _persist(self, topics: dict[str, TopicState]) -> None:
+        """Write ``topics`` as the next generation to every log dir; commit in memory if any copy was written."""
+        generation = self.generation + 1
+        data = {
+            "version": TOPICS_FILE_VERSION,
+            "generation": generation,
+            "topics": {name: topics[name].to_json() for name in sorted(topics)},
+        }
+        payload = (json.dumps(data, indent=2, sort_keys=True) + "\n").encode("utf-8")
+        failures = []
+        for log_dir in self.log_dirs:
+            try:
+                atomic_write(self.path(log_dir), payload)
+            except OSError as e:
+                log.warning("Failed to write the topic state file %s: %s", self.path(log_dir), e)
+                failures.append(f"{self.path(log_dir)}: {e}")
+        if len(failures) == len(self.log_dirs):
+            raise KafkaStorageError("Failed to write the topic state file in every log dir: " + "; ".join(failures))
+        self.generation = generation
+        self._topics = topics
+
+    def put(self, topic: str, state: TopicState) -> None:
+        """Record (or replace) a topic's state and persist it."""
+        validate_topic_name(topic)
+        state.validate()
+        with self._lock:
+            self._ensure_loaded()
+            topics = dict(self._topics)
+            topics[topic] = state.copy()
+            self._persist(topics)
+
+    def remove(self, topic: str) -> bool:
+        """Forget a topic and persist; True if it was known."""
+        with self._lock:
+            self._ensure_loaded()
+            if topic not in self._topics:
+                return False
+            topics = dict(self._topics)
+            del topics[topic]
+            self._persist(topics)
+            return True
+
+    def get(self, topic: str) -> TopicState | None:
+        """A copy of the topic's state, or None."""
+        with self._lock:
+            self._ensure_loaded()
+            state = self._topics.get(topic)
+            return state.copy() if state is not None else None
+
+    def topics(self) -> list[str]:
+        """The known topic names, sorted."""
+        with self._lock:
+            self._ensure_loaded()
+            return sorted(self._topics)
+
+    def __contains__(self, topic: object) -> bool:
+        with self._lock:
+            self._ensure_loaded()
+            return topic in self._topics

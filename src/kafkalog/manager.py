@@ -1,0 +1,518 @@
+"""The broker's storage side (Kafka's LogManager): log dirs, topics, and Kafka's background work.
+
+``LogManager(log_dirs, config, clock)`` locks each log dir, loads every partition in it (in parallel,
+recovering only what an unclean shutdown requires), and schedules retention, flushing and the
+checkpoints on Kafka's intervals. With ``clock=MockTime(...)`` every task runs when the clock passes
+its due time, so the whole schedule is testable.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import shutil
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .clock import SYSTEM_TIME, Time
+from .errors import (
+    InvalidPartitionsError,
+    KafkaStorageError,
+    TopicExistsError,
+    UnknownTopicOrPartitionError,
+)
+from .logdir import (
+    CleanShutdownFile,
+    LogDirLock,
+    MetaProperties,
+    PartitionMetadataFile,
+    TopicConfigStore,
+    TopicState,
+    new_uuid,
+    validate_topic_name,
+)
+from .record import RecordBatchBuilder, default_partition
+from .record.types import Header
+from .retention import RetentionExplanation, explain_retention
+from .scheduler import KafkaScheduler
+from .storage.checkpoints import CheckpointError, OffsetCheckpointFile
+from .storage.config import BrokerConfig, LogConfig
+from .storage.files import DELETE_DIR_SUFFIX, FUTURE_DIR_SUFFIX, STRAY_DIR_SUFFIX, deleted_dir_name, parse_partition_dir
+from .storage.log import Log
+
+log = logging.getLogger(__name__)
+
+RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
+LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
+REPLICATION_OFFSET_CHECKPOINT = "replication-offset-checkpoint"
+CLEANER_OFFSET_CHECKPOINT = "cleaner-offset-checkpoint"
+LONG_MAX = (1 << 63) - 1
+METADATA_TOPIC_DIR = "__cluster_metadata-0"
+
+
+@dataclass(frozen=True)
+class TopicPartition:
+    topic: str
+    partition: int
+
+    def __str__(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+
+@dataclass(frozen=True)
+class ConsumerRecord:
+    """A record as ``consume`` yields it: where it lives, and the record itself."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[Header, ...] = ()
+
+
+@dataclass(frozen=True)
+class PartitionDescription:
+    partition: int
+    log_dir: str
+    log_start_offset: int
+    log_end_offset: int
+    high_watermark: int
+    size_bytes: int
+    segments: int
+
+
+@dataclass(frozen=True)
+class TopicDescription:
+    name: str
+    topic_id: str
+    partitions: list[PartitionDescription]
+    config_overrides: dict[str, str] = field(default_factory=dict)
+    config: dict[str, object] = field(default_factory=dict)
+
+
+class LogManager:
+    """Every partition log in ``log_dirs``, and the background tasks that keep them."""
+
+    def __init__(
+        self, log_dirs=None, config: dict | str | Path | BrokerConfig | None = None, clock: Time | None = None
+    ) -> None:
+        self.broker = _broker_config(config, log_dirs)
+        dirs = log_dirs if log_dirs is not None else self.broker.log_dirs
+        if isinstance(dirs, str | Path):
+            dirs = [p for p in str(dirs).split(",") if p]
+        self.log_dirs = [Path(d).resolve() for d in dirs]
+        if not self.log_dirs:
+            raise KafkaStorageError("No log directories configured (log.dirs)")
+        self.clock = clock or SYSTEM_TIME
+        mock_scheduler = getattr(self.clock, "scheduler", None)
+        self.scheduler = mock_scheduler if mock_scheduler is not None else KafkaScheduler(clock=self.clock)
+        self._owns_scheduler = mock_scheduler is None
+        self._lock = threading.RLock()
+        self._logs: dict[TopicPartition, Log] = {}
+        self._dir_of: dict[TopicPartition, Path] = {}
+        self._locks: list[LogDirLock] = []
+        self._tasks: list[object] = []
+        self._store = TopicConfigStore(self.log_dirs)
+        self._round_robin = itertools.count()
+        self._next_retention_check_ms: int | None = None
+        self._started = False
+        self._clean_start: dict[Path, bool] = {}
+
+    # ----- startup and shutdown --------------------------------------------------------------
+    def __enter__(self) -> LogManager:
+        self.startup()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.shutdown()
+
+    def startup(self) -> None:
+        """Lock the log dirs, load every partition, and schedule Kafka's background tasks."""
+        with self._lock:
+            if self._started:
+                return
+            try:
+                for directory in self.log_dirs:
+                    directory.mkdir(parents=True, exist_ok=True)
+                    lock = LogDirLock(directory)
+                    lock.acquire()
+                    self._locks.append(lock)
+                    self._ensure_meta_properties(directory)
+                self._store.load()
+                for directory in self.log_dirs:
+                    self._load_dir(directory)
+            except BaseException:
+                self._release_locks()
+                raise
+            if self._owns_scheduler:
+                self.scheduler.startup()
+            self._schedule_tasks()
+            self._started = True
+
+    def _ensure_meta_properties(self, directory: Path) -> None:
+        if MetaProperties.read(directory) is None:
+            existing = next((m for d in self.log_dirs if (m := MetaProperties.read(d)) is not None), None)
+            meta = MetaProperties.generate(
+                cluster_id=existing.cluster_id if existing else None, node_id=existing.node_id if existing else 0
+            )
+            meta.write(directory)
+
+    def _read_checkpoint(self, directory: Path, name: str) -> dict[TopicPartition, int]:
+        try:
+            entries = OffsetCheckpointFile(directory / name).read()
+        except (CheckpointError, OSError, ValueError) as e:
+            log.warning("Ignoring the unreadable checkpoint %s: %s", directory / name, e)
+            return {}
+        return {TopicPartition(t, p): o for (t, p), o in entries.items()}
+
+    def _load_dir(self, directory: Path) -> None:
+        marker = CleanShutdownFile(directory)
+        clean = marker.exists()
+        if clean:
+            marker.delete()
+        self._clean_start[directory] = clean
+        recovery = self._read_checkpoint(directory, RECOVERY_POINT_CHECKPOINT)
+        starts = self._read_checkpoint(directory, LOG_START_OFFSET_CHECKPOINT)
+        high_watermarks = self._read_checkpoint(directory, REPLICATION_OFFSET_CHECKPOINT)
+        jobs = []
+        for child in sorted(directory.iterdir()):
+            if not child.is_dir() or child.name.startswith("."):
+                continue
+            name = child.name
+            if name.endswith(DELETE_DIR_SUFFIX):
+                self._schedule_dir_removal(child, 0)
+                continue
+            if name.endswith((FUTURE_DIR_SUFFIX, STRAY_DIR_SUFFIX)) or name == METADATA_TOPIC_DIR:
+                continue
+            try:
+                tp = TopicPartition(*parse_partition_dir(name))
+            except ValueError:
+                log.warning("Skipping %s in log dir %s: not a topic-partition directory", name, directory)
+                continue
+            jobs.append((tp, child))
+        threads = max(1, int(self.broker.num_recovery_threads_per_data_dir))
+
+        def open_one(job):
+            tp, path = job
+            log_obj = Log.open(
+                path,
+                self._log_config(tp.topic),
+                self.clock,
+                log_start_offset=starts.get(tp, 0),
+                recovery_point=recovery.get(tp, 0),
+                high_watermark=high_watermarks.get(tp),
+                had_clean_shutdown=clean,
+                scheduler=self.scheduler,
+            )
+            return tp, path, log_obj
+
+        with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="log-recovery") as pool:
+            for tp, path, log_obj in pool.map(open_one, jobs):
+                if tp in self._logs:
+                    raise KafkaStorageError(
+                        f"Duplicate log directories for {tp} are found in both {self._dir_of[tp]} and {path}."
+                    )
+                self._logs[tp] = log_obj
+                self._dir_of[tp] = directory
+                if self._store.get(tp.topic) is None:
+                    self._adopt_topic(tp, path)
+
+    def _adopt_topic(self, tp: TopicPartition, path: Path) -> None:
+        """A partition directory kafkalog did not create (e.g. a broker's): record its topic."""
+        metadata = PartitionMetadataFile(path)
+        topic_id = metadata.read() if metadata.exists() else new_uuid()
+        partitions = max((p.partition for p in self._logs if p.topic == tp.topic), default=0) + 1
+        self._store.put(tp.topic, TopicState(topic_id, partitions, {}))
+
+    def _log_config(self, topic: str) -> LogConfig:
+        state = self._store.get(topic)
+        return LogConfig(dict(state.config) if state else {}, broker=self.broker)
+
+    def _schedule_tasks(self) -> None:
+        b = self.broker
+        delay = int(b.log_initial_task_delay_ms)
+        self._next_retention_check_ms = self.clock.milliseconds() + delay
+        tasks = [
+            ("kafka-log-retention", self.cleanup_logs, int(b.log_retention_check_interval_ms)),
+            ("kafka-log-flusher", self.flush_dirty_logs, int(b.log_flush_scheduler_interval_ms)),
+            (
+                "kafka-recovery-point-checkpoint",
+                self.checkpoint_recovery_points,
+                int(b.log_flush_offset_checkpoint_interval_ms),
+            ),
+            (
+                "kafka-log-start-offset-checkpoint",
+                self.checkpoint_log_start_offsets,
+                int(b.log_flush_start_offset_checkpoint_interval_ms),
+            ),
+            (
+                "highwatermark-checkpoint",
+                self.checkpoint_high_watermarks,
+                int(b.replica_high_watermark_checkpoint_interval_ms),
+            ),
+        ]
+        for name, fn, period in tasks:
+            if period >= LONG_MAX // 2:
+                continue  # Kafka's Long.MAX default: the task never comes due
+            self._tasks.append(self.scheduler.schedule(name, fn, delay, period))
+
+    def shutdown(self) -> None:
+        """Flush and close every log, write the checkpoints and the clean-shutdown marker, release the dirs."""
+        with self._lock:
+            if not self._started:
+                return
+            for task in self._tasks:
+                task.cancel()
+            self._tasks.clear()
+            if self._owns_scheduler:
+                self.scheduler.shutdown()
+            for log_obj in self._logs.values():
+                log_obj.close()
+            self.checkpoint_recovery_points()
+            self.checkpoint_log_start_offsets()
+            self.checkpoint_high_watermarks()
+            for directory in self.log_dirs:
+                CleanShutdownFile(directory).write(0)
+            self._logs.clear()
+            self._dir_of.clear()
+            self._release_locks()
+            self._started = False
+
+    def _release_locks(self) -> None:
+        for lock in self._locks:
+            lock.release()
+        self._locks.clear()
+
+    # ----- background tasks ------------------------------------------------------------------
+    def cleanup_logs(self) -> int:
+        """One retention pass over every log (the kafka-log-retention task); return segments deleted."""
+        deleted = 0
+        for log_obj in list(self._logs.values()):
+            deleted += log_obj.delete_old_segments()
+        self._next_retention_check_ms = self.clock.milliseconds() + int(self.broker.log_retention_check_interval_ms)
+        return deleted
+
+    def flush_dirty_logs(self) -> None:
+        """Flush every log whose flush.ms has passed (the kafka-log-flusher task)."""
+        for log_obj in list(self._logs.values()):
+            log_obj.flush_if_due()
+
+    def _write_checkpoint(self, name: str, value_of) -> None:
+        """Write one root checkpoint per log dir with ``value_of(log)`` for its logs (None leaves a log out)."""
+        for directory in self.log_dirs:
+            entries = {}
+            for tp, log_obj in list(self._logs.items()):
+                if self._dir_of.get(tp) == directory and (value := value_of(log_obj)) is not None:
+                    entries[(tp.topic, tp.partition)] = value
+            OffsetCheckpointFile(directory / name).write(entries)
+
+    def checkpoint_recovery_points(self) -> None:
+        self._write_checkpoint(RECOVERY_POINT_CHECKPOINT, _recovery_point)
+
+    def checkpoint_log_start_offsets(self) -> None:
+        self._write_checkpoint(LOG_START_OFFSET_CHECKPOINT, _moved_log_start)
+
+    def checkpoint_high_watermarks(self) -> None:
+        self._write_checkpoint(REPLICATION_OFFSET_CHECKPOINT, _high_watermark)
+
+    def _schedule_dir_removal(self, path: Path, delay_ms: int) -> None:
+        def remove() -> None:
+            shutil.rmtree(path, ignore_errors=True)
+            log.info("Deleted log directory %s", path)
+
+        if self._started or not self._owns_scheduler:
+            self.scheduler.schedule_once(f"kafka-delete-logs-{path.name}", remove, delay_ms)
+        else:
+            remove()
+
+    # ----- topics ----------------------------------------------------------------------------
+    def create_topic(self, name: str, partitions: int = 1, config: dict | None = None) -> TopicDescription:
+        """Create a topic: partitions spread over the log dirs, each with its partition.metadata."""
+        validate_topic_name(name)
+        if partitions < 1:
+            raise InvalidPartitionsError(f"Number of partitions must be larger than 0, not {partitions}")
+        overrides = {k: str(v) for k, v in (config or {}).items()}
+        log_config = LogConfig(overrides, broker=self.broker)
+        with self._lock:
+            self._check_started()
+            if self._store.get(name) is not None:
+                raise TopicExistsError(f"Topic '{name}' already exists.")
+            topic_id = new_uuid()
+            for p in range(partitions):
+                directory = self._next_log_dir()
+                path = directory / f"{name}-{p}"
+                path.mkdir(parents=True, exist_ok=False)
+                PartitionMetadataFile(path).write(topic_id)
+                tp = TopicPartition(name, p)
+                self._logs[tp] = Log.open(
+                    path, log_config, self.clock, scheduler=self.scheduler, had_clean_shutdown=True
+                )
+                self._dir_of[tp] = directory
+            self._store.put(name, TopicState(topic_id, partitions, overrides))
+            return self.describe_topic(name)
+
+    def _next_log_dir(self) -> Path:
+        """The log dir with the fewest partitions (Kafka's nextLogDirs)."""
+        counts = {d: 0 for d in self.log_dirs}
+        for directory in self._dir_of.values():
+            counts[directory] += 1
+        return min(self.log_dirs, key=lambda d: (counts[d], self.log_dirs.index(d)))
+
+    def delete_topic(self, name: str) -> None:
+        """Close the topic's logs, rename their dirs to ``-delete`` and remove them after file.delete.delay.ms."""
+        with self._lock:
+            self._check_started()
+            partitions = self._partitions_of(name)
+            delay = LogConfig({}, broker=self.broker).file_delete_delay_ms
+            for tp in partitions:
+                log_obj = self._logs.pop(tp)
+                directory = self._dir_of.pop(tp)
+                log_obj.close()
+                target = directory / deleted_dir_name(tp.topic, tp.partition)
+                log_obj.directory.rename(target)
+                self._schedule_dir_removal(target, delay)
+            self._store.remove(name)
+            self.checkpoint_recovery_points()
+            self.checkpoint_log_start_offsets()
+
+    def topics(self) -> list[str]:
+        return sorted(self._store.topics())
+
+    def _partitions_of(self, topic: str) -> list[TopicPartition]:
+        partitions = sorted((tp for tp in self._logs if tp.topic == topic), key=lambda tp: tp.partition)
+        if not partitions:
+            raise UnknownTopicOrPartitionError(f"Topic '{topic}' does not exist.")
+        return partitions
+
+    def describe_topic(self, name: str) -> TopicDescription:
+        state = self._store.get(name)
+        if state is None:
+            raise UnknownTopicOrPartitionError(f"Topic '{name}' does not exist.")
+        parts = []
+        for tp in self._partitions_of(name):
+            lg = self._logs[tp]
+            parts.append(
+                PartitionDescription(
+                    tp.partition,
+                    str(self._dir_of[tp]),
+                    lg.log_start_offset,
+                    lg.log_end_offset,
+                    lg.high_watermark,
+                    lg.size,
+                    len(lg.segments),
+                )
+            )
+        config = self._logs[TopicPartition(name, 0)].config.to_dict() if parts else {}
+        return TopicDescription(name, state.topic_id, parts, dict(state.config), config)
+
+    def alter_topic_config(self, name: str, updates: dict) -> TopicDescription:
+        """Change topic config overrides at runtime (a None value removes one); persisted and applied now."""
+        with self._lock:
+            state = self._store.get(name)
+            if state is None:
+                raise UnknownTopicOrPartitionError(f"Topic '{name}' does not exist.")
+            overrides = dict(state.config)
+            for key, value in updates.items():
+                if value is None:
+                    overrides.pop(key, None)
+                else:
+                    overrides[key] = str(value)
+            log_config = LogConfig(overrides, broker=self.broker)
+            for tp in self._partitions_of(name):
+                self._logs[tp].config = log_config
+            self._store.put(name, TopicState(state.topic_id, state.partitions, overrides))
+            return self.describe_topic(name)
+
+    def get_log(self, topic: str, partition: int = 0) -> Log:
+        try:
+            return self._logs[TopicPartition(topic, partition)]
+        except KeyError:
+            raise UnknownTopicOrPartitionError(f"Partition {topic}-{partition} does not exist.") from None
+
+    def _check_started(self) -> None:
+        if not self._started:
+            raise KafkaStorageError("The log manager is not started (use it as a context manager, or startup())")
+
+    # ----- data ------------------------------------------------------------------------------
+    def produce(
+        self,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None = None,
+        headers=(),
+        partition: int | None = None,
+        timestamp: int | None = None,
+    ) -> tuple[int, int]:
+        """Append one record; return (partition, offset). A key picks the partition as Kafka's default
+        partitioner does (murmur2); without a key or partition, partitions take turns."""
+        count = len(self._partitions_of(topic))
+        if partition is None:
+            partition = default_partition(key, count) if key is not None else next(self._round_robin) % count
+        elif not 0 <= partition < count:
+            raise InvalidPartitionsError(
+                f"Partition {partition} of topic '{topic}' does not exist ({count} partitions)"
+            )
+        builder = RecordBatchBuilder(clock=self.clock)
+        builder.append(key, value, timestamp, headers)
+        info = self.get_log(topic, partition).append(builder)
+        return partition, info.first_offset
+
+    def consume(
+        self,
+        topic: str,
+        partition: int | None = None,
+        from_offset: int | None = None,
+        isolation: str = "read_uncommitted",
+    ) -> Iterator[ConsumerRecord]:
+        """Every record of one partition (or of each partition in turn) from ``from_offset`` or the log start."""
+        partitions = [partition] if partition is not None else [tp.partition for tp in self._partitions_of(topic)]
+        for p in partitions:
+            for record in self.get_log(topic, p).records(from_offset, isolation):
+                yield ConsumerRecord(
+                    topic, p, record.offset, record.timestamp, record.key, record.value, record.headers
+                )
+
+    # ----- explanations ------------------------------------------------------------------------
+    def explain_retention(self, topic: str, partition: int | None = None) -> list[RetentionExplanation]:
+        """Why each segment is still here and when it will go, per partition (see kafkalog.retention)."""
+        partitions = [partition] if partition is not None else [tp.partition for tp in self._partitions_of(topic)]
+        now = self.clock.milliseconds()
+        interval = int(self.broker.log_retention_check_interval_ms)
+        next_check = self._next_retention_check_ms if self._next_retention_check_ms is not None else now
+        return [
+            explain_retention(
+                self.get_log(topic, p), now_ms=now, check_interval_ms=interval, next_check_ms=max(next_check, now)
+            )
+            for p in partitions
+        ]
+
+
+def _recovery_point(lg: Log) -> int:
+    return lg.recovery_point
+
+
+def _moved_log_start(lg: Log) -> int | None:
+    """Kafka checkpoints a log start offset only once it has moved past the first segment's base."""
+    first = lg.segments.first()
+    return lg.log_start_offset if first is not None and lg.log_start_offset > first.base_offset else None
+
+
+def _high_watermark(lg: Log) -> int:
+    return lg.high_watermark
+
+
+def _broker_config(config, log_dirs) -> BrokerConfig:
+    if isinstance(config, BrokerConfig):
+        return config
+    if isinstance(config, str | Path):
+        return BrokerConfig.from_file(config)
+    values = dict(config or {})
+    if log_dirs is not None and "log.dirs" not in values and "log.dir" not in values:
+        dirs = [log_dirs] if isinstance(log_dirs, str | Path) else list(log_dirs)
+        values["log.dirs"] = ",".join(str(d) for d in dirs)
+    return BrokerConfig(values)

@@ -1,0 +1,193 @@
+"""LogManager: log dirs, topics, restarts, checkpoints and the background schedule (spec 5, 8, 9, 10, 11)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from conftest import fixture_path
+from kafkalog import LogManager
+from kafkalog.errors import (
+    InvalidConfigurationError,
+    InvalidPartitionsError,
+    InvalidTopicError,
+    KafkaStorageError,
+    TopicExistsError,
+    UnknownTopicOrPartitionError,
+)
+from kafkalog.record import default_partition
+from kafkalog.storage.checkpoints import OffsetCheckpointFile
+from kafkalog.testing import MockTime
+
+START = 1_700_000_000_000
+
+
+@pytest.fixture
+def clock() -> MockTime:
+    return MockTime(start_ms=START)
+
+
+def test_startup_writes_meta_properties_and_a_clean_shutdown_marker(tmp_path: Path, clock: MockTime) -> None:
+    with LogManager([tmp_path / "a", tmp_path / "b"], clock=clock) as manager:
+        manager.create_topic("events", partitions=4)
+        assert not (tmp_path / "a" / ".kafka_cleanshutdown").exists()
+    for d in ("a", "b"):
+        assert (tmp_path / d / "meta.properties").is_file()
+        assert (tmp_path / d / ".kafka_cleanshutdown").read_text() == '{"version":0,"brokerEpoch":0}'
+        for name in (
+            "recovery-point-offset-checkpoint",
+            "log-start-offset-checkpoint",
+            "replication-offset-checkpoint",
+        ):
+            assert (tmp_path / d / name).is_file()
+    # four partitions spread evenly over the two dirs (the dir with the fewest partitions first)
+    assert sorted(p.name for p in (tmp_path / "a").iterdir() if p.is_dir()) == ["events-0", "events-2"]
+    assert sorted(p.name for p in (tmp_path / "b").iterdir() if p.is_dir()) == ["events-1", "events-3"]
+
+
+def test_a_second_manager_cannot_take_a_locked_dir(tmp_path: Path, clock: MockTime) -> None:
+    with LogManager(tmp_path, clock=clock), pytest.raises(KafkaStorageError, match="Failed to acquire lock"):
+        LogManager(tmp_path, clock=MockTime()).startup()
+    with LogManager(tmp_path, clock=clock):  # released on shutdown
+        pass
+
+
+def test_topics_create_list_describe_alter_delete(tmp_path: Path, clock: MockTime) -> None:
+    with LogManager(
+        tmp_path, {"file.delete.delay.ms": 1000, "log.segment.delete.delay.ms": 1000}, clock=clock
+    ) as manager:
+        manager.create_topic("orders", partitions=2, config={"retention.ms": 3600000})
+        manager.create_topic("users", config={"cleanup.policy": "compact"})
+        assert manager.topics() == ["orders", "users"]
+        with pytest.raises(TopicExistsError):
+            manager.create_topic("orders")
+        for bad in ("", ".", "..", "a/b", "../x", "x" * 250, "sp ace"):
+            with pytest.raises(InvalidTopicError):
+                manager.create_topic(bad)
+        with pytest.raises(InvalidPartitionsError):
+            manager.create_topic("zero", partitions=0)
+        with pytest.raises(InvalidConfigurationError):
+            manager.create_topic("badcfg", config={"segment.bytes": "13"})
+        assert "badcfg" not in manager.topics()
+        description = manager.describe_topic("orders")
+        assert [p.partition for p in description.partitions] == [0, 1]
+        assert description.config_overrides == {"retention.ms": "3600000"}
+        assert description.config["retention.ms"] == 3600000
+        assert (tmp_path / "orders-0" / "partition.metadata").read_text() == (
+            f"version: 0\ntopic_id: {description.topic_id}"
+        )
+        manager.alter_topic_config("orders", {"retention.ms": 60000, "segment.bytes": 2048})
+        assert manager.get_log("orders", 1).config.retention_ms == 60000
+        manager.alter_topic_config("orders", {"segment.bytes": None})
+        assert manager.describe_topic("orders").config_overrides == {"retention.ms": "60000"}
+        manager.delete_topic("users")
+        assert manager.topics() == ["orders"]
+        leftover = [p for p in tmp_path.iterdir() if p.name.startswith("users-0.") and p.name.endswith("-delete")]
+        assert len(leftover) == 1
+        clock.advance(999)
+        assert leftover[0].exists()
+        clock.advance(1)
+        assert not leftover[0].exists()
+        with pytest.raises(UnknownTopicOrPartitionError):
+            manager.get_log("users", 0)
+
+
+def test_config_overrides_and_data_survive_a_restart(tmp_path: Path, clock: MockTime) -> None:
+    with LogManager(tmp_path, clock=clock) as manager:
+        manager.create_topic("t", partitions=3, config={"segment.bytes": 4096, "retention.bytes": 100000})
+        placed = [manager.produce("t", b"value-%d" % i, key=b"key-%d" % i) for i in range(200)]
+    with LogManager(tmp_path, clock=clock) as manager:
+        assert manager.describe_topic("t").config_overrides == {"segment.bytes": "4096", "retention.bytes": "100000"}
+        assert manager.get_log("t", 0).config.segment_bytes == 4096
+        records = {(r.partition, r.offset): r for r in manager.consume("t")}
+        assert len(records) == 200
+        for i, (partition, offset) in enumerate(placed):
+            assert records[(partition, offset)].value == b"value-%d" % i
+
+
+def test_produce_uses_kafkas_default_partitioner(tmp_path: Path, clock: MockTime) -> None:
+    with LogManager(tmp_path, clock=clock) as manager:
+        manager.create_topic("keyed", partitions=7)
+        for key in (b"21", b"foobar", b"a-little-bit-long-string", b"abc"):
+            partition, _ = manager.produce("keyed", b"v", key=key)
+            assert partition == default_partition(key, 7)
+        assert [manager.produce("keyed", b"v", partition=5)[0] for _ in range(2)] == [5, 5]
+        with pytest.raises(InvalidPartitionsError):
+            manager.produce("keyed", b"v", partition=7)
+        unkeyed = {manager.produce("keyed", b"v")[0] for _ in range(14)}
+        assert unkeyed == set(range(7))
+
+
+def test_clean_restart_skips_recovery_and_checkpoints_round_trip(tmp_path: Path, clock: MockTime) -> None:
+    with LogManager(tmp_path, clock=clock) as manager:
+        manager.create_topic("t", config={"segment.bytes": 1024})
+        for i in range(50):
+            manager.produce("t", b"x" * 40, timestamp=START + i)
+        log = manager.get_log("t", 0)
+        log.delete_records(20)
+        manager.cleanup_logs()
+        start, end = log.log_start_offset, log.log_end_offset
+    recovery = OffsetCheckpointFile(tmp_path / "recovery-point-offset-checkpoint").read()
+    assert recovery == {("t", 0): end}
+    assert OffsetCheckpointFile(tmp_path / "log-start-offset-checkpoint").read() == {("t", 0): start}
+    assert OffsetCheckpointFile(tmp_path / "replication-offset-checkpoint").read() == {("t", 0): end}
+    with LogManager(tmp_path, clock=clock) as manager:
+        log = manager.get_log("t", 0)
+        assert (log.log_start_offset, log.log_end_offset, log.recovery_point, log.high_watermark) == (
+            start,
+            end,
+            end,
+            end,
+        )
+
+
+def test_broken_checkpoint_files_are_not_fatal(tmp_path: Path, clock: MockTime) -> None:
+    with LogManager(tmp_path, clock=clock) as manager:
+        manager.create_topic("t")
+        manager.produce("t", b"v")
+    for name in ("recovery-point-offset-checkpoint", "log-start-offset-checkpoint", "replication-offset-checkpoint"):
+        (tmp_path / name).write_text("0\n5\nnot a line\n")
+    (tmp_path / ".kafka_cleanshutdown").unlink()
+    with LogManager(tmp_path, clock=clock) as manager:
+        assert [r.value for r in manager.consume("t")] == [b"v"]
+
+
+def test_retention_runs_on_its_schedule(tmp_path: Path, clock: MockTime) -> None:
+    broker = {"log.retention.check.interval.ms": 300000, "log.segment.delete.delay.ms": 60000}
+    with LogManager(tmp_path, broker, clock=clock) as manager:
+        manager.create_topic("t", config={"segment.bytes": 2048, "retention.ms": 600000})
+        for _i in range(40):
+            manager.produce("t", b"x" * 100, timestamp=clock.milliseconds())
+            clock.advance(1000)  # 40 s of data, oldest first
+        log = manager.get_log("t", 0)
+        first_segments = len(log.segments)
+        assert first_segments > 2
+        # The first check runs at log.initial.task.delay.ms (30 s) after startup, then every 5 minutes.
+        clock.advance(600000)
+        assert len(log.segments) < first_segments
+        assert any(p.name.endswith(".deleted") for p in (tmp_path / "t-0").iterdir())
+        clock.advance(60000)
+        assert not any(p.name.endswith(".deleted") for p in (tmp_path / "t-0").iterdir())
+
+
+def test_loads_a_real_broker_log_dir(tmp_path: Path, clock: MockTime) -> None:
+    source = fixture_path("broker-logs", "bheem6005-kafka", "kafka-logs")
+    target = tmp_path / "kafka-logs"
+    shutil.copytree(source, target)
+    (target / ".lock").unlink(missing_ok=True)
+    with LogManager(target, clock=clock) as manager:
+        assert "cities" in manager.topics()
+        cities = list(manager.consume("cities"))
+        assert len(cities) > 0
+        assert (
+            manager.describe_topic("cities").topic_id
+            == (target / "cities-0" / "partition.metadata").read_text().split("topic_id: ")[1]
+        )
+
+
+def test_not_started_is_a_clear_error(tmp_path: Path) -> None:
+    manager = LogManager(tmp_path, clock=MockTime())
+    with pytest.raises(KafkaStorageError, match="not started"):
+        manager.create_topic("t")
