@@ -17,7 +17,11 @@ def test_demo_job_runs_end_to_end(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stderr
     for codec in ("none", "gzip", "snappy", "lz4", "zstd"):
-        segment = out / f"events-{codec}-0" / "00000000000000000000.log"
+        segment = out / "codecs" / f"events-{codec}-0" / "00000000000000000000.log"
         assert segment.stat().st_size > 0
         assert codec in result.stdout
     assert result.stdout.count("ok") >= 5
+    for partition in range(4):  # part 2: the log manager's topic, restarted cleanly and uncleanly
+        assert any((out / "kafka-logs" / f"clicks-{partition}").glob("*.log"))
+    assert (out / "kafka-logs" / ".kafka_cleanshutdown").exists()
+    assert "every retained record is back" in result.stdout
