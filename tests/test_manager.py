@@ -40,6 +40,7 @@ def test_startup_writes_meta_properties_and_a_clean_shutdown_marker(tmp_path: Pa
             "recovery-point-offset-checkpoint",
             "log-start-offset-checkpoint",
             "replication-offset-checkpoint",
+            "cleaner-offset-checkpoint",
         ):
             assert (tmp_path / d / name).is_file()
     # four partitions spread evenly over the two dirs (the dir with the fewest partitions first)

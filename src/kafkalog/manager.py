@@ -143,6 +143,8 @@ class LogManager:
                     lock.acquire()
                     self._locks.append(lock)
                     self._ensure_meta_properties(directory)
+                    # Kafka's cleaner manager creates this file at startup, empty until a log is cleaned.
+                    OffsetCheckpointFile(directory / CLEANER_OFFSET_CHECKPOINT)
                 self._store.load()
                 for directory in self.log_dirs:
                     self._load_dir(directory)
