@@ -85,10 +85,7 @@ class CheckpointFile(Generic[T]):
         self.version = version
         self.formatter = formatter
         try:
-            with open(self.path, "x"):
-                pass
-        except FileExistsError:
-            pass
+            os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o644))  # create if missing, never truncate
         except OSError as e:
             raise CheckpointError(f"Cannot create checkpoint file: {e}", path=str(self.path)) from e
 

@@ -34,6 +34,7 @@ import os
 import shutil
 import struct
 import threading
+from abc import ABC, abstractmethod
 from enum import Enum
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -97,7 +98,7 @@ def _round_down(number: int, factor: int) -> int:
     return factor * int(number / factor) if number < 0 else factor * (number // factor)
 
 
-class AbstractIndex:
+class AbstractIndex(ABC):
     """What the offset and time indexes share: the mapping, its size, the entry count, search and resizing."""
 
     ENTRY_SIZE = 0
@@ -237,9 +238,9 @@ class AbstractIndex:
 
     # ----------------------------------------------------------------- entries and search
 
+    @abstractmethod
     def _parse(self, buf: Any, n: int) -> Any:
-        """The entry in slot ``n`` with an absolute offset; overridden per index."""
-        raise NotImplementedError
+        """The entry in slot ``n`` with an absolute offset; each index defines it."""
 
     def _entry_checked(self, n: int) -> Any:
         with self._lock:
@@ -302,8 +303,9 @@ class AbstractIndex:
             self._entries = entries
             self._refresh_last()
 
+    @abstractmethod
     def _refresh_last(self) -> None:
-        """Re-read the cached last entry from the mapping; overridden per index."""
+        """Re-read the cached last entry from the mapping; each index defines it."""
 
     def _write_entry(self, *fields: int) -> None:
         self._ENTRY.pack_into(self._buffer(), self._entries * self.ENTRY_SIZE, *fields)
@@ -315,13 +317,13 @@ class AbstractIndex:
         """Remove every entry (the file keeps its size)."""
         self._truncate_to_entries(0)
 
+    @abstractmethod
     def truncate_to(self, offset: int) -> None:
         """Remove every entry whose offset is >= ``offset``."""
-        raise NotImplementedError
 
+    @abstractmethod
     def sanity_check(self) -> None:
         """Raise CorruptIndexError on obvious damage."""
-        raise NotImplementedError
 
     def resize(self, new_size: int) -> bool:
         """Set the file and mapping to ``new_size`` rounded down to whole entries; True if the size changed."""
