@@ -192,3 +192,19 @@ def test_not_started_is_a_clear_error(tmp_path: Path) -> None:
     manager = LogManager(tmp_path, clock=MockTime())
     with pytest.raises(KafkaStorageError, match="not started"):
         manager.create_topic("t")
+
+
+def test_a_manual_retention_pass_does_not_move_the_schedule(tmp_path: Path, clock: MockTime) -> None:
+    """Checks run at fixed times (30 s after startup, then every 5 min); calling cleanup_logs adds a pass."""
+    with LogManager(tmp_path, {"log.retention.check.interval.ms": 300000}, clock=clock) as manager:
+        manager.create_topic("t", config={"retention.ms": 600000})
+        manager.produce("t", b"x", timestamp=START)
+        clock.advance(100_000)  # the first scheduled check ran at START + 30 s; the next is at START + 330 s
+        manager.cleanup_logs()
+        segment = manager.explain_retention("t", 0)[0].segments[0]
+        # deletable once now - largest timestamp > 600000, i.e. from START + 600001: the check at START + 630 s
+        assert segment.deleted_at_ms == START + 630_000
+        clock.advance(529_999)
+        assert manager.get_log("t").segments.base_offsets == [0]
+        clock.advance(1)
+        assert manager.get_log("t").segments.base_offsets == [1]

@@ -240,7 +240,7 @@ class LogManager:
         delay = int(b.log_initial_task_delay_ms)
         self._next_retention_check_ms = self.clock.milliseconds() + delay
         tasks = [
-            ("kafka-log-retention", self.cleanup_logs, int(b.log_retention_check_interval_ms)),
+            ("kafka-log-retention", self._scheduled_cleanup, int(b.log_retention_check_interval_ms)),
             ("kafka-log-flusher", self.flush_dirty_logs, int(b.log_flush_scheduler_interval_ms)),
             (
                 "kafka-recovery-point-checkpoint",
@@ -292,12 +292,16 @@ class LogManager:
 
     # ----- background tasks ------------------------------------------------------------------
     def cleanup_logs(self) -> int:
-        """One retention pass over every log (the kafka-log-retention task); return segments deleted."""
+        """One retention pass over every log, now; return the segments deleted (the schedule is unchanged)."""
         deleted = 0
         for log_obj in list(self._logs.values()):
             deleted += log_obj.delete_old_segments()
-        self._next_retention_check_ms = self.clock.milliseconds() + int(self.broker.log_retention_check_interval_ms)
         return deleted
+
+    def _scheduled_cleanup(self) -> None:
+        """The kafka-log-retention task: a pass, then the time of the next one (fixed rate)."""
+        self._next_retention_check_ms = self.clock.milliseconds() + int(self.broker.log_retention_check_interval_ms)
+        self.cleanup_logs()
 
     def flush_dirty_logs(self) -> None:
         """Flush every log whose flush.ms has passed (the kafka-log-flusher task)."""
