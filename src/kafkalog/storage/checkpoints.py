@@ -16,12 +16,23 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import threading
 from collections.abc import Iterable, Mapping
 from os import PathLike
 from pathlib import Path
 from typing import Generic, NamedTuple, Protocol, TypeVar
 
 from ..errors import KafkaLogError
+
+_LOCKS: dict[Path, threading.Lock] = {}
+_LOCKS_GUARD = threading.Lock()
+
+
+def _path_lock(path: Path) -> threading.Lock:
+    """One lock per checkpoint file, shared by every object that writes it (the manager makes new ones)."""
+    with _LOCKS_GUARD:
+        return _LOCKS.setdefault(path, threading.Lock())
+
 
 T = TypeVar("T")
 
@@ -93,14 +104,15 @@ class CheckpointFile(Generic[T]):
         """Replace the file's content atomically with ``entries``; ``sync`` fsyncs the file and its directory."""
         lines = [self.formatter.to_line(entry) for entry in entries]
         text = "".join(f"{line}\n" for line in [str(self.version), str(len(lines)), *lines])
-        try:
-            self._write_tmp(text.encode("utf-8"), sync)
-            os.replace(self.tmp_path, self.path)
-            if sync:
-                fsync_directory(self.path.parent)
-        except OSError as e:
-            self._discard_tmp()
-            raise CheckpointError(f"Error while writing checkpoint file: {e}", path=str(self.path)) from e
+        with _path_lock(self.path):  # as Kafka's CheckpointFile.write: one writer of a file (and its .tmp) at a time
+            try:
+                self._write_tmp(text.encode("utf-8"), sync)
+                os.replace(self.tmp_path, self.path)
+                if sync:
+                    fsync_directory(self.path.parent)
+            except OSError as e:
+                self._discard_tmp()
+                raise CheckpointError(f"Error while writing checkpoint file: {e}", path=str(self.path)) from e
 
     def _write_tmp(self, data: bytes, sync: bool) -> None:
         with open(self.tmp_path, "wb") as f:
@@ -116,7 +128,8 @@ class CheckpointFile(Generic[T]):
     def read(self) -> list[T]:
         """The file's entries, by Kafka's reading rules."""
         try:
-            text = self.path.read_bytes().decode("utf-8")
+            with _path_lock(self.path):
+                text = self.path.read_bytes().decode("utf-8")
         except (OSError, UnicodeDecodeError) as e:
             raise CheckpointError(f"Error while reading checkpoint file: {e}", path=str(self.path)) from e
         lines = _LINE_BREAK.split(text)
