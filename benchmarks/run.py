@@ -16,6 +16,7 @@ from rich.console import Console
 BENCHMARKS = {
     "record": "benchmarks.bench_record",
     "storage": "benchmarks.bench_storage",
+    "manager": "benchmarks.bench_manager",
 }
 DEFAULT_RESULTS = Path(__file__).resolve().parent / "results"
 

@@ -140,3 +140,52 @@ def test_storage_json_shape(quick_storage_run):
     assert data["profile_single_record_append"] and all(
         _positive(row["tottime_s"]) or row["tottime_s"] == 0 for row in data["profile_single_record_append"]
     )
+
+
+@pytest.fixture(scope="module")
+def quick_manager_run(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path]:
+    results = tmp_path_factory.mktemp("bench-manager-results")
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.run", "--quick", "--only", "manager", "--results-dir", str(results)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    return proc, results
+
+
+def test_manager_json_shape(quick_manager_run):
+    proc, results = quick_manager_run
+    assert proc.returncode == 0, f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    assert "Retention pass" in proc.stdout and "LogManager startup" in proc.stdout
+    data = json.loads((results / "manager.json").read_text())
+
+    assert data["benchmark"] == "manager" and data["quick"] is True
+    assert _positive(data["machine"]["fd_limit"])
+    params = data["parameters"]
+    ret = data["retention"]
+    layout = ret["layout"]
+    assert layout["segments"] == params["retention_partitions"] * params["retention_segments_per_partition"]
+    assert sum(layout["partitions_per_log_dir"]) == layout["partitions"] == params["retention_partitions"]
+    assert ret["steady_pass"]["segments_deleted"] == 0
+    assert ret["delete_pass"]["segments_deleted"] == ret["file_deletion"]["segments"] == layout["segments"] // 2
+    for section in ("steady_pass", "delete_pass"):
+        assert _positive(ret[section]["ms_per_pass"]) and _positive(ret[section]["segments_per_s"]), section
+        assert len(ret[section]["times_s"]) == params["retention_repeats"], section
+    assert _positive(ret["file_deletion"]["segments_per_s"])
+
+    startup = data["startup"]
+    assert startup["layout"]["partitions"] == params["startup_topics"] * params["startup_partitions_per_topic"]
+    assert startup["layout"]["segments"] >= startup["layout"]["partitions"]
+    for kind in ("clean", "unclean"):
+        assert set(startup[kind]) == {str(t) for t in params["recovery_threads"]}, kind
+        for threads, fig in startup[kind].items():
+            for key in ("best_s", "partitions_per_s", "segments_per_s", "s_per_gb", "mb_per_s"):
+                assert _positive(fig[key]), (kind, threads, key)
+            assert len(fig["times_s"]) == params["startup_repeats"], (kind, threads)
+    assert _positive(startup["unclean_vs_clean_time"])
+
+    for prof in (ret["profile_delete_pass"], startup["profile_unclean_startup"]):
+        assert prof["by_own_time"] and prof["kafkalog_by_cumulative_time"]
+        assert all(row["tottime_s"] >= 0 and row["calls"] > 0 for row in prof["by_own_time"])

@@ -177,15 +177,26 @@ def replay_producer_state(
 def recover_log(
     directory: Path, segments: LogSegments, config: LogConfig, clock: Time, log_start_offset: int, recovery_point: int
 ) -> None:
-    """Step 4: re-validate every segment from floor(recovery point); a truncation deletes all that follows."""
+    """Step 4: re-validate every segment from floor(recovery point); a truncation deletes all that follows.
+
+    One producer state is carried from segment to segment (reloaded once, at the first one), so the cost
+    stays linear in the number of segments.
+    """
+    state = None
     for segment in segments.values_from(recovery_point):
         if segment.base_offset not in segments:
             continue
         try:
-            truncated = recover_segment(directory, segment, segments, config, clock, log_start_offset)
+            if state is None:
+                state = ProducerStateManager(directory, clock=clock)
+                state.truncate_and_reload(log_start_offset, segment.base_offset, clock.milliseconds())
+                replay_producer_state(state, segments, log_start_offset, segment.base_offset)
+            truncated = segment.recover(state)
+            state.take_snapshot()
         except (InvalidOffsetError, OSError) as e:
             log.warning("Found invalid offset during recovery of %s (%s); truncating it to its base offset", segment, e)
             truncated = segment.truncate_to(segment.base_offset)
+            state = None
         if truncated > 0:
             doomed = [s for s in segments if s.base_offset > segment.base_offset]
             if doomed:
