@@ -1,0 +1,29 @@
+"""Registers every kafkalog sub-command on the ``main`` group (one module per command family)."""
+
+from __future__ import annotations
+
+import importlib
+
+import click
+
+# (module, attribute holding the click command or group). A module that is not there yet is skipped.
+COMMANDS = [
+    ("dump", "dump_command"),
+    ("verify", "verify_command"),
+    ("verify", "recover_command"),
+    ("topics", "topics_command"),
+    ("data", "produce_command"),
+    ("data", "consume_command"),
+    ("explain", "explain_command"),
+]
+
+
+def register(group: click.Group) -> None:
+    for module_name, attribute in COMMANDS:
+        try:
+            module = importlib.import_module(f"{__package__}.{module_name}")
+        except ModuleNotFoundError as e:
+            if e.name != f"{__package__}.{module_name}":
+                raise
+            continue
+        group.add_command(getattr(module, attribute))
