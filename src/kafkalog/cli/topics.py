@@ -1,0 +1,94 @@
+"""``kafkalog topics``: kafka-topics.sh for log dirs (create, list, describe, alter, delete)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from ..storage.config import load_properties
+from .common import log_dir_option, open_manager, parse_key_values
+
+
+@click.command("topics")
+@log_dir_option
+@click.option("--create", "action", flag_value="create", help="Create a topic.")
+@click.option("--list", "action", flag_value="list", help="List the topics.")
+@click.option("--describe", "action", flag_value="describe", help="Describe topics and their partitions.")
+@click.option("--alter", "action", flag_value="alter", help="Change a topic's config overrides.")
+@click.option("--delete", "action", flag_value="delete", help="Delete a topic.")
+@click.option("--topic", help="The topic (for --describe, all topics when left out).")
+@click.option(
+    "--partitions", type=click.IntRange(min=1), default=1, show_default=True, help="Partitions of a new topic."
+)
+@click.option(
+    "--config",
+    "configs",
+    multiple=True,
+    help="A topic config override k=v (Kafka's topic config names; repeatable), or the path of a "
+    "broker server.properties.",
+)
+@click.option("--delete-config", "delete_configs", multiple=True, help="A topic config override to remove (--alter).")
+def topics_command(
+    log_dirs: tuple[Path, ...],
+    action: str | None,
+    topic: str | None,
+    partitions: int,
+    configs: tuple[str, ...],
+    delete_configs: tuple[str, ...],
+) -> None:
+    """Create, list, describe, alter or delete topics in log dirs, with kafka-topics.sh's conventions."""
+    if action is None:
+        raise click.UsageError(
+            "Command must include exactly one action: --list, --describe, --create, --alter or --delete"
+        )
+    overrides, broker_files = _split_configs(configs)
+    if action in ("create", "alter", "delete") and not topic:
+        raise click.UsageError(f"--topic is required with --{action}")
+    manager = open_manager(log_dirs, broker_files[0] if broker_files else None)
+    try:
+        if action == "create":
+            manager.create_topic(topic, partitions, overrides)
+            click.echo(f"Created topic {topic}.")
+        elif action == "list":
+            for name in manager.topics():
+                click.echo(name)
+        elif action == "describe":
+            for name in [topic] if topic else manager.topics():
+                _describe(manager, name)
+        elif action == "alter":
+            updates = {**overrides, **{key: None for key in delete_configs}}
+            if not updates:
+                raise click.UsageError("--alter needs --config k=v or --delete-config k")
+            manager.alter_topic_config(topic, updates)
+            click.echo(f"Completed updating config for topic {topic}.")
+        else:
+            manager.delete_topic(topic)
+            click.echo(f"Topic {topic} is marked for deletion.")
+    finally:
+        manager.shutdown()
+
+
+def _split_configs(configs: tuple[str, ...]) -> tuple[dict[str, str], list[Path]]:
+    files = [Path(c) for c in configs if "=" not in c]
+    for path in files:
+        if not path.is_file():
+            raise click.BadParameter(f"{path} is neither k=v nor a properties file", param_hint="--config")
+        load_properties(path)
+    return parse_key_values(tuple(c for c in configs if "=" in c), "--config"), files
+
+
+def _describe(manager, name: str) -> None:
+    """kafka-topics --describe's lines, with the storage facts a log dir has."""
+    description = manager.describe_topic(name)
+    configs = ",".join(f"{k}={v}" for k, v in sorted(description.config_overrides.items()))
+    click.echo(
+        f"Topic: {name}\tTopicId: {description.topic_id}\tPartitionCount: {len(description.partitions)}\t"
+        f"ReplicationFactor: 1\tConfigs: {configs}"
+    )
+    for p in description.partitions:
+        click.echo(
+            f"\tTopic: {name}\tPartition: {p.partition}\tLeader: 0\tReplicas: 0\tIsr: 0\t"
+            f"LogDir: {p.log_dir}\tLogStartOffset: {p.log_start_offset}\tLogEndOffset: {p.log_end_offset}\t"
+            f"HighWatermark: {p.high_watermark}\tSegments: {p.segments}\tSize: {p.size_bytes}"
+        )
