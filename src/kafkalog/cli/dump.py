@@ -1,0 +1,937 @@
+"""``kafkalog dump``: Kafka's DumpLogSegments (``kafka-dump-log.sh``), line for line (spec section 14).
+
+Dumps ``.log`` segments (and KRaft ``.checkpoint`` snapshots), ``.index``, ``.timeindex``, producer
+``.snapshot`` and ``.txnindex`` files in the exact text Kafka's tool prints, with its reports on stderr
+(index mismatches, time index errors, non-consecutive offsets). ``--json`` prints one JSON object per line
+instead (per file, batch, record, entry and report), for scripts.
+
+Files are streamed: batches are read a chunk at a time through ``FileRecords``, indexes through a read-only
+memory map, so memory stays flat whatever the segment size.
+
+Decoders (``--key-decoder-class`` / ``--value-decoder-class``), by Kafka's class names:
+
+* ``org.apache.kafka.tools.api.StringDecoder`` (default; ``kafka.serializer.StringDecoder`` too): UTF-8, bad
+  bytes replaced by U+FFFD, as Java's ``new String(bytes, UTF_8)``;
+* ``...IntegerDecoder`` / ``...LongDecoder``: the first 4 / 8 bytes as a big-endian signed integer;
+* ``...DefaultDecoder``: Kafka prints the Java ``byte[]`` itself, i.e. ``[B@<identity hash>``; that is
+  imitated (the hash is meaningless, as in Kafka);
+* ``hex`` (kafkalog's own): the bytes in lowercase hex.
+
+The deprecated ``kafka.serializer.*`` names print Kafka's deprecation line, as Kafka does.
+``--offsets-decoder`` decodes ``__consumer_offsets`` keys and values (offset commits, key versions 0/1 with
+value versions 0-4, and group metadata, key version 2 with value versions 0-4, with the consumer protocol's
+subscription and assignment decoded) into the JSON Kafka's tool prints.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import os
+import re
+import struct
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import click
+
+from ..errors import CorruptSnapshotError, KafkaLogError
+from ..record.batch import RecordBatch
+from ..record.checksums import crc32
+from ..record.compression import decompress
+from ..record.legacy import COMPRESSION_MASK, LOG_OVERHEAD, LegacyBatch
+from ..record.types import ControlRecordType, Record, control_record_type, end_transaction_marker
+from ..storage.file_records import FileRecords
+from ..storage.index import OffsetIndex, TimeIndex
+from ..storage.producer_state import read_snapshot
+from ..storage.txn_index import ABORTED_TXN_SIZE, AbortedTxn
+
+INT32_MAX = 2**31 - 1
+DEFAULT_MAX_MESSAGE_SIZE = 5 * 1024 * 1024
+EXIT_ERROR = 1
+RECORD_INDENT = "|"
+
+_STRING = "org.apache.kafka.tools.api.StringDecoder"
+_DEFAULT = "org.apache.kafka.tools.api.DefaultDecoder"
+_INTEGER = "org.apache.kafka.tools.api.IntegerDecoder"
+_LONG = "org.apache.kafka.tools.api.LongDecoder"
+_DEPRECATED = {
+    "kafka.serializer.StringDecoder": _STRING,
+    "kafka.serializer.LongDecoder": _LONG,
+    "kafka.serializer.IntegerDecoder": _INTEGER,
+    "kafka.serializer.DefaultDecoder": _DEFAULT,
+}
+_SNAPSHOT_CHECKPOINT = re.compile(r"^(\d{20})-(\d{10})\.checkpoint$")
+BOOTSTRAP_CHECKPOINT = "bootstrap.checkpoint"
+
+
+class DumpError(Exception):
+    """Stops the dump: printed as one ``Error:`` line on stderr, exit status 1 (Kafka's tool dies here too)."""
+
+
+# ------------------------------------------------------------------------------------------------- decoders
+
+
+def _decode_string(data: bytes):
+    return data.decode("utf-8", "replace")
+
+
+def _decode_int(size: int, name: str) -> Callable[[bytes], int]:
+    def decode(data: bytes) -> int:
+        if len(data) < size:
+            raise DumpError(f"{name} needs {size} bytes but the field has {len(data)} (BufferUnderflowException)")
+        return int.from_bytes(data[:size], "big", signed=True)
+
+    return decode
+
+
+def _decode_default(data: bytes) -> str:
+    # Kafka prints the byte[] object: "[B@" + its identity hash code in hex. Imitated, equally meaningless.
+    return f"[B@{id(data) & 0x7FFFFFFF:x}"
+
+
+def _decode_hex(data: bytes) -> str:
+    return data.hex()
+
+
+DECODERS: dict[str, Callable[[bytes], object]] = {
+    _STRING: _decode_string,
+    _DEFAULT: _decode_default,
+    _INTEGER: _decode_int(4, "IntegerDecoder"),
+    _LONG: _decode_int(8, "LongDecoder"),
+    "hex": _decode_hex,
+}
+
+
+def _decoder_choice(value: str | None) -> str | None:
+    if value is None:
+        return None
+    if value in DECODERS or value in _DEPRECATED:
+        return value
+    names = ", ".join([*DECODERS, *_DEPRECATED])
+    raise click.BadParameter(f"unknown decoder class {value!r}; kafkalog knows: {names}")
+
+
+# ------------------------------------------------------------------------------------------ offsets decoder
+
+
+class _Reader:
+    """Kafka's generated-message reader over big-endian bytes; flexible versions use compact fields."""
+
+    def __init__(self, data: bytes, flexible: bool = False) -> None:
+        self.data = data
+        self.pos = 0
+        self.flexible = flexible
+
+    def _take(self, n: int) -> bytes:
+        if n < 0 or self.pos + n > len(self.data):
+            raise ValueError(f"Tried to read {n} bytes at position {self.pos}, only {len(self.data) - self.pos} left")
+        out = self.data[self.pos : self.pos + n]
+        self.pos += n
+        return out
+
+    def int16(self) -> int:
+        return struct.unpack(">h", self._take(2))[0]
+
+    def int32(self) -> int:
+        return struct.unpack(">i", self._take(4))[0]
+
+    def int64(self) -> int:
+        return struct.unpack(">q", self._take(8))[0]
+
+    def uvarint(self) -> int:
+        value = shift = 0
+        for _ in range(5):
+            b = self._take(1)[0]
+            value |= (b & 0x7F) << shift
+            if not b & 0x80:
+                return value
+            shift += 7
+        raise ValueError("Varint is too long")
+
+    def _length(self, wide: bool = False) -> int:
+        if self.flexible:
+            return self.uvarint() - 1
+        return self.int32() if wide else self.int16()
+
+    def string(self) -> str | None:
+        n = self._length()
+        return None if n < 0 else self._take(n).decode("utf-8", "replace")
+
+    def bytes_(self) -> bytes | None:
+        n = self._length(wide=True)
+        return None if n < 0 else self._take(n)
+
+    def array(self, read: Callable[[], object]) -> list | None:
+        n = self._length(wide=True)
+        return None if n < 0 else [read() for _ in range(n)]
+
+    def tagged_fields(self) -> dict[int, bytes]:
+        if not self.flexible:
+            return {}
+        tags = {}
+        for _ in range(self.uvarint()):
+            tag = self.uvarint()
+            tags[tag] = self._take(self.uvarint())
+        return tags
+
+
+def _b64(data: bytes | None) -> str | None:
+    return None if data is None else base64.b64encode(data).decode("ascii")
+
+
+def _uuid_text(raw: bytes) -> str:
+    return base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")
+
+
+def _offset_commit_value(r: _Reader, version: int) -> dict:
+    out: dict = {"offset": r.int64()}
+    if version >= 3:
+        out["leaderEpoch"] = r.int32()
+    out["metadata"] = r.string()
+    out["commitTimestamp"] = r.int64()
+    if version == 1:
+        out["expireTimestamp"] = r.int64()
+    tags = r.tagged_fields()
+    if 0 in tags and len(tags[0]) == 16:
+        out["topicId"] = _uuid_text(tags[0])
+    return out
+
+
+def _topic_partitions(r: _Reader) -> list:
+    return r.array(lambda: {"topic": r.string(), "partitions": r.array(r.int32)}) or []
+
+
+def _consumer_subscription(data: bytes) -> dict:
+    r = _Reader(data)
+    version = r.int16()
+    if not 0 <= version <= 3:
+        raise ValueError(f"unsupported subscription version {version}")
+    out: dict = {"topics": r.array(r.string), "userData": _b64(r.bytes_())}
+    if version >= 1:
+        out["ownedPartitions"] = _topic_partitions(r)
+    if version >= 2:
+        out["generationId"] = r.int32()
+    if version >= 3:
+        out["rackId"] = r.string()
+    return out
+
+
+def _consumer_assignment(data: bytes) -> dict:
+    r = _Reader(data)
+    version = r.int16()
+    if not 0 <= version <= 3:
+        raise ValueError(f"unsupported assignment version {version}")
+    return {"assignedPartitions": _topic_partitions(r), "userData": _b64(r.bytes_())}
+
+
+def _group_member(r: _Reader, version: int) -> dict:
+    out: dict = {"memberId": r.string()}
+    if version >= 3:
+        out["groupInstanceId"] = r.string()
+    out["clientId"] = r.string()
+    out["clientHost"] = r.string()
+    if version >= 1:
+        out["rebalanceTimeout"] = r.int32()
+    out["sessionTimeout"] = r.int32()
+    out["subscription"] = r.bytes_()
+    out["assignment"] = r.bytes_()
+    r.tagged_fields()
+    return out
+
+
+def _group_metadata_value(r: _Reader, version: int) -> dict:
+    out: dict = {"protocolType": r.string(), "generation": r.int32(), "protocol": r.string(), "leader": r.string()}
+    if version >= 2:
+        out["currentStateTimestamp"] = r.int64()
+    members = r.array(lambda: _group_member(r, version)) or []
+    r.tagged_fields()
+    consumer = out["protocolType"] == "consumer"
+    for member in members:
+        for field, parse in (("subscription", _consumer_subscription), ("assignment", _consumer_assignment)):
+            raw = member[field]
+            member[field] = _b64(raw)
+            if consumer and raw is not None:
+                with contextlib.suppress(ValueError, struct.error):  # as Kafka: unparsable bytes stay base64
+                    member[field] = parse(raw)
+    out["members"] = members
+    return out
+
+
+class UnknownRecordType(Exception):
+    def __init__(self, record_type: int) -> None:
+        super().__init__(f"Unknown record type {record_type}")
+        self.record_type = record_type
+
+
+def _jsonish(obj) -> str:
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
+
+
+def decode_offsets_record(key: bytes, value: bytes | None) -> tuple[dict, dict | None]:
+    """(key JSON object, value JSON object or None for a tombstone) of a ``__consumer_offsets`` record."""
+    kr = _Reader(key)
+    record_type = kr.int16()
+    if record_type in (0, 1):
+        key_obj = {
+            "type": str(record_type),
+            "data": {"group": kr.string(), "topic": kr.string(), "partition": kr.int32()},
+        }
+        value_parser, max_version = _offset_commit_value, 4
+    elif record_type == 2:
+        key_obj = {"type": str(record_type), "data": {"group": kr.string()}}
+        value_parser, max_version = _group_metadata_value, 4
+    else:
+        raise UnknownRecordType(record_type)
+    if value is None:
+        return key_obj, None
+    vr = _Reader(value)
+    version = vr.int16()
+    if not 0 <= version <= max_version:
+        raise ValueError(f"Unknown value version {version} for record type {record_type}")
+    vr.flexible = version >= 4
+    return key_obj, {"version": str(version), "data": value_parser(vr, version)}
+
+
+# ------------------------------------------------------------------------------------------ message parsers
+
+
+class _Parser:
+    """Kafka's MessageParser: (key, payload) of a record, each None when absent."""
+
+    def parse(self, record: Record) -> tuple[object | None, object | None]:
+        raise NotImplementedError
+
+
+class DecoderParser(_Parser):
+    def __init__(self, key_decoder: Callable[[bytes], object], value_decoder: Callable[[bytes], object]) -> None:
+        self.key_decoder = key_decoder
+        self.value_decoder = value_decoder
+
+    def parse(self, record: Record):
+        key = None if record.key is None else self.key_decoder(record.key)
+        value = None if record.value is None else self.value_decoder(record.value)
+        return key, value
+
+
+class OffsetsParser(_Parser):
+    """Kafka's OffsetsMessageParser; ``as_objects`` keeps the JSON as dicts (for ``--json``)."""
+
+    def __init__(self, as_objects: bool = False) -> None:
+        self.as_objects = as_objects
+
+    def parse(self, record: Record):
+        if record.key is None:
+            raise DumpError(
+                f"Failed to decode message at offset {record.offset} using offset topic decoder "
+                "(message had a missing key)"
+            )
+        try:
+            key_obj, value_obj = decode_offsets_record(record.key, record.value)
+        except UnknownRecordType as e:
+            return f"Unknown record type {e.record_type} at offset {record.offset}, skipping.", None
+        except (ValueError, struct.error) as e:
+            return f"Error at offset {record.offset}, skipping. {e}", None
+        if self.as_objects:
+            return key_obj, "<DELETE>" if value_obj is None else value_obj
+        return _jsonish(key_obj), "<DELETE>" if value_obj is None else _jsonish(value_obj)
+
+
+# ---------------------------------------------------------------------------------------------- reporting
+
+
+def _absolute(path: str) -> str:
+    """Java's File.getAbsolutePath: the cwd joined on, nothing normalised."""
+    return path if os.path.isabs(path) else os.path.join(os.getcwd(), path)
+
+
+def _bool(value: bool) -> str:
+    return "true" if value else "false"
+
+
+def _optional_long(value: int | None) -> str:
+    return "OptionalLong.empty" if value is None else f"OptionalLong[{value}]"
+
+
+class Dumper:
+    """One run of the tool: options, output streams, and the reports printed at the end."""
+
+    def __init__(self, opts: dict, out, err) -> None:
+        self.o = opts
+        self.out = out
+        self.err = err
+        self.json = opts["as_json"]
+        self.index_mismatches: dict[str, list[tuple[int, int]]] = {}
+        self.time_mismatches: dict[str, list[tuple[int, int]]] = {}
+        self.time_out_of_order: dict[str, list[tuple[int, int]]] = {}
+        self.time_not_found: dict[str, list[tuple[int, int]]] = {}
+        self.non_consecutive: dict[str, list[tuple[int, int]]] = {}
+
+    # ----- output helpers
+    def line(self, text: str = "") -> None:
+        self.out.write(text + "\n")
+
+    def emit(self, obj: dict) -> None:
+        self.out.write(json.dumps(obj, ensure_ascii=False) + "\n")
+
+    def message(self, text: str, **obj) -> None:
+        """An informational stdout line of Kafka's (or a JSON object in --json mode)."""
+        if self.json:
+            self.emit({"type": "message", "message": text, **obj})
+        else:
+            self.line(text)
+
+    # ----- dispatch
+    def dump(self, path: str) -> None:
+        name = os.path.basename(path)
+        if self.json:
+            self.emit({"type": "file", "path": path})
+        else:
+            self.line(f"Dumping {path}")
+        suffix = name[name.rfind(".") :] if "." in name else ""
+        if suffix in (".log", ".checkpoint"):
+            self.dump_log(path)
+        elif suffix == ".index":
+            self.dump_index(path)
+        elif suffix == ".timeindex":
+            self.dump_time_index(path)
+        elif suffix == ".snapshot":
+            self.dump_snapshot(path)
+        elif suffix == ".txnindex":
+            self.dump_txn_index(path)
+        else:
+            self.err.write(f"Ignoring unknown file {path}\n")
+
+    @staticmethod
+    def _require(path: str) -> None:
+        if not os.path.exists(path):
+            raise DumpError(f"No such file: {path}")
+        if os.path.isdir(path):
+            raise DumpError(f"{path} is a directory, not a file")
+
+    @staticmethod
+    def _start_offset(path: str) -> int:
+        prefix = os.path.basename(path).split(".")[0]
+        try:
+            return int(prefix)
+        except ValueError:
+            raise DumpError(f"Cannot parse a base offset from the file name {os.path.basename(path)!r}") from None
+
+    @staticmethod
+    def _sibling(path: str, suffix: str) -> str:
+        return os.path.join(os.path.dirname(_absolute(path)), os.path.basename(path).split(".")[0] + suffix)
+
+    # ----- .log
+    def _parser(self) -> _Parser:
+        o = self.o
+        if o["offsets_decoder"]:
+            return OffsetsParser(as_objects=self.json)
+        decoders = []
+        for name in (o["value_decoder"], o["key_decoder"]):  # Kafka resolves the value decoder first
+            name = name or _STRING
+            if name in _DEPRECATED:
+                new = _DEPRECATED[name]
+                self.message(f"{name} is deprecated. Please use {new} instead")
+                name = new
+            decoders.append(DECODERS[name])
+        return DecoderParser(decoders[1], decoders[0])
+
+    def dump_log(self, path: str) -> None:
+        name = os.path.basename(path)
+        parser = self._parser()
+        if name.endswith(".log"):
+            start = self._start_offset(path)
+            self.message(f"Log starting offset: {start}", logStartingOffset=start)
+        elif name == BOOTSTRAP_CHECKPOINT:
+            self.message("KRaft bootstrap snapshot")
+        else:
+            match = _SNAPSHOT_CHECKPOINT.match(name)
+            if not match:
+                raise DumpError(f"Invalid snapshot file name {name}")
+            offset, epoch = int(match.group(1)), int(match.group(2))
+            self.message(f"Snapshot end offset: {offset}, epoch: {epoch}", endOffset=offset, epoch=epoch)
+        self._require(path)
+        o = self.o
+        max_bytes = o["max_bytes"]
+        deep, printing, skip = o["deep_iteration"], o["print_data_log"], o["skip_record_metadata"]
+        records = FileRecords.open(Path(path), mutable=False)
+        try:
+            end = min(records.size, max_bytes)
+            valid_bytes = 0
+            last_offset = -1
+            pairs: list[tuple[int, int]] = []
+            for _position, batch in records.batches(0, end):
+                self._print_batch(batch, valid_bytes)
+                if deep:
+                    legacy_checks = _legacy_record_checks(batch) if isinstance(batch, LegacyBatch) else None
+                    for i, record in enumerate(batch):
+                        if last_offset != -1 and record.offset != last_offset + 1:
+                            pairs.append((last_offset, record.offset))
+                        last_offset = record.offset
+                        check = legacy_checks[i] if legacy_checks is not None else None
+                        self._print_record(batch, record, check, parser if printing else None, skip)
+                valid_bytes += batch.size_in_bytes
+            if pairs:
+                self.non_consecutive.setdefault(_absolute(path), []).extend(pairs)
+            trailing = end - valid_bytes
+            if trailing > 0 and max_bytes == INT32_MAX:
+                if self.json:
+                    self.emit({"type": "invalidBytes", "file": name, "count": trailing})
+                else:
+                    self.line(f"Found {trailing} invalid bytes at the end of {name}")
+        finally:
+            records.close_handlers()
+
+    def _print_batch(self, batch: RecordBatch | LegacyBatch, position: int) -> None:
+        codec = batch.compression
+        valid = batch.is_valid()
+        if self.json:
+            obj = {"type": "batch"}
+            if batch.magic >= 2:
+                obj.update(
+                    baseOffset=batch.base_offset,
+                    lastOffset=batch.last_offset,
+                    count=batch.record_count,
+                    baseSequence=batch.base_sequence,
+                    lastSequence=batch.last_sequence,
+                    producerId=batch.producer_id,
+                    producerEpoch=batch.producer_epoch,
+                    partitionLeaderEpoch=batch.partition_leader_epoch,
+                    isTransactional=batch.is_transactional,
+                    isControl=batch.is_control,
+                    deleteHorizonMs=batch.delete_horizon_ms,
+                )
+            else:
+                obj["offset"] = batch.last_offset
+            obj.update(
+                position=position,
+                timestampType=batch.timestamp_type,
+                maxTimestamp=batch.max_timestamp,
+                size=batch.size_in_bytes,
+                magic=batch.magic,
+                compresscodec=codec,
+                crc=batch.crc,
+                isValid=valid,
+            )
+            self.emit(obj)
+            return
+        if batch.magic >= 2:
+            head = (
+                f"baseOffset: {batch.base_offset} lastOffset: {batch.last_offset} count: {batch.record_count} "
+                f"baseSequence: {batch.base_sequence} lastSequence: {batch.last_sequence} "
+                f"producerId: {batch.producer_id} producerEpoch: {batch.producer_epoch} "
+                f"partitionLeaderEpoch: {batch.partition_leader_epoch} "
+                f"isTransactional: {_bool(batch.is_transactional)} isControl: {_bool(batch.is_control)} "
+                f"deleteHorizonMs: {_optional_long(batch.delete_horizon_ms)}"
+            )
+        else:
+            head = f"offset: {batch.last_offset}"
+        self.line(
+            f"{head} position: {position} {batch.timestamp_type}: {batch.max_timestamp} size: {batch.size_in_bytes} "
+            f"magic: {batch.magic} compresscodec: {codec} crc: {batch.crc} isvalid: {_bool(valid)}"
+        )
+
+    def _print_record(self, batch, record: Record, legacy_check, parser: _Parser | None, skip: bool) -> None:
+        key_size = -1 if record.key is None else len(record.key)
+        value_size = -1 if record.value is None else len(record.value)
+        control = _control_info(record) if batch.is_control else None
+        parsed = parser.parse(record) if parser is not None and not batch.is_control else None
+        if self.json:
+            obj: dict = {"type": "record", "offset": record.offset}
+            if not skip:
+                obj.update(
+                    timestampType=batch.timestamp_type,
+                    timestamp=record.timestamp,
+                    keySize=key_size,
+                    valueSize=value_size,
+                )
+                if batch.magic >= 2:
+                    obj.update(sequence=record.sequence, headerKeys=[k for k, _ in record.headers])
+                if legacy_check is not None:
+                    obj.update(isValid=legacy_check[1], crc=legacy_check[0])
+                if control is not None:
+                    obj.update(control[1])
+            if parsed is not None:
+                if parsed[0] is not None:
+                    obj["key"] = parsed[0]
+                if parsed[1] is not None:
+                    obj["payload"] = parsed[1]
+            self.emit(obj)
+            return
+        parts = []
+        prefix = f"{RECORD_INDENT} "
+        if not skip:
+            parts.append(
+                f"{prefix}offset: {record.offset} {batch.timestamp_type}: {record.timestamp} "
+                f"keySize: {key_size} valueSize: {value_size}"
+            )
+            prefix = " "
+            if batch.magic >= 2:
+                parts.append(f" sequence: {record.sequence} headerKeys: [{','.join(k for k, _ in record.headers)}]")
+            if legacy_check is not None:
+                parts.append(f" isValid: {_bool(legacy_check[1])} crc: {legacy_check[0]}}}")
+            if control is not None:
+                parts.append(control[0])
+        if parsed is not None:
+            key, payload = parsed
+            if key is not None:
+                parts.append(f"{prefix}key: {key}")
+                prefix = " "
+            if payload is not None:
+                parts.append(f" payload: {payload}")
+        self.line("".join(parts))
+
+    # ----- .index
+    def dump_index(self, path: str) -> None:
+        start = self._start_offset(path)
+        log_path = self._sibling(path, ".log")
+        self._require(log_path)
+        self._require(path)
+        index = OffsetIndex(path, start, writable=False)
+        records = FileRecords.open(Path(log_path), mutable=False)
+        try:
+            if index.entries == 0:
+                self.message(f"{path} is empty.")
+                return
+            if self.o["index_sanity_check"]:
+                self._sanity(index, path)
+                return
+            mismatches = []
+            try:
+                for i in range(index.entries):
+                    entry = index.entry(i)
+                    if entry.offset == index.base_offset and i > 0:
+                        break
+                    found = _first_batch_last_offset(records, entry.position, self.o["max_message_size"])
+                    if found != entry.offset:
+                        mismatches.append((entry.offset, found))
+                    if not self.o["verify_index_only"]:
+                        if self.json:
+                            self.emit({"type": "indexEntry", "offset": entry.offset, "position": entry.position})
+                        else:
+                            self.line(f"offset: {entry.offset} position: {entry.position}")
+            finally:
+                if mismatches:
+                    self.index_mismatches.setdefault(_absolute(path), []).extend(mismatches)
+        finally:
+            records.close_handlers()
+            index.close_handler()
+
+    def _sanity(self, index, path: str) -> None:
+        try:
+            index.sanity_check()
+        except KafkaLogError as e:
+            raise DumpError(f"{type(e).__name__}: {e.reason} ({path})") from None
+        self.message(f"{path} passed sanity check.", passedSanityCheck=True)
+
+    # ----- .timeindex
+    def dump_time_index(self, path: str) -> None:
+        start = self._start_offset(path)
+        log_path = self._sibling(path, ".log")
+        index_path = self._sibling(path, ".index")
+        self._require(log_path)
+        self._require(path)
+        records = FileRecords.open(Path(log_path), mutable=False)
+        index = OffsetIndex(index_path, start, writable=False) if os.path.exists(index_path) else None
+        time_index = TimeIndex(path, start, writable=False)
+        key = _absolute(path)
+        try:
+            if self.o["index_sanity_check"]:
+                self._sanity(time_index, path)
+                return
+            prev_timestamp = -1
+            for i in range(time_index.entries):
+                entry = time_index.entry(i)
+                if entry.offset == time_index.base_offset and i > 0:
+                    return
+                position = index.lookup(entry.offset).position if index is not None and index.entries else 0
+                found = None
+                for header in records.batch_headers(position):
+                    if header.last_offset >= entry.offset:
+                        found = header
+                        break
+                if found is None:
+                    self.time_not_found.setdefault(key, []).append((entry.offset, -1))
+                elif found.last_offset != entry.offset:
+                    self.time_not_found.setdefault(key, []).append((entry.offset, found.last_offset))
+                else:
+                    max_timestamp = -1
+                    for record in records.read_batch(found):
+                        max_timestamp = max(max_timestamp, record.timestamp)
+                    if max_timestamp != entry.timestamp:
+                        self.time_mismatches.setdefault(key, []).append((entry.timestamp, max_timestamp))
+                    if prev_timestamp >= entry.timestamp:
+                        self.time_out_of_order.setdefault(key, []).append((entry.timestamp, prev_timestamp))
+                if not self.o["verify_index_only"]:
+                    if self.json:
+                        self.emit({"type": "timeIndexEntry", "timestamp": entry.timestamp, "offset": entry.offset})
+                    else:
+                        self.line(f"timestamp: {entry.timestamp} offset: {entry.offset}")
+                prev_timestamp = entry.timestamp
+        finally:
+            records.close_handlers()
+            time_index.close_handler()
+            if index is not None:
+                index.close_handler()
+
+    # ----- .snapshot
+    def dump_snapshot(self, path: str) -> None:
+        self._require(path)
+        try:
+            entries = read_snapshot(path)
+        except CorruptSnapshotError as e:
+            self.err.write(e.reason + "\n")
+            return
+        for entry in entries:
+            meta = entry.batch_metadata[0] if entry.batch_metadata else None
+            if self.json:
+                obj = {
+                    "type": "producerSnapshotEntry",
+                    "producerId": entry.producer_id,
+                    "producerEpoch": entry.producer_epoch,
+                    "coordinatorEpoch": entry.coordinator_epoch,
+                    "currentTxnFirstOffset": entry.current_txn_first_offset,
+                    "lastTimestamp": entry.last_timestamp,
+                }
+                if meta is not None:
+                    obj.update(
+                        firstSequence=meta.first_seq,
+                        lastSequence=meta.last_seq,
+                        lastOffset=meta.last_offset,
+                        offsetDelta=meta.offset_delta,
+                        timestamp=meta.timestamp,
+                    )
+                self.emit(obj)
+                continue
+            text = (
+                f"producerId: {entry.producer_id} producerEpoch: {entry.producer_epoch} "
+                f"coordinatorEpoch: {entry.coordinator_epoch} "
+                f"currentTxnFirstOffset: {_optional_long(entry.current_txn_first_offset)} "
+                f"lastTimestamp: {entry.last_timestamp} "
+            )
+            if meta is not None:
+                text += (
+                    f"firstSequence: {meta.first_seq} lastSequence: {meta.last_seq} lastOffset: {meta.last_offset} "
+                    f"offsetDelta: {meta.offset_delta} timestamp: {meta.timestamp}"
+                )
+            self.line(text)
+
+    # ----- .txnindex
+    def dump_txn_index(self, path: str) -> None:
+        self._require(path)
+        with open(path, "rb") as f:
+            position = 0
+            while True:
+                data = f.read(ABORTED_TXN_SIZE)
+                if len(data) < ABORTED_TXN_SIZE:
+                    return
+                try:
+                    txn = AbortedTxn.from_bytes(data)
+                except KafkaLogError as e:
+                    raise DumpError(f"{e.reason} (at position {position} of {path})") from None
+                version = struct.unpack_from(">b", data)[0]
+                if self.json:
+                    self.emit(
+                        {
+                            "type": "abortedTxn",
+                            "version": version,
+                            "producerId": txn.producer_id,
+                            "firstOffset": txn.first_offset,
+                            "lastOffset": txn.last_offset,
+                            "lastStableOffset": txn.last_stable_offset,
+                        }
+                    )
+                else:
+                    self.line(
+                        f"version: {version} producerId: {txn.producer_id} firstOffset: {txn.first_offset} "
+                        f"lastOffset: {txn.last_offset} lastStableOffset: {txn.last_stable_offset}"
+                    )
+                position += ABORTED_TXN_SIZE
+
+    # ----- reports (Kafka prints them to stderr once every file is dumped)
+    def print_reports(self) -> None:
+        if self.json:
+            for kind, table in (
+                ("indexMismatches", self.index_mismatches),
+                ("timestampMismatches", self.time_mismatches),
+                ("outOfOrderTimestamps", self.time_out_of_order),
+                ("indexedOffsetsNotFound", self.time_not_found),
+                ("nonConsecutiveOffsets", self.non_consecutive),
+            ):
+                for file, pairs in table.items():
+                    self.emit({"type": kind, "file": file, "pairs": [list(p) for p in pairs]})
+            return
+        err = self.err
+        # Kafka prepends to an immutable List while collecting, so these two come out newest first.
+        for file, pairs in self.index_mismatches.items():
+            err.write(f"Mismatches in :{file}\n")
+            for index_offset, log_offset in reversed(pairs):
+                err.write(f"  Index offset: {index_offset}, log offset: {log_offset}\n")
+        for file, pairs in self.time_mismatches.items():
+            err.write(f"Found timestamp mismatch in :{file}\n")
+            for index_ts, log_ts in pairs:
+                err.write(f"  Index timestamp: {index_ts}, log timestamp: {log_ts}\n")
+        for file, pairs in self.time_out_of_order.items():
+            err.write(f"Found out of order timestamp in :{file}\n")
+            for index_ts, prev_ts in pairs:
+                err.write(f"  Index timestamp: {index_ts}, Previously indexed timestamp: {prev_ts}\n")
+        for pairs in self.time_not_found.values():
+            err.write("The following indexed offsets are not found in the log.\n")
+            for indexed, found in pairs:
+                err.write(f"Indexed offset: {indexed}, found log offset: {found}\n")
+        for file, pairs in self.non_consecutive.items():
+            err.write(f"Non-consecutive offsets in {file}\n")
+            for first, second in reversed(pairs):
+                err.write(f"  {first} is followed by {second}\n")
+
+
+# ------------------------------------------------------------------------------------------------- helpers
+
+
+def _first_batch_last_offset(records: FileRecords, position: int, max_message_size: int) -> int:
+    """Last offset of the first whole batch in ``[position, position + max_message_size)``, else -1.
+
+    Kafka's tool dies (NoSuchElementException / IllegalArgumentException) where this returns -1.
+    """
+    if position < 0 or position > records.size:
+        return -1
+    for header in records.batch_headers(position, position + max_message_size):
+        return header.last_offset
+    return -1
+
+
+def _legacy_record_checks(batch: LegacyBatch) -> list[tuple[int, bool]]:
+    """(stored crc, isValid) of each record a legacy batch yields: itself, or each inner message of a wrapper."""
+    if batch.compression_type == 0:
+        return [(batch.crc, batch.is_valid())]
+    buf = batch.buffer
+    magic = batch.magic
+    pos = LOG_OVERHEAD + 4 + 2 + (8 if magic == 1 else 0)
+    (key_len,) = struct.unpack_from(">i", buf, pos)
+    pos += 4 + max(key_len, 0)
+    (value_len,) = struct.unpack_from(">i", buf, pos)
+    pos += 4
+    data = memoryview(decompress(batch.compression_type, bytes(buf[pos : pos + value_len]), magic=magic))
+    checks = []
+    p = 0
+    while len(data) - p >= LOG_OVERHEAD:
+        (size,) = struct.unpack_from(">i", data, p + 8)
+        (crc,) = struct.unpack_from(">I", data, p + LOG_OVERHEAD)
+        valid = crc == crc32(data[p + LOG_OVERHEAD + 4 : p + LOG_OVERHEAD + size])
+        checks.append((crc, valid and not data[p + LOG_OVERHEAD + 5] & COMPRESSION_MASK))
+        p += LOG_OVERHEAD + size
+    return checks
+
+
+def _control_info(record: Record) -> tuple[str, dict]:
+    """Kafka's text for a control record (and the same facts for --json)."""
+    kind = control_record_type(record.key)
+    type_id = struct.unpack_from(">h", record.key, 2)[0]
+    if kind in (ControlRecordType.COMMIT, ControlRecordType.ABORT):
+        marker = end_transaction_marker(record)
+        return (
+            f" endTxnMarker: {marker.type.name} coordinatorEpoch: {marker.coordinator_epoch}",
+            {"endTxnMarker": marker.type.name, "coordinatorEpoch": marker.coordinator_epoch},
+        )
+    value = record.value or b""
+    try:
+        if kind == ControlRecordType.SNAPSHOT_HEADER:
+            version, ts = struct.unpack_from(">hq", value)
+            data = {"version": version, "lastContainedLogTimestamp": ts}
+            return f" SnapshotHeader {_jsonish(data)}", {"SnapshotHeader": data}
+        if kind == ControlRecordType.SNAPSHOT_FOOTER:
+            data = {"version": struct.unpack_from(">h", value)[0]}
+            return f" SnapshotFooter {_jsonish(data)}", {"SnapshotFooter": data}
+        if kind == ControlRecordType.KRAFT_VERSION:
+            version, kraft_version = struct.unpack_from(">hh", value)
+            data = {"version": version, "kRaftVersion": kraft_version}
+            return f" KRaftVersion {_jsonish(data)}", {"KRaftVersion": data}
+    except struct.error:
+        raise DumpError(f"Cannot decode the {kind.name} control record at offset {record.offset}") from None
+    # LEADER_CHANGE, UNKNOWN, and KRAFT_VOTERS (whose JSON kafkalog does not render) print the type.
+    return f" controlType: {kind.name}({type_id})", {"controlType": kind.name, "controlTypeId": type_id}
+
+
+# ------------------------------------------------------------------------------------------------- command
+
+
+def _non_negative(ctx, param, value: int) -> int:
+    if value < 0:
+        raise click.BadParameter("must not be negative")
+    return value
+
+
+@click.command("dump")
+@click.option(
+    "--files",
+    required=True,
+    help="REQUIRED: the comma separated list of data and index log files to be dumped.",
+)
+@click.option("--deep-iteration", is_flag=True, help="Iterate records, not just batches (implied by printing).")
+@click.option("--print-data-log", is_flag=True, help="Print keys and payloads (implied by any decoder option).")
+@click.option("--verify-index-only", is_flag=True, help="Check an index against the log, printing only mismatches.")
+@click.option(
+    "--index-sanity-check",
+    is_flag=True,
+    help="Only run the sanity check a broker runs on startup to decide whether to rebuild an index.",
+)
+@click.option(
+    "--max-bytes",
+    type=int,
+    default=INT32_MAX,
+    show_default=True,
+    callback=_non_negative,
+    help="Read only the first N bytes of each .log file.",
+)
+@click.option(
+    "--max-message-size",
+    type=int,
+    default=DEFAULT_MAX_MESSAGE_SIZE,
+    show_default=True,
+    callback=_non_negative,
+    help="Size of the largest message (used to verify .index files).",
+)
+@click.option("--skip-record-metadata", is_flag=True, help="Omit the per-record metadata.")
+@click.option(
+    "--key-decoder-class",
+    "key_decoder",
+    callback=lambda ctx, param, value: _decoder_choice(value),
+    help=f"Decoder of keys: {_STRING} (default), IntegerDecoder, LongDecoder, DefaultDecoder "
+    "(org.apache.kafka.tools.api.* or the deprecated kafka.serializer.*), or hex.",
+)
+@click.option(
+    "--value-decoder-class",
+    "value_decoder",
+    callback=lambda ctx, param, value: _decoder_choice(value),
+    help="Decoder of values; same choices as --key-decoder-class.",
+)
+@click.option("--offsets-decoder", is_flag=True, help="Decode __consumer_offsets records (offset commits, groups).")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per line (file, batch, record, entry, report).")
+def dump_command(**opts) -> None:
+    """Dump log segments, indexes, producer snapshots and transaction indexes, as kafka-dump-log.sh does."""
+    opts["print_data_log"] = bool(
+        opts["print_data_log"] or opts["offsets_decoder"] or opts["key_decoder"] or opts["value_decoder"]
+    )
+    opts["deep_iteration"] = bool(opts["deep_iteration"] or opts["print_data_log"])
+    out, err = sys.stdout, sys.stderr
+    dumper = Dumper(opts, out, err)
+    try:
+        paths = opts["files"].split(",")
+        while paths and not paths[-1]:  # Java's String.split drops trailing empty strings
+            paths.pop()
+        for path in paths:
+            dumper.dump(path)
+        dumper.print_reports()
+        out.flush()
+    except BrokenPipeError:  # e.g. piped into head: stop quietly, as a Unix filter does
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(EXIT_ERROR)
+    except (DumpError, KafkaLogError, OSError) as e:
+        out.flush()
+        err.write(f"Error: {e}\n")
+        err.flush()
+        sys.exit(EXIT_ERROR)
+    err.flush()
