@@ -6,7 +6,7 @@ import importlib
 
 import click
 
-# (module, attribute holding the click command or group). A module that is not there yet is skipped.
+# (module, attribute holding the click command or group)
 COMMANDS = [
     ("dump", "dump_command"),
     ("verify", "verify_command"),
@@ -20,10 +20,5 @@ COMMANDS = [
 
 def register(group: click.Group) -> None:
     for module_name, attribute in COMMANDS:
-        try:
-            module = importlib.import_module(f"{__package__}.{module_name}")
-        except ModuleNotFoundError as e:
-            if e.name != f"{__package__}.{module_name}":
-                raise
-            continue
+        module = importlib.import_module(f"{__package__}.{module_name}")
         group.add_command(getattr(module, attribute))

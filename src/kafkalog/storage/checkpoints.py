@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Generic, NamedTuple, Protocol, TypeVar
 
 from ..errors import KafkaLogError
+from .files import fsync_dir
 
 _LOCKS: dict[Path, threading.Lock] = {}
 _LOCKS_GUARD = threading.Lock()
@@ -78,23 +79,23 @@ def split_whitespace(line: str) -> list[str]:
 
 def fsync_directory(path: str | PathLike[str]) -> None:
     """fsync a directory so that a rename inside it is durable (Utils.flushDir); a no-op on Windows."""
-    if os.name == "nt":
-        return
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    if os.name != "nt":
+        fsync_dir(Path(path))
 
 
 class CheckpointFile(Generic[T]):
     """A text checkpoint of one version holding a list of entries. The file is created empty if missing."""
 
-    def __init__(self, path: str | PathLike[str], version: int, formatter: EntryFormatter[T]) -> None:
+    def __init__(
+        self, path: str | PathLike[str], version: int, formatter: EntryFormatter[T], *, create: bool = True
+    ) -> None:
+        """``create=False`` leaves a missing file missing (for read-only inspection tools)."""
         self.path = Path(path).absolute()
         self.tmp_path = self.path.with_name(self.path.name + ".tmp")
         self.version = version
         self.formatter = formatter
+        if not create:
+            return
         try:
             os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o644))  # create if missing, never truncate
         except OSError as e:
@@ -197,9 +198,9 @@ class OffsetCheckpointFile:
 
     VERSION = 0
 
-    def __init__(self, path: str | PathLike[str]) -> None:
+    def __init__(self, path: str | PathLike[str], *, create: bool = True) -> None:
         self.checkpoint: CheckpointFile[tuple[TopicPartition, int]] = CheckpointFile(
-            path, self.VERSION, OffsetFormatter()
+            path, self.VERSION, OffsetFormatter(), create=create
         )
 
     @property
@@ -250,8 +251,10 @@ class LeaderEpochCheckpointFile:
     VERSION = 0
     FILE_NAME = "leader-epoch-checkpoint"
 
-    def __init__(self, path: str | PathLike[str]) -> None:
-        self.checkpoint: CheckpointFile[tuple[int, int]] = CheckpointFile(path, self.VERSION, EpochFormatter())
+    def __init__(self, path: str | PathLike[str], *, create: bool = True) -> None:
+        self.checkpoint: CheckpointFile[tuple[int, int]] = CheckpointFile(
+            path, self.VERSION, EpochFormatter(), create=create
+        )
 
     @property
     def path(self) -> Path:
