@@ -1,0 +1,41 @@
+"""kafkalog.spark: the ``kafkalog`` Spark data source, Spark's Kafka source over log directories.
+
+``register(spark)`` makes ``spark.read.format("kafkalog")`` available; ``local_session()`` builds a local
+session with it registered. Only batch reads exist so far; streaming reads and writes come later.
+See ``kafkalog.spark.source`` for the options and the schema.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import SparkSession
+
+from .session import local_session
+from .source import (
+    FORMAT_NAME,
+    KAFKA_SCHEMA,
+    KAFKA_SCHEMA_WITH_HEADERS,
+    KafkaLogBatchReader,
+    KafkaLogDataSource,
+    KafkaLogInputPartition,
+    kafka_schema,
+    parse_options,
+)
+
+
+def register(spark: SparkSession) -> None:
+    """Register the ``kafkalog`` data source on ``spark``."""
+    spark.dataSource.register(KafkaLogDataSource)
+
+
+__all__ = [
+    "FORMAT_NAME",
+    "KAFKA_SCHEMA",
+    "KAFKA_SCHEMA_WITH_HEADERS",
+    "KafkaLogBatchReader",
+    "KafkaLogDataSource",
+    "KafkaLogInputPartition",
+    "kafka_schema",
+    "local_session",
+    "parse_options",
+    "register",
+]
