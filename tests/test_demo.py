@@ -25,3 +25,4 @@ def test_demo_job_runs_end_to_end(tmp_path: Path) -> None:
         assert any((out / "kafka-logs" / f"clicks-{partition}").glob("*.log"))
     assert (out / "kafka-logs" / ".kafka_cleanshutdown").exists()
     assert "every retained record is back" in result.stdout
+    assert "Part 3: Spark reads the retained clicks" in result.stdout  # the Spark stage ran and agreed
