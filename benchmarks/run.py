@@ -17,6 +17,7 @@ BENCHMARKS = {
     "record": "benchmarks.bench_record",
     "storage": "benchmarks.bench_storage",
     "manager": "benchmarks.bench_manager",
+    "dump": "benchmarks.bench_dump",
 }
 DEFAULT_RESULTS = Path(__file__).resolve().parent / "results"
 

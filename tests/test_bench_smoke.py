@@ -189,3 +189,47 @@ def test_manager_json_shape(quick_manager_run):
     for prof in (ret["profile_delete_pass"], startup["profile_unclean_startup"]):
         assert prof["by_own_time"] and prof["kafkalog_by_cumulative_time"]
         assert all(row["tottime_s"] >= 0 and row["calls"] > 0 for row in prof["by_own_time"])
+
+
+@pytest.fixture(scope="module")
+def quick_dump_run(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path]:
+    results = tmp_path_factory.mktemp("bench-dump-results")
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.run", "--quick", "--only", "dump", "--results-dir", str(results)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    return proc, results
+
+
+def test_dump_json_shape(quick_dump_run):
+    proc, results = quick_dump_run
+    assert proc.returncode == 0, f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    assert "kafkalog dump" in proc.stdout and "Goals" in proc.stdout
+    data = json.loads((results / "dump.json").read_text())
+
+    assert data["benchmark"] == "dump" and data["quick"] is True
+    assert set(data["goals"]) == set(data["goals_met"]) == {"speedup_vs_kafka_python", "constant_memory"}
+    assert isinstance(data["goals_met"]["speedup_vs_kafka_python"], bool)
+    assert data["goals_met"]["constant_memory"] is None and data["goals_not_assessed"] == ["constant_memory"]
+    assert isinstance(data["all_goals_met"], bool)
+    assert set(data["startup"]) == {"kafkalog", "kafka-python"} and _positive(data["rss_floor_mb"])
+    params = data["parameters"]
+    assert len(data["segments"]) == len(params["sizes"]) == 1
+    pool = params["pool"]
+    assert pool["batches_by_codec"]["lz4"] > 0 and pool["batches_by_codec"]["zstd"] > 0
+    assert pool["batches_with_headers"] > 0
+    for label, seg in data["segments"].items():
+        assert seg["bytes"] <= params["sizes"][0] and _positive(seg["records"]), label
+        for name in ("kafkalog", "kafka-python"):
+            fig = seg[name]
+            for key in ("best_s", "mb_per_s", "records_per_s", "peak_rss_mb", "net_of_startup_s"):
+                assert _positive(fig[key]), (label, name, key)
+            assert len(fig["times_s"]) == params["repeats"][0], (label, name)
+        assert _positive(seg["speedup_vs_kafka_python"]), label
+        check = seg["correctness"]
+        assert check["identical"] and check["mismatched_lines"] == 0, label
+        assert check["record_lines"] == {"kafkalog": seg["records"], "kafka-python": seg["records"]}, label
+    assert data["profile"]["by_own_time"] and all(row["calls"] > 0 for row in data["profile"]["by_own_time"])
