@@ -32,6 +32,7 @@ import os
 import re
 import struct
 import sys
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from pathlib import Path
 
@@ -318,11 +319,12 @@ def decode_offsets_record(key: bytes, value: bytes | None) -> tuple[dict, dict |
 # ------------------------------------------------------------------------------------------ message parsers
 
 
-class _Parser:
+class _Parser(ABC):
     """Kafka's MessageParser: (key, payload) of a record, each None when absent."""
 
+    @abstractmethod
     def parse(self, record: Record) -> tuple[object | None, object | None]:
-        raise NotImplementedError
+        """The printable key and payload of ``record``."""
 
 
 class DecoderParser(_Parser):
