@@ -38,7 +38,6 @@ import itertools
 import json
 import os
 import platform
-import pstats
 import random
 import shutil
 import statistics
@@ -51,6 +50,8 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from . import common
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -442,21 +443,7 @@ def profile_ours(segment: Path, top: int = 12) -> dict[str, Any]:
         profiler.enable()
         dump_command.main(args, standalone_mode=False)
         profiler.disable()
-    stats = pstats.Stats(profiler)
-    total = stats.total_tt  # type: ignore[attr-defined]
-    rows = []
-    for (filename, line, func), (_cc, calls, tottime, cumtime, _callers) in stats.stats.items():  # type: ignore[attr-defined]
-        short = filename.split("/src/", 1)[-1] if "/src/" in filename else Path(filename).name
-        rows.append(
-            {
-                "function": f"{short}:{line}({func})",
-                "calls": calls,
-                "tottime_s": tottime,
-                "cumtime_s": cumtime,
-                "tottime_share": tottime / total if total else 0.0,
-            }
-        )
-    rows.sort(key=lambda r: r["tottime_s"], reverse=True)
+    total, rows = common.profile_rows(profiler)
     return {"total_s": total, "by_own_time": rows[:top]}
 
 

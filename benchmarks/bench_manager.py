@@ -39,7 +39,6 @@ import json
 import math
 import os
 import platform
-import pstats
 import random
 import shutil
 import statistics
@@ -55,6 +54,8 @@ from unittest import mock
 
 from rich.console import Console
 from rich.table import Table
+
+from . import common
 
 REPO = Path(__file__).resolve().parents[1]
 GB = 1e9  # MB/s and s/GB use decimal units
@@ -189,22 +190,10 @@ class InThreadExecutor:
 
 def profile_rows(profiler: cProfile.Profile, top: int = 12) -> dict[str, list[dict[str, Any]]]:
     """The top functions by own time, and kafkalog's own functions by cumulative time."""
-    stats = pstats.Stats(profiler)
-    total = stats.total_tt  # type: ignore[attr-defined]
-    rows = []
-    for (filename, line, func), (_cc, calls, tottime, cumtime, _callers) in stats.stats.items():  # type: ignore[attr-defined]
-        short = filename.split("/src/", 1)[-1] if "/src/" in filename else Path(filename).name
-        rows.append(
-            {
-                "function": f"{short}:{line}({func})",
-                "calls": calls,
-                "tottime_s": tottime,
-                "cumtime_s": cumtime,
-                "tottime_share": tottime / total if total else 0.0,
-                "cumtime_share": cumtime / total if total else 0.0,
-                "kafkalog": short.startswith("kafkalog/"),
-            }
-        )
+    total, rows = common.profile_rows(profiler)
+    for row in rows:
+        row["cumtime_share"] = row["cumtime_s"] / total if total else 0.0
+        row["kafkalog"] = row["function"].startswith("kafkalog/")
     own = sorted(rows, key=lambda r: r["tottime_s"], reverse=True)[:top]
     cumulative = sorted((r for r in rows if r["kafkalog"]), key=lambda r: r["cumtime_s"], reverse=True)[:top]
     return {"total_s": total, "by_own_time": own, "kafkalog_by_cumulative_time": cumulative}

@@ -24,7 +24,6 @@ import gc
 import json
 import os
 import platform
-import pstats
 import random
 import shutil
 import statistics
@@ -40,6 +39,8 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+
+from . import common
 
 REPO = Path(__file__).resolve().parents[1]
 MIB = 1 << 20
@@ -288,22 +289,9 @@ def profile_single(scratch: Scratch, batch: bytes, n: int) -> list[dict[str, Any
     finally:
         log.close()
         remove_log_dir(directory)
-    stats = pstats.Stats(profiler)
-    total = stats.total_tt  # type: ignore[attr-defined]
-    rows = []
-    for (filename, line, func), (_cc, calls, tottime, cumtime, _callers) in stats.stats.items():  # type: ignore[attr-defined]
-        short = filename.split("/src/", 1)[-1] if "/src/" in filename else Path(filename).name
-        rows.append(
-            {
-                "function": f"{short}:{line}({func})",
-                "calls": calls,
-                "tottime_s": tottime,
-                "cumtime_s": cumtime,
-                "tottime_share": tottime / total if total else 0.0,
-                "us_per_append": tottime / n * 1e6,
-            }
-        )
-    rows.sort(key=lambda r: r["tottime_s"], reverse=True)
+    _, rows = common.profile_rows(profiler)
+    for row in rows:
+        row["us_per_append"] = row["tottime_s"] / n * 1e6
     return rows[:12]
 
 
