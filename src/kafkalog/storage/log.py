@@ -266,14 +266,21 @@ class Log:
     def _append_validated(self, parts: list, size: int, info: LogAppendInfo, now: int) -> LogAppendInfo:
         """Write an append that ``validate_single_plain_batch`` validated (no producer state involved)."""
         self._check_open()
+        self._check_fits_segment(size)
+        segment = self._maybe_roll(size, info, now)
+        segment.append(info.last_offset, info.max_timestamp, info.shallow_offset_of_max_timestamp, parts, size)
+        self._log_end_offset = info.last_offset + 1
+        return self._complete_append(info)
+
+    def _check_fits_segment(self, size: int) -> None:
         if size > self.config.segment_bytes:
             raise RecordBatchTooLargeError(
                 f"Message batch size is {size} bytes in append to partition {self.topic}-{self.partition} "
                 f"which exceeds the maximum configured segment size of {self.config.segment_bytes}."
             )
-        segment = self._maybe_roll(size, info, now)
-        segment.append(info.last_offset, info.max_timestamp, info.shallow_offset_of_max_timestamp, parts, size)
-        self._log_end_offset = info.last_offset + 1
+
+    def _complete_append(self, info: LogAppendInfo) -> LogAppendInfo:
+        """After the write: the producer state's map end, the high watermark, and the flush.messages policy."""
         self.producer_state.update_map_end_offset(self._log_end_offset)
         info.log_start_offset = self._log_start_offset
         if self.auto_high_watermark:
@@ -319,11 +326,7 @@ class Log:
                 valid_size = info.valid_bytes
                 validated = [b for b in batches if b.has_producer_id or b.is_control]
                 info.num_records = sum(b.record_count for b in batches)
-            if valid_size > self.config.segment_bytes:
-                raise RecordBatchTooLargeError(
-                    f"Message batch size is {valid_size} bytes in append to partition {self.topic}-{self.partition}"
-                    f" which exceeds the maximum configured segment size of {self.config.segment_bytes}."
-                )
+            self._check_fits_segment(valid_size)
             segment = self._maybe_roll(valid_size, info)
             if validated:
                 duplicate, pending = self._analyze_producer_state(validated, origin)
@@ -338,13 +341,7 @@ class Log:
             segment.append(info.last_offset, info.max_timestamp, info.shallow_offset_of_max_timestamp, valid)
             self._log_end_offset = info.last_offset + 1
             self._apply_producer_state(pending, segment)
-            self.producer_state.update_map_end_offset(self._log_end_offset)
-            info.log_start_offset = self._log_start_offset
-            if self.auto_high_watermark:
-                self._set_high_watermark(self._log_end_offset)
-            if self._log_end_offset - self._recovery_point >= self.config.flush_messages:
-                self.flush()
-            return info
+            return self._complete_append(info)
 
     def _analyze_producer_state(self, validated: list, origin: str):
         """Producer checks before the write: a duplicate batch, or the per-producer updates to apply after."""

@@ -220,14 +220,8 @@ class LogSegment:
         size = self.log.size
         if size > max_segment_bytes - messages_size:
             return True
-        if size > 0:
-            ts = self.rolling_based_timestamp
-            if ts is None:
-                self._load_first_batch_timestamp()
-                ts = self.rolling_based_timestamp
-            waited = max_timestamp - ts if ts is not None and ts >= 0 else now - self.created_ms
-            if waited > max_segment_ms - self.rolling_jitter_ms:
-                return True
+        if size > 0 and self.time_waited_for_roll(now, max_timestamp) > max_segment_ms - self.rolling_jitter_ms:
+            return True
         offset_index = self._offset_index if self._offset_index is not None else self.offset_index
         time_index = self._time_index if self._time_index is not None else self.time_index
         return offset_index.is_full() or time_index.is_full() or not 0 <= max_offset - self.base_offset <= INT32_MAX
