@@ -126,6 +126,14 @@ class KafkaStorageError(KafkaLogError):
     """Kafka's KafkaStorageException: an I/O failure; the log dir is taken offline."""
 
 
+class LogCleaningAbortedError(KafkaLogError):
+    """Kafka's LogCleaningAbortedException: a clean stopped because its partition was deleted, truncated or paused."""
+
+
+class LogCleaningError(KafkaLogError):
+    """Kafka's LogCleaningException: cleaning one partition failed; it is marked uncleanable and the cleaner goes on."""
+
+
 class InvalidConfigurationError(KafkaLogError, ValueError):
     """Kafka's ConfigException / InvalidConfigurationException: a config value with the wrong type or range."""
 

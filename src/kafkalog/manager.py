@@ -18,12 +18,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .clock import SYSTEM_TIME, Time
+from .compaction import CompactionExplanation, explain_compaction
 from .errors import (
     InvalidPartitionsError,
     KafkaStorageError,
     TopicExistsError,
     UnknownTopicOrPartitionError,
 )
+from .log_cleaner import CleanerPassStats, LogCleaner
 from .logdir import (
     CleanShutdownFile,
     LogDirLock,
@@ -48,7 +50,7 @@ log = logging.getLogger(__name__)
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
 LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
 REPLICATION_OFFSET_CHECKPOINT = "replication-offset-checkpoint"
-CLEANER_OFFSET_CHECKPOINT = "cleaner-offset-checkpoint"
+
 LONG_MAX = (1 << 63) - 1
 METADATA_TOPIC_DIR = "__cluster_metadata-0"
 
@@ -122,6 +124,7 @@ class LogManager:
         self._next_retention_check_ms: int | None = None
         self._started = False
         self._clean_start: dict[Path, bool] = {}
+        self.cleaner: LogCleaner | None = None
 
     # ----- startup and shutdown --------------------------------------------------------------
     def __enter__(self) -> LogManager:
@@ -143,17 +146,21 @@ class LogManager:
                     lock.acquire()
                     self._locks.append(lock)
                     self._ensure_meta_properties(directory)
-                    # Kafka's cleaner manager creates this file at startup, empty until a log is cleaned.
-                    OffsetCheckpointFile(directory / CLEANER_OFFSET_CHECKPOINT)
                 self._store.load()
                 for directory in self.log_dirs:
                     self._load_dir(directory)
             except BaseException:
                 self._release_locks()
                 raise
+            # Kafka's cleaner manager creates cleaner-offset-checkpoint at startup, empty until a log is cleaned.
+            self.cleaner = LogCleaner(
+                self.broker, lambda: dict(self._logs), self._dir_of.get, self.clock, self.log_dirs
+            )
             if self._owns_scheduler:
                 self.scheduler.startup()
             self._schedule_tasks()
+            if self.broker.log_cleaner_enable:
+                self.cleaner.startup(None if self._owns_scheduler else self.scheduler)
             self._started = True
 
     def _ensure_meta_properties(self, directory: Path) -> None:
@@ -271,6 +278,8 @@ class LogManager:
             for task in self._tasks:
                 task.cancel()
             self._tasks.clear()
+            if self.cleaner is not None:
+                self.cleaner.shutdown()
             if self._owns_scheduler:
                 self.scheduler.shutdown()
             for log_obj in self._logs.values():
@@ -292,11 +301,22 @@ class LogManager:
 
     # ----- background tasks ------------------------------------------------------------------
     def cleanup_logs(self) -> int:
-        """One retention pass over every log, now; return the segments deleted (the schedule is unchanged)."""
+        """One retention pass over every non-compacted log, now; return the segments deleted.
+
+        As in Kafka, compacted logs (``compact`` or ``compact,delete``) get their retention from the log
+        cleaner, after each clean, so that the two never work on one log at the same time.
+        """
         deleted = 0
         for log_obj in list(self._logs.values()):
-            deleted += log_obj.delete_old_segments()
+            if not log_obj.config.compact:
+                deleted += log_obj.delete_old_segments()
         return deleted
+
+    def clean_once(self) -> CleanerPassStats:
+        """One log-cleaner pass, now: every eligible compacted log cleaned once (dirtiest first), then the
+        retention of compacted logs. Returns what it read, wrote and kept."""
+        self._check_started()
+        return self.cleaner.clean_once()
 
     def _scheduled_cleanup(self) -> None:
         """The kafka-log-retention task: a pass, then the time of the next one (fixed rate)."""
@@ -376,6 +396,7 @@ class LogManager:
             partitions = self._partitions_of(name)
             delay = LogConfig({}, broker=self.broker).file_delete_delay_ms
             for tp in partitions:
+                self.cleaner.remove_partition(tp, self._dir_of[tp])
                 log_obj = self._logs.pop(tp)
                 directory = self._dir_of.pop(tp)
                 log_obj.close()
@@ -496,6 +517,13 @@ class LogManager:
             )
             for p in partitions
         ]
+
+    def explain_compaction(self, topic: str, partition: int = 0, *, estimate: bool = True) -> CompactionExplanation:
+        """The cleaner's view of one partition: dirty ratio, why it is or is not eligible now, and (with
+        ``estimate``) the size one clean would leave, from a dry run (see kafkalog.compaction)."""
+        self._check_started()
+        log_obj = self.get_log(topic, partition)
+        return explain_compaction(self.cleaner, TopicPartition(topic, partition), log_obj, estimate=estimate)
 
 
 def _recovery_point(lg: Log) -> int:

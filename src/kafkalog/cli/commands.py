@@ -15,6 +15,7 @@ COMMANDS = [
     ("data", "produce_command"),
     ("data", "consume_command"),
     ("explain", "explain_command"),
+    ("clean", "clean_command"),
 ]
 
 

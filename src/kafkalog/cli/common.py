@@ -35,6 +35,8 @@ def open_manager(
     broker = dict(load_properties(config_file)) if config_file else {}
     broker.pop("log.dirs", None)
     broker.pop("log.dir", None)
+    # A command never compacts behind the user's back: `kafkalog clean` runs the cleaner explicitly.
+    broker["log.cleaner.enable"] = "false"
     manager = LogManager(list(log_dirs), broker)
     manager.startup()
     return manager

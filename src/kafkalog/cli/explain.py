@@ -1,4 +1,7 @@
-"""``kafkalog explain retention``: why is this data still here, and when will it go?
+"""``kafkalog explain retention`` / ``explain compaction``: why is this data still here, and when will it go?
+
+``explain compaction`` renders ``LogManager.explain_compaction`` per partition: the dirty section, the bound
+that ends it, the dirty ratio against min.cleanable.dirty.ratio, and the size a clean would leave.
 
 It renders ``LogManager.explain_retention`` as a table, and with ``--html`` as a segment timeline:
 segments on an offset axis and a time axis, the active segment, the retention horizon, and why each
@@ -15,6 +18,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from ..compaction import CompactionExplanation
 from ..retention import RetentionExplanation
 from .common import broker_config_option, open_manager
 
@@ -52,6 +56,60 @@ def explain_retention_command(
     if html_file is not None:
         html_file.write_text(render_html(explanations), encoding="utf-8")
         click.echo(f"Wrote the segment timeline to {html_file}", err=True)
+
+
+@explain_command.command("compaction")
+@click.argument("log_dir", type=click.Path(file_okay=False, path_type=Path))
+@broker_config_option
+@click.option("--topic", required=True)
+@click.option("--partition", type=int, help="One partition (else every partition).")
+@click.option("--no-estimate", is_flag=True, help="Skip the dry-run clean that estimates the size after cleaning.")
+def explain_compaction_command(
+    log_dir: Path, config_file: Path | None, topic: str, partition: int | None, no_estimate: bool
+) -> None:
+    """For each partition of TOPIC in LOG_DIR: the dirty section, what bounds it, the dirty ratio, whether the
+    cleaner would clean it now and why, and the size one clean would leave (a dry run; nothing is written)."""
+    manager = open_manager((log_dir,), config_file)
+    try:
+        partitions = (
+            [partition] if partition is not None else [p.partition for p in manager.describe_topic(topic).partitions]
+        )
+        explanations = [manager.explain_compaction(topic, p, estimate=not no_estimate) for p in partitions]
+    finally:
+        manager.shutdown()
+    console = Console(width=200) if not Console().is_terminal else Console()
+    for explanation in explanations:
+        console.print(compaction_table(explanation))
+        console.print(explanation.summary)
+
+
+def compaction_table(e: CompactionExplanation) -> Table:
+    """One partition's compaction explanation as a two-column table."""
+    table = Table(title=f"{e.topic}-{e.partition}: cleanup.policy {','.join(e.cleanup_policy)}")
+    table.add_column("what")
+    table.add_column("value", justify="left")
+    rows = [
+        ("offsets", f"{e.log_start_offset:,}..{e.log_end_offset:,}"),
+        ("first dirty offset", f"{e.first_dirty_offset:,} (from the {e.first_dirty_source})"),
+        ("first uncleanable offset", f"{e.first_uncleanable_offset:,} (bounded by {e.uncleanable_bound})"),
+        ("clean bytes", f"{e.clean_bytes:,}"),
+        ("cleanable (dirty) bytes", f"{e.cleanable_bytes:,}"),
+        ("dirty ratio", f"{e.dirty_ratio:.3f} (min.cleanable.dirty.ratio {e.min_cleanable_dirty_ratio})"),
+        ("compaction delay", f"{e.max_compaction_delay_ms:,} ms past max.compaction.lag.ms"),
+        ("cleaner state", e.state),
+        ("eligible now", "yes" if e.eligible else "no"),
+    ]
+    if e.expected_size_after is not None:
+        saved = e.size_now - e.expected_size_after
+        rows.append(("size after one clean", f"{e.expected_size_after:,} bytes ({saved:,} fewer)"))
+        rows.append(("records kept / read", f"{e.expected_records_kept:,} / {e.expected_records_read:,}"))
+    if e.last_clean is not None and e.last_clean.last_clean_ms is not None:
+        rows.append(
+            ("last clean", f"{_when(e.last_clean.last_clean_ms)} UTC, up to offset {e.last_clean.end_offset:,}")
+        )
+    for what, value in rows:
+        table.add_row(what, value)
+    return table
 
 
 def _when(ms: int | None) -> str:

@@ -21,8 +21,10 @@ from ..record import RecordBatchBuilder, control_batch
 from ..record.types import ControlRecordType, Record
 from .config import LogConfig
 from .files import (
+    CLEANED_SUFFIX,
     INDEX_SUFFIX,
     LOG_SUFFIX,
+    SWAP_SUFFIX,
     TIME_INDEX_SUFFIX,
     TXN_INDEX_SUFFIX,
     delete_if_exists,
@@ -688,11 +690,12 @@ class Log:
         self._delete_segment_files(deletable)
         return len(deletable)
 
-    def _delete_segment_files(self, segments: list[LogSegment]) -> None:
+    def _delete_segment_files(self, segments: list[LogSegment], *, keep_snapshots_of: frozenset = frozenset()) -> None:
         """Rename to .deleted now, remove after file.delete.delay.ms (LocalLog.deleteSegmentFiles)."""
         for segment in segments:
             segment.rename_to_deleted()
-            self.producer_state.rename_snapshot_to_deleted(segment.base_offset)
+            if segment.base_offset not in keep_snapshots_of:
+                self.producer_state.rename_snapshot_to_deleted(segment.base_offset)
 
         def delete() -> None:
             for segment in segments:
@@ -700,6 +703,78 @@ class Log:
                 delete_if_exists(Path(f"{segment_file(self.directory, segment.base_offset, '.snapshot')}.deleted"))
 
         self._run_async("delete-file", delete, self.config.file_delete_delay_ms)
+
+    # ----- compaction support (UnifiedLog's methods the cleaner calls) --------------------------
+    def log_segments(self, from_offset: int, to_offset: int) -> list[LogSegment]:
+        """Segments that may hold offsets in [from, to): empty when from == to (LogSegments.values)."""
+        if from_offset == to_offset:
+            return []
+        if to_offset < from_offset:
+            raise ValueError(f"Invalid log segment range: requested segments from {from_offset} to {to_offset}")
+        return self.segments.values_between(from_offset, to_offset)
+
+    def non_active_segments_from(self, offset: int) -> list[LogSegment]:
+        """Every segment from the one holding ``offset`` up to, not including, the active one."""
+        with self._lock:
+            active = self.active_segment
+            if offset > active.base_offset:
+                return []
+            return self.log_segments(offset, active.base_offset)
+
+    def collect_aborted_transactions(self, start_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
+        """Aborted transactions overlapping [start, upper), from the txn indexes (collectAbortedTransactions)."""
+        first = self.segments.floor(start_offset)
+        if first is None:
+            return []
+        aborted: list[AbortedTxn] = []
+        for segment in self.segments.values_from(first.base_offset):
+            result = segment.collect_aborted_txns(start_offset, upper_bound_offset)
+            aborted.extend(result.aborted)
+            if result.is_complete:
+                break
+        return aborted
+
+    def last_records_of_active_producers(self) -> dict[int, tuple[int | None, int]]:
+        """producer id → (last data offset or None, producer epoch), for the cleaner's RETAIN_EMPTY rule."""
+        with self._lock:
+            return {
+                pid: (entry.last_data_offset if entry.last_data_offset >= 0 else None, entry.producer_epoch)
+                for pid, entry in self.producer_state.active_producers.items()
+            }
+
+    def new_cleaned_segment(self, base_offset: int) -> LogSegment:
+        """An empty ``.cleaned`` segment at ``base_offset`` (UnifiedLog.createNewCleanedSegment)."""
+        from .loader import open_segment
+
+        for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
+            delete_if_exists(segment_file(self.directory, base_offset, suffix, CLEANED_SUFFIX))
+        return open_segment(self.directory, base_offset, self.config, self.clock, self._rng, suffix=CLEANED_SUFFIX)
+
+    def replace_segments(self, new_segments: list[LogSegment], old_segments: list[LogSegment]) -> None:
+        """Swap cleaned segments in for the ones they replace, crash-safely (LocalLog.replaceSegments).
+
+        ``.cleaned`` → ``.swap`` (highest first), into the segment map, old files → ``.deleted`` (removed
+        later), ``.swap`` → final names, fsync the directory. A crash between any two renames is finished or
+        rolled back by the loader.
+        """
+        with self._lock:
+            self._check_open()
+            new_sorted = sorted(new_segments, key=lambda s: s.base_offset)
+            old_sorted = sorted(
+                (s for s in old_segments if self.segments.get(s.base_offset) is s), key=lambda s: s.base_offset
+            )
+            for segment in reversed(new_sorted):
+                segment.change_file_suffixes(CLEANED_SUFFIX, SWAP_SUFFIX)
+            for segment in reversed(new_sorted):
+                self.segments.add(segment)
+            new_bases = frozenset(s.base_offset for s in new_sorted)
+            for segment in old_sorted:
+                if segment.base_offset != new_sorted[0].base_offset:
+                    self.segments.remove(segment.base_offset)
+                self._delete_segment_files([segment], keep_snapshots_of=new_bases)
+            for segment in new_sorted:
+                segment.change_file_suffixes(SWAP_SUFFIX, "")
+            fsync_dir(self.directory)
 
     def truncate_to(self, target_offset: int) -> bool:
         """Remove every record at or after ``target_offset`` (UnifiedLog.truncateTo); True when anything went."""

@@ -188,6 +188,11 @@ class LogSegment:
                 self.rolling_based_timestamp = header.max_timestamp
                 break
 
+    def first_batch_timestamp(self) -> int:
+        """The first batch's max timestamp, Long.MAX for an empty segment (LogSegment.getFirstBatchTimestamp)."""
+        self._load_first_batch_timestamp()
+        return self.rolling_based_timestamp if self.rolling_based_timestamp is not None else (1 << 63) - 1
+
     def time_waited_for_roll(self, now: int, message_timestamp: int) -> int:
         """How long this segment has been open for rolling purposes (LogSegment.timeWaitedForRoll)."""
         self._load_first_batch_timestamp()

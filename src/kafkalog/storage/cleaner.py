@@ -1,0 +1,823 @@
+"""Log compaction of one partition log: Kafka's ``Cleaner`` (``LogCleaner.scala``) and ``MemoryRecords.filterTo``.
+
+A clean builds a key → latest-offset map over the dirty section [firstDirty, firstUncleanable), then
+copies every segment below the map's end, group by group, into one ``.cleaned`` segment per group,
+keeping for each key only its latest record, and swaps the result in (``Log.replace_segments``).
+Transactions, markers, tombstones and producer state follow Kafka's rules (spec section 12).
+
+Hot paths work on whole runs of batches: records are walked by one numba call per run
+(``_cleaner_kernels``), keys are hashed and looked up by one call, retention is decided with numpy
+masks, and batches that keep every record are copied byte for byte. Python runs once per batch, never
+once per record (legacy v0/v1 batches aside).
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import struct
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..clock import Time
+from ..errors import InvalidRecordError, KafkaStorageError, LogCleaningAbortedError
+from ..record import compression as codecs
+from ..record.batch import RECORDS_OFFSET, RecordBatch
+from ..record.builder import assemble_batch
+from ..record.legacy import LegacyBatch
+from ..record.scan import iter_batches, map_file
+from ..record.types import NO_TIMESTAMP, ControlRecordType, TimestampType
+from . import _cleaner_kernels as kernels
+from .offset_map import SkimpyOffsetMap
+from .segment import LogSegment
+from .txn_index import AbortedTxn
+
+log = logging.getLogger(__name__)
+
+INT32_MAX = (1 << 31) - 1
+# Batch fates (RecordFilter.BatchRetention).
+DELETE, DELETE_EMPTY, RETAIN_EMPTY = "DELETE", "DELETE_EMPTY", "RETAIN_EMPTY"
+# The map is built over runs of at most this many batch bytes: one kernel call each.
+MAP_RUN_BYTES = 8 * 1024 * 1024
+_CONTROL_KEY = struct.Struct(">hh")
+
+
+# ----- statistics and throttling --------------------------------------------------------------
+@dataclass
+class CleanerStats:
+    """What one clean read, wrote and kept (Kafka's CleanerStats); times are the clock's milliseconds."""
+
+    bytes_read: int = 0
+    bytes_written: int = 0
+    map_bytes_read: int = 0
+    map_messages_read: int = 0
+    messages_read: int = 0
+    messages_written: int = 0
+    invalid_messages_read: int = 0
+    buffer_utilization: float = 0.0
+    start_ms: int = 0
+    map_complete_ms: int = 0
+    end_ms: int = 0
+    wall_seconds: float = 0.0
+    map_wall_seconds: float = 0.0
+
+    def elapsed_secs(self) -> float:
+        return (self.end_ms - self.start_ms) / 1000
+
+    def elapsed_indexing_secs(self) -> float:
+        return (self.map_complete_ms - self.start_ms) / 1000
+
+    def add(self, other: CleanerStats) -> None:
+        """Sum the counters of another clean into this one (for a cleaning pass over several logs)."""
+        for name in (
+            "bytes_read",
+            "bytes_written",
+            "map_bytes_read",
+            "map_messages_read",
+            "messages_read",
+            "messages_written",
+            "invalid_messages_read",
+        ):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.buffer_utilization = max(self.buffer_utilization, other.buffer_utilization)
+        self.wall_seconds += other.wall_seconds
+        self.map_wall_seconds += other.map_wall_seconds
+
+
+class Throttler:
+    """Sleep to hold an observed byte rate under ``desired_rate_per_sec`` (Kafka's Throttler, 300 ms periods)."""
+
+    def __init__(self, desired_rate_per_sec: float, clock: Time, check_interval_ms: int = 300) -> None:
+        self.desired_rate_per_sec = float(desired_rate_per_sec)
+        self.clock = clock
+        self.check_interval_ns = check_interval_ms * 1_000_000
+        self._period_start_ns = clock.nanoseconds()
+        self._observed = 0.0
+        self.slept_ms = 0
+
+    def maybe_throttle(self, observed: float) -> None:
+        self._observed += observed
+        now = self.clock.nanoseconds()
+        elapsed_ns = now - self._period_start_ns
+        if elapsed_ns > self.check_interval_ns and self._observed > 0:
+            rate = self._observed * 1e9 / elapsed_ns
+            if rate > self.desired_rate_per_sec:
+                desired_rate_ms = self.desired_rate_per_sec / 1000
+                sleep_ms = round(self._observed / desired_rate_ms - elapsed_ns / 1e6)
+                if sleep_ms > 0:
+                    self.clock.sleep(sleep_ms)
+                    self.slept_ms += sleep_ms
+            self._period_start_ns = self.clock.nanoseconds()
+            self._observed = 0.0
+
+
+# ----- transactions seen while cleaning -------------------------------------------------------
+class CleanedTransactionMetadata:
+    """Transactions met in cleaning order: which batches are aborted, which markers may go (Kafka's class)."""
+
+    def __init__(self) -> None:
+        self._ongoing_committed: set[int] = set()
+        self._ongoing_aborted: dict[int, list] = {}  # pid → [AbortedTxn, last observed batch offset or None]
+        self._aborted: list[tuple[int, int, AbortedTxn]] = []  # min-heap by first offset
+        self._seq = 0
+        self.cleaned_index = None  # the TransactionIndex of the segment being written, if any
+
+    def add_aborted_transactions(self, aborted: Iterable[AbortedTxn]) -> None:
+        for txn in aborted:
+            self._seq += 1
+            heapq.heappush(self._aborted, (txn.first_offset, self._seq, txn))
+
+    def _consume_aborted_up_to(self, offset: int) -> None:
+        while self._aborted and self._aborted[0][0] <= offset:
+            txn = heapq.heappop(self._aborted)[2]
+            self._ongoing_aborted.setdefault(txn.producer_id, [txn, None])
+
+    def on_control_batch_read(self, batch: RecordBatch) -> bool:
+        """True when the marker may be discarded (no batch of its transaction remains to be cleaned)."""
+        self._consume_aborted_up_to(batch.last_offset)
+        control_type = _control_type(batch)
+        if control_type is None:
+            return True  # an empty control batch was already cleaned
+        pid = batch.producer_id
+        if control_type == ControlRecordType.ABORT:
+            state = self._ongoing_aborted.pop(pid, None)
+            if state is not None and state[1] is not None:
+                if self.cleaned_index is not None:
+                    self.cleaned_index.append(state[0])
+                return False
+            return True
+        if control_type == ControlRecordType.COMMIT:
+            if pid in self._ongoing_committed:
+                self._ongoing_committed.discard(pid)
+                return False
+            return True
+        return False
+
+    def on_batch_read(self, batch) -> bool:
+        """True when the data batch belongs to an aborted transaction."""
+        self._consume_aborted_up_to(batch.last_offset)
+        if batch.is_transactional:
+            state = self._ongoing_aborted.get(batch.producer_id)
+            if state is not None:
+                state[1] = batch.last_offset
+                return True
+            self._ongoing_committed.add(batch.producer_id)
+        return False
+
+
+def _control_type(batch: RecordBatch) -> int | None:
+    """The control record type of a control batch (None when the batch is empty)."""
+    if batch.record_count <= 0:
+        return None
+    first = next(iter(batch), None)
+    if first is None or first.key is None or len(first.key) < 4:
+        return -1
+    return _CONTROL_KEY.unpack_from(first.key)[1]
+
+
+# ----- choosing what to clean -----------------------------------------------------------------
+@dataclass(frozen=True)
+class OffsetsToClean:
+    first_dirty_offset: int
+    first_uncleanable_dirty_offset: int
+    force_update_checkpoint: bool = False
+
+
+def cleanable_offsets(log_obj, last_clean_offset: int | None, now: int) -> OffsetsToClean:
+    """The dirty range of a log (LogCleanerManager.cleanableOffsets)."""
+    start = log_obj.log_start_offset
+    checkpoint = start if last_clean_offset is None else last_clean_offset
+    force = False
+    if checkpoint < start:
+        if not (log_obj.config.compact and log_obj.config.delete):
+            log.warning(
+                "Resetting first dirty offset of %s to log start offset %d since the checkpointed offset %d is invalid",
+                log_obj.directory.name,
+                start,
+                checkpoint,
+            )
+        first_dirty, force = start, True
+    elif checkpoint > log_obj.log_end_offset:
+        log.warning(
+            "The last checkpoint dirty offset for partition %s is %d, which is larger than the log end offset %d. "
+            "Resetting to the log start offset %d.",
+            log_obj.directory.name,
+            checkpoint,
+            log_obj.log_end_offset,
+            start,
+        )
+        first_dirty, force = start, True
+    else:
+        first_dirty = checkpoint
+    bounds = [log_obj.last_stable_offset, log_obj.active_segment.base_offset]
+    min_lag = max(log_obj.config.min_compaction_lag_ms, 0)
+    if min_lag > 0:
+        for segment in log_obj.non_active_segments_from(first_dirty):
+            if segment.largest_timestamp > now - min_lag:
+                bounds.append(segment.base_offset)
+                break
+    return OffsetsToClean(first_dirty, max(first_dirty, min(bounds)), force)
+
+
+def max_compaction_delay(log_obj, first_dirty_offset: int, now: int) -> int:
+    """How far past max.compaction.lag.ms the oldest dirty segment is (0 when it is not)."""
+    first_timestamps = []
+    for segment in log_obj.non_active_segments_from(first_dirty_offset):
+        ts = segment.first_batch_timestamp()
+        if ts > 0:
+            first_timestamps.append(ts)
+    earliest = min(first_timestamps) if first_timestamps else None
+    clean_until = now - max(log_obj.config.max_compaction_lag_ms, 0)
+    return clean_until - earliest if earliest is not None and earliest < clean_until else 0
+
+
+def calculate_cleanable_bytes(log_obj, first_dirty_offset: int, uncleanable_offset: int) -> tuple[int, int]:
+    """(base of the segment holding the uncleanable offset, bytes of the segments from first dirty up to it)."""
+    segment = log_obj.segments.floor(uncleanable_offset)
+    first_uncleanable = segment.base_offset if segment is not None else uncleanable_offset
+    cleanable = log_obj.log_segments(min(first_dirty_offset, first_uncleanable), first_uncleanable)
+    return first_uncleanable, sum(s.size for s in cleanable)
+
+
+@dataclass
+class LogToClean:
+    """A compacted log with its dirty range and sizes (Kafka's LogToClean); ordered by ``cleanable_ratio``."""
+
+    topic_partition: object
+    log: object
+    first_dirty_offset: int
+    uncleanable_offset: int
+    need_compaction_now: bool = False
+    clean_bytes: int = field(init=False)
+    first_uncleanable_offset: int = field(init=False)
+    cleanable_bytes: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.clean_bytes = sum(s.size for s in self.log.log_segments(-1, self.first_dirty_offset))
+        self.first_uncleanable_offset, self.cleanable_bytes = calculate_cleanable_bytes(
+            self.log, self.first_dirty_offset, self.uncleanable_offset
+        )
+
+    @property
+    def total_bytes(self) -> int:
+        return self.clean_bytes + self.cleanable_bytes
+
+    @property
+    def cleanable_ratio(self) -> float:
+        return self.cleanable_bytes / self.total_bytes if self.total_bytes else 0.0
+
+
+def group_segments_by_size(
+    segments: list[LogSegment], max_size: int, max_index_size: int, first_uncleanable_offset: int
+) -> list[list[LogSegment]]:
+    """Consecutive segments that fit in one cleaned segment: size, both index sizes, 2^31 offsets."""
+    groups: list[list[LogSegment]] = []
+    rest = list(segments)
+    while rest:
+        group = [rest.pop(0)]
+        log_size = group[0].size
+        index_size = group[0].offset_index.size_in_bytes
+        time_index_size = group[0].time_index.size_in_bytes
+        while rest:
+            following = rest[0]
+            last_offset = rest[1].base_offset - 1 if len(rest) > 1 else first_uncleanable_offset - 1
+            if not (
+                log_size + following.size <= max_size
+                and index_size + following.offset_index.size_in_bytes <= max_index_size
+                and time_index_size + following.time_index.size_in_bytes <= max_index_size
+                and (following.size == 0 or last_offset - group[0].base_offset <= INT32_MAX)
+            ):
+                break
+            group.append(rest.pop(0))
+            log_size += following.size
+            index_size += following.offset_index.size_in_bytes
+            time_index_size += following.time_index.size_in_bytes
+        groups.append(group)
+    return groups
+
+
+# ----- decoding runs of batches ---------------------------------------------------------------
+@dataclass
+class _Records:
+    """Every record of a run of v2 batches, as positions into ``arena`` (see _cleaner_kernels.walk_records)."""
+
+    arena: np.ndarray
+    batch_of: np.ndarray
+    first: np.ndarray  # index of each batch's first record (len = batches + 1)
+    rec_start: np.ndarray
+    tail_start: np.ndarray
+    rec_end: np.ndarray
+    offsets: np.ndarray
+    timestamps: np.ndarray
+    key_pos: np.ndarray
+    key_len: np.ndarray
+    val_len: np.ndarray
+
+
+def _decode(batches: list[RecordBatch]) -> _Records:
+    """Walk the records of v2 batches in one kernel call (compressed sections decompressed once each)."""
+    nb = len(batches)
+    counts = np.fromiter((max(b.record_count, 0) for b in batches), np.int64, nb)
+    source = batches[0].source_buffer if nb else None
+    if nb and all(b.compression_type == codecs.NONE and b.source_buffer is source for b in batches):
+        arena = np.frombuffer(source, np.uint8)
+        starts = np.fromiter((b.position + RECORDS_OFFSET for b in batches), np.int64, nb)
+        ends = np.fromiter((b.position + b.size_in_bytes for b in batches), np.int64, nb)
+    else:
+        sections = [b.records_section() if b.record_count > 0 else b"" for b in batches]
+        lengths = np.fromiter((len(s) for s in sections), np.int64, nb)
+        ends = np.cumsum(lengths)
+        starts = ends - lengths
+        arena = np.frombuffer(b"".join(sections), np.uint8)
+    n = int(counts.sum())
+    if n > int((ends - starts).sum()) // 7 + 1:  # a record takes at least 7 bytes
+        bad = next(b for b, s, e in zip(batches, starts, ends, strict=True) if b.record_count > (e - s) // 7 + 1)
+        raise InvalidRecordError(
+            f"Found invalid record count {bad.record_count} for the batch size", position=bad.position,
+            offset=bad.base_offset,
+        )  # fmt: skip
+    base_offset = np.fromiter((b.base_offset for b in batches), np.int64, nb)
+    base_ts = np.fromiter((b.base_timestamp for b in batches), np.int64, nb)
+    max_ts = np.fromiter((b.max_timestamp for b in batches), np.int64, nb)
+    append = np.fromiter((bool(b.attributes & 0x08) for b in batches), np.bool_, nb)
+    out = [np.empty(n, np.int64) for _ in range(8)]
+    code, bi, ri = kernels.walk_records(arena, starts, ends, counts, base_offset, base_ts, max_ts, append, *out)
+    if code != kernels.OK:
+        bad = batches[bi]
+        raise InvalidRecordError(
+            f"Found invalid record structure while cleaning (error {code}, record {ri} of {bad.record_count})",
+            position=bad.position,
+            offset=bad.base_offset,
+        )
+    first = np.zeros(nb + 1, np.int64)
+    np.cumsum(counts, out=first[1:])
+    batch_of = np.repeat(np.arange(nb, dtype=np.int64), counts)
+    return _Records(arena, batch_of, first, *out)
+
+
+def _batch_runs(view, start: int, end: int, max_run: int):
+    """Consecutive batches of ``view[start:end]`` in runs of about ``max_run`` bytes: (batches, run end)."""
+    run: list = []
+    run_start = pos = start
+    for batch in iter_batches(view, start, end):
+        run.append(batch)
+        pos = batch.position + batch.size_in_bytes
+        if pos - run_start >= max_run:
+            yield run, pos
+            run, run_start = [], pos
+    if run:
+        yield run, pos
+
+
+# ----- the cleaner ----------------------------------------------------------------------------
+@dataclass
+class _FilterResult:
+    parts: list = field(default_factory=list)
+    size: int = 0
+    max_offset: int = -1
+    max_timestamp: int = NO_TIMESTAMP
+    shallow_offset_of_max_timestamp: int = -1
+    messages_read: int = 0
+    bytes_read: int = 0
+    messages_retained: int = 0
+
+    def retained(self, data, max_timestamp: int, shallow_offset: int, max_offset: int, count: int) -> None:
+        self.parts.append(data)
+        self.size += len(data)
+        if max_timestamp > self.max_timestamp:
+            self.max_timestamp, self.shallow_offset_of_max_timestamp = max_timestamp, shallow_offset
+        self.max_offset = max(self.max_offset, max_offset)
+        self.messages_retained += count
+
+
+class Cleaner:
+    """Cleans one log at a time with its own offset map (one per cleaner thread, as in Kafka)."""
+
+    def __init__(
+        self,
+        offset_map: SkimpyOffsetMap,
+        clock: Time,
+        *,
+        io_buffer_size: int = 512 * 1024 // 2,
+        max_io_buffer_size: int = 1024 * 1024 + 12,
+        throttler: Throttler | None = None,
+        check_done: Callable[[object], None] | None = None,
+        cleaner_id: int = 0,
+    ) -> None:
+        self.offset_map = offset_map
+        self.clock = clock
+        self.io_buffer_size = io_buffer_size
+        self.max_io_buffer_size = max(max_io_buffer_size, io_buffer_size)
+        self.throttler = throttler or Throttler(float("inf"), clock)
+        self._check_done = check_done or (lambda tp: None)
+        self.cleaner_id = cleaner_id
+
+    # ----- one clean ---------------------------------------------------------------------------
+    def clean(self, cleanable: LogToClean) -> tuple[int, CleanerStats]:
+        """Clean the log's dirty range now; return (the next first dirty offset, stats)."""
+        return self.do_clean(cleanable, self.clock.milliseconds())
+
+    def do_clean(self, cleanable: LogToClean, now: int) -> tuple[int, CleanerStats]:
+        log_obj = cleanable.log
+        started = time.perf_counter()
+        stats = CleanerStats(start_ms=self.clock.milliseconds())
+        clean_part = log_obj.log_segments(0, cleanable.first_dirty_offset)
+        legacy_delete_horizon = (
+            clean_part[-1].last_modified_ms() - log_obj.config.delete_retention_ms if clean_part else 0
+        )
+        upper_bound = cleanable.first_uncleanable_offset
+        self.build_offset_map(cleanable.topic_partition, log_obj, cleanable.first_dirty_offset, upper_bound, stats)
+        end_offset = self.offset_map.latest_offset + 1
+        stats.map_complete_ms = self.clock.milliseconds()
+        stats.map_wall_seconds = time.perf_counter() - started
+        txn = CleanedTransactionMetadata()
+        groups = group_segments_by_size(
+            log_obj.log_segments(0, end_offset),
+            log_obj.config.segment_bytes,
+            log_obj.config.segment_index_bytes,
+            cleanable.first_uncleanable_offset,
+        )
+        for group in groups:
+            self.clean_segments(cleanable.topic_partition, log_obj, group, now, stats, txn, legacy_delete_horizon,
+                                upper_bound)  # fmt: skip
+        stats.buffer_utilization = self.offset_map.utilization
+        stats.end_ms = self.clock.milliseconds()
+        stats.wall_seconds = time.perf_counter() - started
+        return end_offset, stats
+
+    def estimate(self, cleanable: LogToClean, now: int) -> tuple[int, CleanerStats]:
+        """A dry run of ``clean``: (the log's size once cleaned now, stats); nothing is written."""
+        log_obj = cleanable.log
+        stats = CleanerStats(start_ms=self.clock.milliseconds())
+        clean_part = log_obj.log_segments(0, cleanable.first_dirty_offset)
+        legacy_delete_horizon = (
+            clean_part[-1].last_modified_ms() - log_obj.config.delete_retention_ms if clean_part else 0
+        )
+        upper_bound = cleanable.first_uncleanable_offset
+        self.build_offset_map(cleanable.topic_partition, log_obj, cleanable.first_dirty_offset, upper_bound, stats)
+        end_offset = self.offset_map.latest_offset + 1
+        txn = CleanedTransactionMetadata()
+        covered = log_obj.log_segments(0, end_offset)
+        active_producers = log_obj.last_records_of_active_producers()
+        for i, segment in enumerate(covered):
+            upper = covered[i + 1].base_offset if i + 1 < len(covered) else segment.read_next_offset()
+            txn.add_aborted_transactions(log_obj.collect_aborted_transactions(segment.base_offset, upper))
+            self.clean_into(cleanable.topic_partition, log_obj, segment, None,
+                            segment.last_modified_ms() > legacy_delete_horizon, txn, active_producers, upper_bound,
+                            stats, now)  # fmt: skip
+        untouched = sum(s.size for s in log_obj.segments if s not in covered)
+        stats.buffer_utilization = self.offset_map.utilization
+        stats.end_ms = self.clock.milliseconds()
+        return untouched + stats.bytes_written, stats
+
+    # ----- the offset map ----------------------------------------------------------------------
+    def build_offset_map(self, tp, log_obj, start: int, end: int, stats: CleanerStats) -> None:
+        """Map key → latest offset over [start, end), stopping early when the map fills (buildOffsetMap)."""
+        offset_map = self.offset_map
+        offset_map.clear()
+        dirty = log_obj.log_segments(start, end)
+        log.info("Building offset map for log %s for %d segments in offset range [%d, %d).",
+                 log_obj.directory.name, len(dirty), start, end)  # fmt: skip
+        txn = CleanedTransactionMetadata()
+        txn.add_aborted_transactions(log_obj.collect_aborted_transactions(start, end))
+        for i, segment in enumerate(dirty):
+            self._check_done(tp)
+            next_start = dirty[i + 1].base_offset if i + 1 < len(dirty) else end
+            if self._map_segment(tp, segment, start, next_start, txn, stats):
+                log.debug("Offset map is full, %d segments fully mapped, segment %d partially", i, segment.base_offset)
+                return
+
+    def _map_segment(self, tp, segment: LogSegment, start: int, next_segment_start: int, txn, stats) -> bool:
+        """Map one segment's keyed records at or after ``start``; True when the map filled up."""
+        offset_map = self.offset_map
+        size = segment.log.size
+        position = segment.offset_index.lookup(start).position
+        view = map_file(segment.log.path)[:size] if size else memoryview(b"")
+        try:
+            for run, run_end in _batch_runs(view, position, size, MAP_RUN_BYTES):
+                self._check_done(tp)
+                self.throttler.maybe_throttle(run_end - position)
+                mapped = []
+                for batch in run:
+                    if batch.is_control:
+                        txn.on_control_batch_read(batch)
+                    elif txn.on_batch_read(batch):
+                        stats.map_messages_read += max(batch.record_count, 0) if batch.magic == 2 else 0
+                    else:
+                        mapped.append(batch)
+                full_at = self._map_batches(mapped, start, stats)
+                for batch in run:
+                    if full_at is not None and batch is full_at:
+                        return True
+                    if batch.last_offset >= start:
+                        offset_map.update_latest_offset(max(offset_map.latest_offset, batch.last_offset))
+                stats.map_bytes_read += run_end - position
+                position = run_end
+        finally:
+            del view
+        if position < size:
+            raise KafkaStorageError(
+                f"Partial batch at position {position} of non-active segment {segment.log.path}",
+                path=str(segment.log.path),
+            )
+        offset_map.update_latest_offset(next_segment_start - 1)
+        return False
+
+    def _map_batches(self, batches: list, start: int, stats: CleanerStats):
+        """Put the keyed records of ``batches``; return the batch where the map filled (or None)."""
+        v2 = [b for b in batches if isinstance(b, RecordBatch)]
+        if len(v2) != len(batches):  # legacy messages: the plain per-record path
+            return self._map_batches_mixed(batches, start, stats)
+        if not v2:
+            return None
+        records = _decode(v2)
+        done = self.offset_map.put_records(records.arena, records.key_pos, records.key_len, records.offsets, start)
+        stats.map_messages_read += done
+        if done < len(records.offsets):
+            return v2[int(records.batch_of[done])]
+        return None
+
+    def _map_batches_mixed(self, batches: list, start: int, stats: CleanerStats):
+        offset_map = self.offset_map
+        for batch in batches:
+            if isinstance(batch, RecordBatch):
+                if self._map_batches([batch], start, stats) is not None:
+                    return batch
+                continue
+            for record in batch:
+                if record.key is not None and record.offset >= start:
+                    if offset_map.size >= offset_map.max_entries:
+                        return batch
+                    offset_map.put(record.key, record.offset)
+                stats.map_messages_read += 1
+        return None
+
+    # ----- copying ------------------------------------------------------------------------------
+    def clean_segments(self, tp, log_obj, group, now, stats, txn, legacy_delete_horizon, upper_bound) -> None:
+        """Copy a group of segments into one ``.cleaned`` segment and swap it in (cleanSegments)."""
+        cleaned = log_obj.new_cleaned_segment(group[0].base_offset)
+        txn.cleaned_index = cleaned.txn_index
+        try:
+            active_producers = log_obj.last_records_of_active_producers()
+            for i, segment in enumerate(group):
+                upper = group[i + 1].base_offset if i + 1 < len(group) else segment.read_next_offset()
+                txn.add_aborted_transactions(log_obj.collect_aborted_transactions(segment.base_offset, upper))
+                retain_legacy_deletes = segment.last_modified_ms() > legacy_delete_horizon
+                self.clean_into(tp, log_obj, segment, cleaned, retain_legacy_deletes, txn, active_producers,
+                                upper_bound, stats, now)  # fmt: skip
+            cleaned.on_become_inactive_segment()
+            cleaned.flush()
+            cleaned.log.set_last_modified_ms(group[-1].last_modified_ms())
+            log.info("Swapping in cleaned segment %s for segment(s) %s in log %s", cleaned, group, log_obj)
+            log_obj.replace_segments([cleaned], group)
+        except BaseException:
+            try:
+                cleaned.delete_if_exists()
+            except OSError as e:
+                log.warning("Failed to delete the cleaned segment %s: %s", cleaned, e)
+            raise
+
+    def clean_into(self, tp, log_obj, source: LogSegment, dest: LogSegment | None, retain_legacy_deletes: bool, txn,
+                   active_producers, upper_bound: int, stats: CleanerStats, now: int) -> None:  # fmt: skip
+        """Filter one source segment into ``dest``, one read buffer of whole batches at a time (cleanInto)."""
+        size = source.log.size
+        if size == 0:
+            return
+        view = map_file(source.log.path)[:size]
+        position, buffer_size = 0, self.io_buffer_size
+        max_buffer = max(log_obj.config.max_message_bytes, self.max_io_buffer_size)
+        retention_ms = log_obj.config.delete_retention_ms
+        try:
+            while position < size:
+                self._check_done(tp)
+                limit = min(position + buffer_size, size)
+                batches = list(iter_batches(view, position, limit))
+                self.throttler.maybe_throttle(limit - position)
+                if not batches:
+                    if buffer_size >= max_buffer:
+                        raise KafkaStorageError(
+                            f"This log contains a message larger than maximum allowable size of {max_buffer}",
+                            position=position,
+                            path=str(source.log.path),
+                        )
+                    buffer_size = min(buffer_size * 2, max_buffer)
+                    continue
+                result = self._filter(batches, txn, active_producers, upper_bound, retain_legacy_deletes,
+                                      retention_ms, now, stats)  # fmt: skip
+                position = batches[-1].position + batches[-1].size_in_bytes
+                stats.messages_read += result.messages_read
+                stats.bytes_read += result.bytes_read
+                stats.messages_written += result.messages_retained
+                stats.bytes_written += result.size
+                if result.size and dest is not None:
+                    data = result.parts[0] if len(result.parts) == 1 else b"".join(result.parts)
+                    dest.append(result.max_offset, result.max_timestamp, result.shallow_offset_of_max_timestamp, data)
+                    self.throttler.maybe_throttle(result.size)
+        finally:
+            del view
+
+    def _filter(self, batches, txn, active_producers, upper_bound, retain_legacy_deletes, retention_ms, now, stats):
+        """MemoryRecords.filterTo with the cleaner's RecordFilter over one buffer of batches."""
+        result = _FilterResult()
+        offset_map = self.offset_map
+        fates: list[tuple] = []  # (batch, fate, discard records, empty marker)
+        for batch in batches:
+            result.bytes_read += batch.size_in_bytes
+            can_discard = txn.on_control_batch_read(batch) if batch.is_control else txn.on_batch_read(batch)
+            if batch.is_control:
+                horizon = batch.delete_horizon_ms
+                discard_records = can_discard and horizon is not None and horizon <= now
+            else:
+                discard_records = can_discard
+            last_of_producer = batch.has_producer_id and _is_last_of_producer(batch, active_producers)
+            if last_of_producer or batch.next_offset == upper_bound:
+                fate = RETAIN_EMPTY
+            elif discard_records:
+                fate = DELETE
+            else:
+                fate = DELETE_EMPTY
+            if fate != DELETE:
+                fates.append((batch, fate, discard_records, can_discard and batch.is_control))
+        v2 = [f for f in fates if isinstance(f[0], RecordBatch)]
+        keep = None
+        if v2:
+            records = _decode([f[0] for f in v2])
+            keep = self._keep_mask(records, v2, offset_map, now, stats)
+            result.messages_read += len(records.offsets)
+            plans = self._rebuild_plans(records, keep, v2, retention_ms, now)
+        j = 0
+        for batch, fate, discard_records, _ in fates:
+            if isinstance(batch, LegacyBatch):
+                self._filter_legacy(batch, fate, discard_records, offset_map, retain_legacy_deletes, stats, result)
+                continue
+            self._emit_v2(batch, fate, plans[j], result)
+            j += 1
+        return result
+
+    def _keep_mask(self, records: _Records, v2, offset_map, now: int, stats: CleanerStats) -> np.ndarray:
+        """Which records stay (the cleaner's shouldRetainRecord), for every record at once."""
+        nb = len(v2)
+        discard = np.fromiter((f[2] for f in v2), np.bool_, nb)[records.batch_of]
+        control = np.fromiter((f[0].is_control for f in v2), np.bool_, nb)[records.batch_of]
+        horizons = [f[0].delete_horizon_ms for f in v2]
+        retain_deletes = np.fromiter((h is None or now < h for h in horizons), np.bool_, nb)[records.batch_of]
+        past = records.offsets > offset_map.latest_offset
+        has_key = records.key_len >= 0
+        found = offset_map.get_records(records.arena, records.key_pos, records.key_len)
+        keep_data = past | (has_key & (records.offsets >= found) & ((records.val_len >= 0) | retain_deletes))
+        normal = ~discard & ~control
+        stats.invalid_messages_read += int(np.count_nonzero(normal & ~past & ~has_key))
+        return ~discard & (control | keep_data)
+
+    def _rebuild_plans(self, records: _Records, keep: np.ndarray, v2, retention_ms: int, now: int) -> list:
+        """Per v2 batch: ('copy', n), ('empty',), ('drop',) or ('rebuild', section, n, base_ts, max_ts, horizon)."""
+        nb = len(v2)
+        kept = np.bincount(records.batch_of[keep], minlength=nb)
+        tombstones = np.bincount(records.batch_of[keep & (records.val_len < 0)], minlength=nb) > 0
+        totals = np.diff(records.first)
+        plans: list = [None] * nb
+        rebuild: list[int] = []
+        horizons: list[int | None] = []
+        for i, (batch, fate, _, empty_marker) in enumerate(v2):
+            k = int(kept[i])
+            if k == 0:
+                plans[i] = ("empty",) if fate == RETAIN_EMPTY else ("drop",)
+                continue
+            current = batch.delete_horizon_ms
+            need_horizon = (bool(tombstones[i]) or empty_marker) and current is None
+            if k == totals[i] and not need_horizon:
+                plans[i] = ("copy", k)
+                continue
+            rebuild.append(i)
+            horizons.append(now + retention_ms if need_horizon else current)
+        if rebuild:
+            self._reframe(records, keep, v2, rebuild, horizons, plans)
+        return plans
+
+    def _reframe(self, records: _Records, keep, v2, rebuild: list[int], horizons: list, plans: list) -> None:
+        """Re-encode the kept records of every batch to rebuild, in one kernel call."""
+        nb = len(v2)
+        selected_batch = np.zeros(nb, np.bool_)
+        selected_batch[rebuild] = True
+        sel = np.flatnonzero(keep & selected_batch[records.batch_of])
+        sel_batch = records.batch_of[sel]
+        _, first_idx = np.unique(sel_batch, return_index=True)  # rebuild is sorted: one run per batch
+        ts = records.timestamps[sel]
+        base_ts = np.empty(nb, np.int64)
+        base_offsets = np.fromiter((f[0].base_offset for f in v2), np.int64, nb)
+        for j, i in enumerate(rebuild):
+            base_ts[i] = horizons[j] if horizons[j] is not None else ts[first_idx[j]]
+        ts_delta = ts - base_ts[sel_batch]
+        off_delta = records.offsets[sel] - base_offsets[sel_batch]
+        sizes = kernels.reframed_sizes(sel, records.tail_start, records.rec_end, ts_delta, off_delta)
+        out = np.empty(int(sizes.sum()), np.uint8)
+        kernels.reframe_records(records.arena, sel, records.tail_start, records.rec_end, ts_delta, off_delta, out)
+        bounds = np.zeros(len(sel) + 1, np.int64)
+        np.cumsum(sizes, out=bounds[1:])
+        ends_idx = np.append(first_idx[1:], len(sel))
+        max_ts = np.maximum.reduceat(ts, first_idx)
+        data = out.data
+        for j, i in enumerate(rebuild):
+            lo, hi = int(first_idx[j]), int(ends_idx[j])
+            section = data[bounds[lo] : bounds[hi]]
+            plans[i] = ("rebuild", section, hi - lo, int(base_ts[i]), int(max(max_ts[j], NO_TIMESTAMP)), horizons[j])
+
+    def _emit_v2(self, batch: RecordBatch, fate: str, plan: tuple, result: _FilterResult) -> None:
+        kind = plan[0]
+        if kind == "copy":
+            data = batch.source_buffer[batch.position : batch.position + batch.size_in_bytes]
+            result.retained(data, batch.max_timestamp, batch.last_offset, batch.last_offset, plan[1])
+        elif kind == "empty":
+            data = assemble_batch(
+                b"",
+                record_count=0,
+                last_offset_delta=batch.last_offset_delta,
+                base_offset=batch.base_offset,
+                base_timestamp=NO_TIMESTAMP,
+                max_timestamp=batch.max_timestamp,
+                timestamp_type=batch.timestamp_type_id,
+                producer_id=batch.producer_id,
+                producer_epoch=batch.producer_epoch,
+                base_sequence=batch.base_sequence,
+                is_transactional=batch.is_transactional,
+                is_control=batch.is_control,
+                partition_leader_epoch=batch.partition_leader_epoch,
+            )
+            result.retained(data, batch.max_timestamp, batch.last_offset, batch.last_offset, 0)
+        elif kind == "rebuild":
+            _, section, count, base_ts, max_ts, horizon = plan
+            append_time = batch.timestamp_type_id == TimestampType.LOG_APPEND_TIME
+            max_ts = batch.max_timestamp if append_time else max_ts
+            data = assemble_batch(
+                section,
+                record_count=count,
+                last_offset_delta=batch.last_offset_delta,
+                base_offset=batch.base_offset,
+                base_timestamp=base_ts,
+                max_timestamp=max_ts,
+                compression_type=batch.compression_type,
+                timestamp_type=batch.timestamp_type_id,
+                producer_id=batch.producer_id,
+                producer_epoch=batch.producer_epoch,
+                base_sequence=batch.base_sequence,
+                is_transactional=batch.is_transactional,
+                is_control=batch.is_control,
+                has_delete_horizon=horizon is not None,
+                partition_leader_epoch=batch.partition_leader_epoch,
+            )
+            result.retained(data, max_ts, batch.last_offset, batch.last_offset, count)
+
+    def _filter_legacy(self, batch, fate, discard_records, offset_map, retain_deletes, stats, result) -> None:
+        """A v0/v1 wrapper: copied byte for byte when every message stays, refused when it would need rewriting."""
+        kept = 0
+        total = 0
+        for record in batch:
+            total += 1
+            if discard_records:
+                continue
+            if record.offset > offset_map.latest_offset:
+                kept += 1
+            elif record.key is None:
+                stats.invalid_messages_read += 1
+            elif record.offset >= offset_map.get(record.key) and (record.value is not None or retain_deletes):
+                kept += 1
+        result.messages_read += total
+        if kept == 0:
+            if fate == RETAIN_EMPTY:
+                raise KafkaStorageError(
+                    "Empty batches are only supported for magic v2 and above", offset=batch.base_offset
+                )
+            return
+        if kept < total:
+            raise KafkaStorageError(
+                f"Compacting magic v{batch.magic} messages would rewrite them, and kafkalog writes only v2 batches; "
+                "the partition is left uncleanable",
+                position=batch.position,
+                offset=batch.base_offset,
+            )
+        data = batch.source_buffer[batch.position : batch.position + batch.size_in_bytes]
+        result.retained(data, batch.max_timestamp, batch.last_offset, batch.last_offset, kept)
+
+
+def _is_last_of_producer(batch, active_producers: dict) -> bool:
+    """The batch holds an active producer's last sequence, or is its last marker (kept for fencing)."""
+    last = active_producers.get(batch.producer_id)
+    if last is None:
+        return False
+    last_data_offset, epoch = last
+    if last_data_offset is not None:
+        return batch.last_offset == last_data_offset
+    return batch.is_control and batch.producer_epoch == epoch
+
+
+def check_not_aborted(aborted: Callable[[object], bool]) -> Callable[[object], None]:
+    """A ``check_done`` hook raising LogCleaningAbortedError once ``aborted(tp)`` says so."""
+
+    def check(tp) -> None:
+        if aborted(tp):
+            raise LogCleaningAbortedError(f"Cleaning of {tp} was aborted")
+
+    return check
