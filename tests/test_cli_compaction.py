@@ -42,11 +42,18 @@ def _read_back(directory: Path) -> tuple[dict[bytes, bytes], int]:
 
 def test_explain_compaction_reports_ratio_bounds_and_estimate(tmp_path: Path) -> None:
     _compacted_topic(tmp_path)
-    result = run("explain", "compaction", str(tmp_path), "--topic", "profiles")
+    page = tmp_path / "map.html"
+    result = run("explain", "compaction", str(tmp_path), "--topic", "profiles", "--html", str(page))
     assert result.exit_code == 0, result.output
     out = result.output
     assert "profiles-0 will be cleaned on the next cleaner pass" in out
     assert "active segment" in out and "dirty ratio 1.000" in out and "size after one clean" in out
+    # Every segment but the active one is dirty (nothing was cleaned yet); one rect per segment.
+    with LogManager([tmp_path], {"log.cleaner.enable": "false"}) as manager:
+        segments = len(manager.get_log("profiles").segments)
+    html = page.read_text()
+    assert html.count("<rect") == segments and html.count(": dirty</title>") == segments - 1
+    assert html.count(": active</title>") == 1
     # Explaining is read-only: nothing was cleaned.
     _, records = _read_back(tmp_path)
     assert records == KEYS * ROUNDS

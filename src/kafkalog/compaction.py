@@ -14,6 +14,17 @@ from .storage.cleaner import Cleaner, LogToClean, cleanable_offsets, max_compact
 from .storage.offset_map import SkimpyOffsetMap
 
 
+@dataclass(frozen=True)
+class SegmentSection:
+    """Where one segment stands for the cleaner: 'clean', 'dirty' (cleanable now), 'uncleanable' or 'active'."""
+
+    base_offset: int
+    next_offset: int
+    size_bytes: int
+    largest_timestamp: int
+    section: str
+
+
 @dataclass
 class CompactionExplanation:
     """Why a partition will or will not be cleaned now, and what a clean would leave."""
@@ -42,6 +53,7 @@ class CompactionExplanation:
     expected_records_read: int | None = None
     map_complete: bool | None = None
     last_clean: LogCleaningStatus | None = None
+    segments: list[SegmentSection] = field(default_factory=list)
 
     @property
     def size_now(self) -> int:
@@ -84,6 +96,24 @@ def _uncleanable_bound(log_obj, first_dirty: int, first_uncleanable: int, now: i
                     )
                 break
     return " and ".join(reasons) if reasons else "the first dirty offset (nothing is dirty)"
+
+
+def _sections(log_obj, first_dirty: int, first_uncleanable: int) -> list[SegmentSection]:
+    segments = list(log_obj.segments)
+    active = log_obj.active_segment
+    out = []
+    for i, segment in enumerate(segments):
+        following = segments[i + 1].base_offset if i + 1 < len(segments) else log_obj.log_end_offset
+        if segment is active:
+            section = "active"
+        elif segment.base_offset >= first_uncleanable:
+            section = "uncleanable"
+        elif following <= first_dirty:
+            section = "clean"
+        else:
+            section = "dirty"
+        out.append(SegmentSection(segment.base_offset, following, segment.size, segment.largest_timestamp, section))
+    return out
 
 
 def explain_compaction(cleaner: LogCleaner, tp, log_obj, *, estimate: bool = True) -> CompactionExplanation:
@@ -142,6 +172,7 @@ def explain_compaction(cleaner: LogCleaner, tp, log_obj, *, estimate: bool = Tru
         eligible=eligible,
         reasons=reasons,
         last_clean=cleaner.status.get(tp),
+        segments=_sections(log_obj, offsets.first_dirty_offset, to_clean.first_uncleanable_offset),
     )
     if estimate and config.compact and to_clean.cleanable_bytes > 0:
         dry = Cleaner(SkimpyOffsetMap(cleaner.memory_per_thread, cleaner.load_factor), cleaner.clock)

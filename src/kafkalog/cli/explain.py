@@ -64,8 +64,19 @@ def explain_retention_command(
 @click.option("--topic", required=True)
 @click.option("--partition", type=int, help="One partition (else every partition).")
 @click.option("--no-estimate", is_flag=True, help="Skip the dry-run clean that estimates the size after cleaning.")
+@click.option(
+    "--html",
+    "html_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Also write the segments (clean, dirty, uncleanable, active) on an offset axis to this HTML file.",
+)
 def explain_compaction_command(
-    log_dir: Path, config_file: Path | None, topic: str, partition: int | None, no_estimate: bool
+    log_dir: Path,
+    config_file: Path | None,
+    topic: str,
+    partition: int | None,
+    no_estimate: bool,
+    html_file: Path | None,
 ) -> None:
     """For each partition of TOPIC in LOG_DIR: the dirty section, what bounds it, the dirty ratio, whether the
     cleaner would clean it now and why, and the size one clean would leave (a dry run; nothing is written)."""
@@ -81,6 +92,9 @@ def explain_compaction_command(
     for explanation in explanations:
         console.print(compaction_table(explanation))
         console.print(explanation.summary)
+    if html_file is not None:
+        html_file.write_text(render_compaction_html(explanations), encoding="utf-8")
+        click.echo(f"Wrote the segment map to {html_file}", err=True)
 
 
 def compaction_table(e: CompactionExplanation) -> Table:
@@ -227,3 +241,43 @@ def _partition_svg(e: RetentionExplanation) -> str:
         "<table><tr><th>base offset</th><th>bytes</th><th>largest timestamp (UTC)</th><th>rule</th>"
         f"<th>files gone (UTC)</th><th>why</th></tr>{table_rows}</table>"
     )
+
+
+_SECTION_COLORS = {"clean": "#5bc0de", "dirty": "#f0ad4e", "uncleanable": "#999999", "active": "#5cb85c"}
+
+
+def render_compaction_html(explanations: list[CompactionExplanation]) -> str:
+    """A self-contained HTML page: per partition, its segments on an offset axis coloured by cleaner section."""
+    legend = "".join(f"<span style='background:{color}'></span>{name}" for name, color in _SECTION_COLORS.items())
+    parts = [
+        "<!doctype html><meta charset='utf-8'><title>kafkalog compaction map</title>",
+        "<style>body{font-family:sans-serif;margin:2em} svg{border:1px solid #ccc;background:#fafafa}"
+        " .legend span{display:inline-block;width:1em;height:1em;margin:0 .3em 0 1em;vertical-align:middle}</style>",
+        f"<h1>Compaction map</h1><p class='legend'>{legend}</p>",
+    ]
+    width = 1000
+    for e in explanations:
+        segs = e.segments
+        lo = min((s.base_offset for s in segs), default=0)
+        hi = max((s.next_offset for s in segs), default=lo + 1)
+        span = max(hi - lo, 1)
+        rects = []
+        for s in segs:
+            x = (s.base_offset - lo) / span * width
+            w = max((s.next_offset - s.base_offset) / span * width, 2)
+            tip = html.escape(f"segment {s.base_offset}..{s.next_offset - 1}, {s.size_bytes} bytes: {s.section}")
+            rects.append(
+                f"<rect x='{x:.1f}' y='20' width='{w:.1f}' height='30' fill='{_SECTION_COLORS[s.section]}' "
+                f"stroke='#333'><title>{tip}</title></rect>"
+            )
+        dirty_x = (e.first_dirty_offset - lo) / span * width
+        rects.append(
+            f"<line x1='{dirty_x:.1f}' y1='15' x2='{dirty_x:.1f}' y2='55' stroke='#d9534f' stroke-dasharray='4'/>"
+            f"<text x='{dirty_x + 4:.1f}' y='68' font-size='11'>first dirty offset {e.first_dirty_offset:,}</text>"
+        )
+        parts.append(
+            f"<h2>{html.escape(e.topic)}-{e.partition}</h2><p>{html.escape(e.summary)}</p>"
+            f"<svg width='{width}' height='80' viewBox='-5 0 {width + 10} 80'>"
+            f"<text x='0' y='14' font-size='12'>offsets {lo:,} .. {hi - 1:,}</text>{''.join(rects)}</svg>"
+        )
+    return "\n".join(parts)

@@ -13,7 +13,9 @@ Two implementations with one behaviour and one table layout, byte for byte:
 * :class:`SkimpyOffsetMap`, the one the cleaner uses. The table is a numpy ``uint8`` array of exactly
   ``slots * 24`` bytes in Kafka's layout, and the whole-run paths (:meth:`~SkimpyOffsetMap.put_records`,
   :meth:`~SkimpyOffsetMap.get_records`) are single numba kernels that hash (MD5, RFC 1321, written here),
-  probe and insert every record of a run without any Python work per record.
+  probe and insert every record of a run without any Python work per record. They hash 64 records ahead of
+  their insertion and prefetch each one's first slot meanwhile, so that the cache misses of a large table
+  overlap the hashing instead of adding to it; the checks and puts still happen one record at a time, in order.
 * :class:`ReferenceOffsetMap`, a plain transcription of Kafka's class over ``hashlib.md5`` and a
   ``bytearray``; the tests hold the fast map to it (same results, same counters, same table bytes).
 
@@ -172,8 +174,8 @@ def _md5_block(buf, off, a0, b0, c0, d0, x):
 
 
 @njit(cache=True, nogil=True)
-def _md5(arena, pos, length, out, x, tail):
-    """MD5 of ``arena[pos:pos+length]`` into ``out[0:16]``; ``x`` (16 int64) and ``tail`` (128 uint8) are scratch."""
+def _md5(arena, pos, length, out, ooff, x, tail):
+    """MD5 of ``arena[pos:pos+length]`` into ``out[ooff:ooff+16]``; ``x`` (16 int64), ``tail`` (128 uint8): scratch."""
     a = np.int64(0x67452301)
     b = np.int64(0xEFCDAB89)
     c = np.int64(0x98BADCFE)
@@ -196,10 +198,10 @@ def _md5(arena, pos, length, out, x, tail):
     if end == 128:
         a, b, c, d = _md5_block(tail, 64, a, b, c, d, x)
     for j in range(4):
-        out[j] = (a >> (8 * j)) & 0xFF
-        out[4 + j] = (b >> (8 * j)) & 0xFF
-        out[8 + j] = (c >> (8 * j)) & 0xFF
-        out[12 + j] = (d >> (8 * j)) & 0xFF
+        out[ooff + j] = (a >> (8 * j)) & 0xFF
+        out[ooff + 4 + j] = (b >> (8 * j)) & 0xFF
+        out[ooff + 8 + j] = (c >> (8 * j)) & 0xFF
+        out[ooff + 12 + j] = (d >> (8 * j)) & 0xFF
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -208,8 +210,8 @@ def _md5(arena, pos, length, out, x, tail):
 
 @intrinsic
 def _prefetch(typingctx, array, index):
-    """Prefetch the cache line of ``array[index]`` into every cache level (llvm.prefetch: a hint, never a fault)."""
-    if not (isinstance(array, types.Array) and isinstance(index, types.Integer)):
+    """Prefetch the cache line of the uint8 ``array[index]`` (llvm.prefetch: a hint that never faults)."""
+    if not (isinstance(array, types.Array) and array.dtype == types.uint8 and isinstance(index, types.Integer)):
         return None
 
     def codegen(context, builder, signature, args):
@@ -227,9 +229,9 @@ def _prefetch(typingctx, array, index):
 
 
 @njit(cache=True, nogil=True)
-def _slot_of(h, attempt, slots):
+def _slot_of(h, hoff, attempt, slots):
     """Kafka's positionOf(hash, attempt) / bytesPerEntry, with Java int arithmetic."""
-    k = attempt if attempt < 12 else 12
+    k = hoff + (attempt if attempt < 12 else 12)
     probe = (np.int64(h[k]) << 24) | (np.int64(h[k + 1]) << 16) | (np.int64(h[k + 2]) << 8) | np.int64(h[k + 3])
     if attempt > 12:
         probe += attempt - 12
@@ -241,34 +243,35 @@ def _slot_of(h, attempt, slots):
 
 @njit(cache=True, nogil=True, inline="always")
 def _is_empty(table, base):
-    for j in range(24):  # noqa: SIM110 - numba compiles this loop, not a generator in all()
-        if table[base + j] != 0:
-            return False
-    return True
+    # branch-free over the 24 bytes: LLVM turns these loops into a few wide loads
+    v = 0
+    for j in range(24):
+        v |= table[base + j]
+    return v == 0
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _same_hash(table, base, h):
-    for j in range(16):  # noqa: SIM110 - numba compiles this loop, not a generator in all()
-        if table[base + j] != h[j]:
-            return False
-    return True
+def _same_hash(table, base, h, hoff):
+    v = 0
+    for j in range(16):
+        v |= table[base + j] ^ h[hoff + j]
+    return v == 0
 
 
 @njit(cache=True, nogil=True)
-def _put_hash(table, slots, h, offset, state):
+def _put_hash(table, slots, h, hoff, offset, state):
     """Kafka's put after the full check: probe for ``h``, overwrite its offset or take the first empty slot."""
     state[1] += 1
     attempt = 0
     while True:
-        base = _slot_of(h, attempt, slots) * 24
+        base = _slot_of(h, hoff, attempt, slots) * 24
         state[2] += 1
         if _is_empty(table, base):
             for j in range(16):
-                table[base + j] = h[j]
+                table[base + j] = h[hoff + j]
             state[0] += 1
             break
-        if _same_hash(table, base, h):
+        if _same_hash(table, base, h, hoff):
             break
         attempt += 1
     for j in range(8):
@@ -277,17 +280,17 @@ def _put_hash(table, slots, h, offset, state):
 
 
 @njit(cache=True, nogil=True)
-def _get_hash(table, slots, h, state):
+def _get_hash(table, slots, h, hoff, state):
     """Kafka's get: the offset stored for ``h``, or -1 at an empty slot or after slots + 12 probes."""
     state[1] += 1
     max_attempts = slots + 12
     attempt = 0
     while attempt < max_attempts:
-        base = _slot_of(h, attempt, slots) * 24
+        base = _slot_of(h, hoff, attempt, slots) * 24
         state[2] += 1
         if _is_empty(table, base):
             return np.int64(-1)
-        if _same_hash(table, base, h):
+        if _same_hash(table, base, h, hoff):
             v = np.int64(0)
             for j in range(16, 24):
                 v = (v << 8) | np.int64(table[base + j])
@@ -315,9 +318,9 @@ def _hash_chunk(table, slots, arena, key_pos, key_len, take, lo, hi, digests, x,
     """MD5 of the keys of records lo..hi-1 with ``take[i - lo]`` set, into ``digests``; prefetch their first slot."""
     for i in range(lo, hi):
         if take[i - lo]:
-            h = digests[i - lo]
-            _md5(arena, key_pos[i], key_len[i], h, x, tail)
-            base = _slot_of(h, 0, slots) * 24
+            hoff = 16 * (i - lo)
+            _md5(arena, key_pos[i], key_len[i], digests, hoff, x, tail)
+            base = _slot_of(digests, hoff, 0, slots) * 24
             _prefetch(table, base)
             _prefetch(table, base + 23)  # an entry can straddle two cache lines
 
@@ -333,7 +336,7 @@ def _put_records(table, slots, state, max_entries, arena, key_pos, key_len, offs
     bad = _first_bad_key(arena.shape[0], key_pos, key_len)
     if bad >= 0:
         return bad, _BAD_KEY
-    digests = np.empty((_CHUNK, 16), np.uint8)
+    digests = np.empty(_CHUNK * 16, np.uint8)
     take = np.empty(_CHUNK, np.bool_)
     x = np.empty(16, np.int64)
     tail = np.empty(128, np.uint8)
@@ -348,7 +351,7 @@ def _put_records(table, slots, state, max_entries, arena, key_pos, key_len, offs
                     return i, _REACHED_MAX
                 if state[0] >= slots:
                     return i, _NO_SLOT
-                _put_hash(table, slots, digests[i - lo], offsets[i], state)
+                _put_hash(table, slots, digests, 16 * (i - lo), offsets[i], state)
     return n, _DONE
 
 
@@ -359,7 +362,7 @@ def _get_records(table, slots, state, arena, key_pos, key_len, out):
     bad = _first_bad_key(arena.shape[0], key_pos, key_len)
     if bad >= 0:
         return bad
-    digests = np.empty((_CHUNK, 16), np.uint8)
+    digests = np.empty(_CHUNK * 16, np.uint8)
     take = np.empty(_CHUNK, np.bool_)
     x = np.empty(16, np.int64)
     tail = np.empty(128, np.uint8)
@@ -369,7 +372,7 @@ def _get_records(table, slots, state, arena, key_pos, key_len, out):
             take[i - lo] = key_len[i] >= 0
         _hash_chunk(table, slots, arena, key_pos, key_len, take, lo, hi, digests, x, tail)
         for i in range(lo, hi):
-            out[i] = _get_hash(table, slots, digests[i - lo], state) if take[i - lo] else -1
+            out[i] = _get_hash(table, slots, digests, 16 * (i - lo), state) if take[i - lo] else -1
     return -1
 
 
@@ -378,7 +381,7 @@ def _md5_many(arena, key_pos, key_len, out):
     x = np.empty(16, np.int64)
     tail = np.empty(128, np.uint8)
     for i in range(key_len.shape[0]):
-        _md5(arena, key_pos[i], key_len[i], out[i], x, tail)
+        _md5(arena, key_pos[i], key_len[i], out, 16 * i, x, tail)
 
 
 def _as_arena(arena: np.ndarray) -> np.ndarray:
@@ -424,9 +427,9 @@ def md5_digests(arena: np.ndarray, key_pos: np.ndarray, key_len: np.ndarray) -> 
     bad = _first_bad_key(arena.shape[0], key_pos, key_len)
     if bad >= 0:
         raise _bad_key_error(bad, key_pos, key_len, arena.shape[0])
-    out = np.empty((key_len.shape[0], HASH_BYTES), np.uint8)
+    out = np.empty(key_len.shape[0] * HASH_BYTES, np.uint8)
     _md5_many(arena, key_pos, key_len, out)
-    return out
+    return out.reshape(-1, HASH_BYTES)
 
 
 class SkimpyOffsetMap:
@@ -498,10 +501,10 @@ class SkimpyOffsetMap:
         if self.size >= self.slots:
             raise OffsetMapFullError(_full_message(self.size, self.slots))
         h = np.frombuffer(bytearray(digest), np.uint8)
-        _put_hash(self._table, self.slots, h, np.int64(offset), self._state)
+        _put_hash(self._table, self.slots, h, 0, np.int64(offset), self._state)
 
     def _get_digest(self, digest: bytes) -> int:
-        return int(_get_hash(self._table, self.slots, np.frombuffer(bytearray(digest), np.uint8), self._state))
+        return int(_get_hash(self._table, self.slots, np.frombuffer(bytearray(digest), np.uint8), 0, self._state))
 
     def table_bytes(self) -> bytes:
         """A copy of the table in Kafka's layout (digest, then the big-endian offset, per 24-byte slot)."""
