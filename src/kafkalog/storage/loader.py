@@ -14,7 +14,13 @@ import random
 from pathlib import Path
 
 from ..clock import Time
-from ..errors import CorruptIndexError, InvalidOffsetError, KafkaLogError
+from ..errors import (
+    CorruptIndexError,
+    InvalidOffsetError,
+    KafkaLogError,
+    KafkaStorageError,
+    LogSegmentOffsetOverflowError,
+)
 from .config import LogConfig
 from .files import (
     CLEANED_SUFFIX,
@@ -26,6 +32,7 @@ from .files import (
     TIME_INDEX_SUFFIX,
     TXN_INDEX_SUFFIX,
     delete_if_exists,
+    fsync_dir,
     offset_from_filename,
     segment_file,
 )
@@ -34,6 +41,8 @@ from .segment import LogSegment, update_producer_state
 from .segments import LogSegments
 
 log = logging.getLogger(__name__)
+LONG_MIN = -(1 << 63)
+SPLIT_CHUNK_BYTES = 1024 * 1024  # appendFromFile's read buffer
 
 
 def open_segment(
@@ -122,6 +131,16 @@ def load_segment_files(
 ) -> LogSegments:
     """Step 3: open every segment, deleting orphan indexes and rebuilding missing or corrupt ones."""
     segments = LogSegments()
+    try:
+        _load_segment_files_into(segments, directory, config, clock, rng, log_start_offset)
+    except LogSegmentOffsetOverflowError:
+        for segment in segments:  # the caller splits the overflowed segment and loads everything again
+            segment.close_handlers()
+        raise
+    return segments
+
+
+def _load_segment_files_into(segments, directory: Path, config: LogConfig, clock: Time, rng, log_start_offset: int):
     for path in sorted(directory.iterdir()):
         name = path.name
         if not path.is_file():
@@ -140,7 +159,6 @@ def load_segment_files(
                 log.warning("Could not use the index files of segment %s (%s); rebuilding them", segment, e)
                 recover_segment(directory, segment, segments, config, clock, log_start_offset)
             segments.add(segment)
-    return segments
 
 
 def recover_segment(
@@ -208,6 +226,81 @@ def recover_log(
             break
 
 
+def _retry_on_offset_overflow(directory: Path, config: LogConfig, clock: Time, rng: random.Random, segments, action):
+    """Run a load step; on a segment whose offsets overflow, split it and run the step again (Kafka's
+    retryOnOffsetOverflow). ``segments`` is the loaded set, or None when the step loads it afresh."""
+    while True:
+        try:
+            return action()
+        except LogSegmentOffsetOverflowError as e:
+            segment = getattr(e, "segment", None)
+            if segment is None:
+                raise
+            log.info("Caught segment overflow error: %s. Split segment and retry.", e.reason)
+            split_overflowed_segment(directory, segment, segments, config, clock, rng)
+
+
+def split_overflowed_segment(
+    directory: Path, segment: LogSegment, segments: LogSegments | None, config: LogConfig, clock: Time, rng
+) -> list[LogSegment]:
+    """Copy an overflowed segment into ``.cleaned`` segments whose offsets fit, then swap them in
+    (LocalLog.splitOverflowedSegment). With ``segments`` None the caller reloads every file afterwards."""
+    if not segment.has_overflow():
+        raise KafkaStorageError(f"Split operation is only permitted for segments with overflow: {segment.log.path}")
+    log.info("Splitting overflowed segment %s", segment)
+    new_segments: list[LogSegment] = []
+    try:
+        headers = list(segment.log.batch_headers())
+        i = 0
+        while i < len(headers):
+            first = headers[i]
+            target = open_segment(directory, first.base_offset, config, clock, rng, suffix=CLEANED_SUFFIX)
+            new_segments.append(target)
+            while i < len(headers) and target.can_convert_to_relative_offset(headers[i].last_offset):
+                chunk_start, chunk_bytes = headers[i].position, 0
+                max_ts, shallow = LONG_MIN, -1
+                while (
+                    i < len(headers)
+                    and target.can_convert_to_relative_offset(headers[i].last_offset)
+                    and (chunk_bytes == 0 or chunk_bytes + headers[i].size < SPLIT_CHUNK_BYTES)
+                ):
+                    if headers[i].max_timestamp > max_ts:
+                        max_ts, shallow = headers[i].max_timestamp, headers[i].last_offset
+                    chunk_bytes += headers[i].size
+                    i += 1
+                target.append(headers[i - 1].last_offset, max_ts, shallow, segment.log.read(chunk_start, chunk_bytes))
+        total = 0
+        for target in new_segments:
+            target.on_become_inactive_segment()
+            target.flush()
+            target.log.set_last_modified_ms(segment.last_modified_ms())
+            total += target.size
+        if total != segment.size:
+            raise KafkaStorageError(f"Inconsistent segment sizes after split before: {segment.size} after: {total}")
+        log.info("Replacing overflowed segment %s with split segments %s", segment, new_segments)
+        for target in reversed(new_segments):
+            target.change_file_suffixes(CLEANED_SUFFIX, SWAP_SUFFIX)
+        if segments is not None:
+            for target in new_segments:
+                segments.add(target)
+            if segment.base_offset != new_segments[0].base_offset:
+                segments.remove(segment.base_offset)
+        segment.change_file_suffixes("", DELETED_SUFFIX)
+        segment.delete_if_exists()
+        for target in new_segments:
+            target.change_file_suffixes(SWAP_SUFFIX, "")
+        fsync_dir(directory)
+        if segments is None:
+            for target in new_segments:
+                target.close()
+        return new_segments
+    except BaseException:
+        for target in new_segments:
+            target.close_handlers()
+            target.delete_if_exists()
+        raise
+
+
 def load_log(
     directory: Path,
     config: LogConfig,
@@ -224,9 +317,18 @@ def load_log(
 
     swaps = remove_temp_files_and_collect_swaps(directory)
     complete_swaps(directory, swaps, config, clock, rng)
-    segments = load_segment_files(directory, config, clock, rng, log_start_offset)
+    segments = _retry_on_offset_overflow(
+        directory, config, clock, rng, None, lambda: load_segment_files(directory, config, clock, rng, log_start_offset)
+    )
     if not had_clean_shutdown and len(segments):
-        recover_log(directory, segments, config, clock, log_start_offset, recovery_point)
+        _retry_on_offset_overflow(
+            directory,
+            config,
+            clock,
+            rng,
+            segments,
+            lambda: recover_log(directory, segments, config, clock, log_start_offset, recovery_point),
+        )
     last = segments.last()
     next_offset = last.read_next_offset() if last is not None else log_start_offset
     if last is not None and next_offset < log_start_offset:

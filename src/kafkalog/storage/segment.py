@@ -236,9 +236,16 @@ class LogSegment:
 
     def _ensure_offset_in_range(self, offset: int) -> None:
         if not self.can_convert_to_relative_offset(offset):
-            raise LogSegmentOffsetOverflowError(
+            error = LogSegmentOffsetOverflowError(
                 f"Detected offset overflow at offset {offset} in segment {self}", offset=offset, path=str(self.log.path)
             )
+            error.segment = self  # the loader splits this segment and retries (splitOverflowedSegment)
+            raise error
+
+    def has_overflow(self) -> bool:
+        """Offsets beyond base + 2^31-1 (legacy segments written before KAFKA-6264 was fixed)."""
+        next_offset = self.read_next_offset()
+        return next_offset > self.base_offset and not self.can_convert_to_relative_offset(next_offset - 1)
 
     # ----- append --------------------------------------------------------------------------
     def append(
