@@ -25,3 +25,14 @@ def fixture_path(*parts: str) -> Path:
 @pytest.fixture
 def fixtures_dir() -> Path:
     return fixture_path()
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """One local SparkSession for the whole test run (startup ~5 s, the first Python source query ~5 s)."""
+    pytest.importorskip("pyspark")
+    from kafkalog.spark import local_session
+
+    session = local_session("kafkalog-tests")
+    yield session
+    session.stop()

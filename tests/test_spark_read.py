@@ -1,6 +1,6 @@
 """The ``kafkalog`` Spark source, batch reads: schema, options, offsets, data loss, and real broker dirs.
 
-One SparkSession serves the whole module (startup ~5 s, the first Python data source query ~5 s more).
+One SparkSession (tests/conftest.py) serves the whole run (startup ~5 s, the first Python data source query ~5 s more).
 Log dirs are written by a live LogManager, which stays open while Spark reads them: readers take no lock.
 """
 
@@ -46,15 +46,6 @@ KAFKA_FIELDS = [
 HEADERS_FIELD = StructField(
     "headers", ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())]))
 )
-
-
-@pytest.fixture(scope="module")
-def spark():
-    from kafkalog.spark import local_session
-
-    session = local_session("kafkalog-test-spark-read")
-    yield session
-    session.stop()
 
 
 @pytest.fixture(scope="module")

@@ -275,6 +275,24 @@ class KafkaLogDataSource(DataSource):
             )
         return KafkaLogBatchReader(options, schema)
 
+    def streamReader(self, schema: StructType):
+        """``spark.readStream.format("kafkalog")``: see ``kafkalog.spark.stream``."""
+        from .stream import KafkaLogStreamReader
+
+        return KafkaLogStreamReader(self.options, schema)
+
+    def writer(self, schema: StructType, overwrite: bool):
+        """``df.write.format("kafkalog")``: see ``kafkalog.spark.writer``."""
+        from .writer import KafkaLogWriter
+
+        return KafkaLogWriter(self.options, schema, overwrite)
+
+    def streamWriter(self, schema: StructType, overwrite: bool):
+        """``df.writeStream.format("kafkalog")``: see ``kafkalog.spark.writer``."""
+        from .writer import KafkaLogStreamWriter
+
+        return KafkaLogStreamWriter(self.options, schema, overwrite)
+
 
 @dataclass(frozen=True)
 class KafkaLogInputPartition(InputPartition):
