@@ -326,6 +326,11 @@ class LogCleaner:
         return result
 
     def _clean_log(self, cleaner: Cleaner, cleanable: LogToClean) -> LogCleanResult:
+        # One offset map per cleaner: clean_once and that cleaner's thread take turns with it.
+        with cleaner.lock:
+            return self._clean_log_locked(cleaner, cleanable)
+
+    def _clean_log_locked(self, cleaner: Cleaner, cleanable: LogToClean) -> LogCleanResult:
         tp, log_obj = cleanable.topic_partition, cleanable.log
         start = cleanable.first_dirty_offset
         outcome = LogCleanResult(tp.topic, tp.partition, start, start, cleanable.cleanable_ratio)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import heapq
 import logging
 import struct
+import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -414,6 +415,7 @@ class Cleaner:
         self.throttler = throttler or Throttler(float("inf"), clock)
         self._check_done = check_done or (lambda tp: None)
         self.cleaner_id = cleaner_id
+        self.lock = threading.Lock()  # held for a whole clean: the offset map serves one clean at a time
 
     # ----- one clean ---------------------------------------------------------------------------
     def clean(self, cleanable: LogToClean) -> tuple[int, CleanerStats]:
