@@ -434,7 +434,7 @@ class LogManager:
                     len(lg.segments),
                 )
             )
-        config = self._logs[TopicPartition(name, 0)].config.to_dict() if parts else {}
+        config = self._logs[TopicPartition(name, parts[0].partition)].config.to_dict() if parts else {}
         return TopicDescription(name, state.topic_id, parts, dict(state.config), config)
 
     def alter_topic_config(self, name: str, updates: dict) -> TopicDescription:

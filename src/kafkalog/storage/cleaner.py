@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..clock import Time
-from ..errors import InvalidRecordError, KafkaStorageError, LogCleaningAbortedError
+from ..errors import CorruptRecordError, InvalidRecordError, KafkaStorageError, LogCleaningAbortedError
 from ..record import compression as codecs
 from ..record.batch import RECORDS_OFFSET, RecordBatch
 from ..record.builder import assemble_batch
@@ -599,13 +599,7 @@ class Cleaner:
                 batches = list(iter_batches(view, position, limit))
                 self.throttler.maybe_throttle(limit - position)
                 if not batches:
-                    if buffer_size >= max_buffer:
-                        raise KafkaStorageError(
-                            f"This log contains a message larger than maximum allowable size of {max_buffer}",
-                            position=position,
-                            path=str(source.log.path),
-                        )
-                    buffer_size = min(buffer_size * 2, max_buffer)
+                    buffer_size = self._grown_buffer(view, position, size, buffer_size, max_buffer, source)
                     continue
                 result = self._filter(batches, txn, active_producers, upper_bound, retain_legacy_deletes,
                                       retention_ms, now, stats)  # fmt: skip
@@ -620,6 +614,23 @@ class Cleaner:
                     self.throttler.maybe_throttle(result.size)
         finally:
             del view
+
+    @staticmethod
+    def _grown_buffer(view, position: int, size: int, buffer_size: int, max_buffer: int, source) -> int:
+        """No whole batch fits the read buffer: double it toward the limit, or toward the next batch's own
+        size once the limit is reached (growBuffersOrFail); a batch running past the segment is corrupt."""
+        if buffer_size < max_buffer:
+            return min(buffer_size * 2, max_buffer)
+        head = bytes(view[position : position + 12])
+        next_size = 12 + int.from_bytes(head[8:12], "big", signed=True) if len(head) == 12 else None
+        where = dict(position=position, path=str(source.log.path))
+        if next_size is None or next_size <= 12:
+            raise CorruptRecordError(f"Invalid batch size {next_size} in log segment {source.log.path}", **where)
+        if next_size > size - position:
+            raise CorruptRecordError(
+                f"Log segment may be corrupt, batch size {next_size} > {size - position} bytes left in segment", **where
+            )
+        return min(buffer_size * 2, max(next_size, max_buffer))
 
     def _filter(self, batches, txn, active_producers, upper_bound, retain_legacy_deletes, retention_ms, now, stats):
         """MemoryRecords.filterTo with the cleaner's RecordFilter over one buffer of batches."""
