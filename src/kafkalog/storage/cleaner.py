@@ -29,6 +29,7 @@ from ..record import compression as codecs
 from ..record.batch import RECORDS_OFFSET, RecordBatch
 from ..record.builder import assemble_batch
 from ..record.legacy import LegacyBatch
+from ..record.legacy_builder import build_legacy
 from ..record.scan import iter_batches, map_file
 from ..record.types import NO_TIMESTAMP, ControlRecordType, TimestampType
 from . import _cleaner_kernels as kernels
@@ -784,35 +785,43 @@ class Cleaner:
             result.retained(data, max_ts, batch.last_offset, batch.last_offset, count)
 
     def _filter_legacy(self, batch, fate, discard_records, offset_map, retain_deletes, stats, result) -> None:
-        """A v0/v1 wrapper: copied byte for byte when every message stays, refused when it would need rewriting."""
-        kept = 0
+        """A v0/v1 wrapper: copied byte for byte when every message stays, else rebuilt in its own magic and codec."""
+        kept = []
         total = 0
         for record in batch:
             total += 1
             if discard_records:
                 continue
             if record.offset > offset_map.latest_offset:
-                kept += 1
+                kept.append(record)
             elif record.key is None:
                 stats.invalid_messages_read += 1
             elif record.offset >= offset_map.get(record.key) and (record.value is not None or retain_deletes):
-                kept += 1
+                kept.append(record)
         result.messages_read += total
-        if kept == 0:
+        if not kept:
             if fate == RETAIN_EMPTY:
                 raise KafkaStorageError(
                     "Empty batches are only supported for magic v2 and above", offset=batch.base_offset
                 )
             return
-        if kept < total:
-            raise KafkaStorageError(
-                f"Compacting magic v{batch.magic} messages would rewrite them, and kafkalog writes only v2 batches; "
-                "the partition is left uncleanable",
-                position=batch.position,
-                offset=batch.base_offset,
+        if len(kept) < total:
+            # buildRetainedRecordsInto: Kafka's builder in the set's magic, codec (default level) and timestamp type,
+            # from the first kept offset. Only a compressed wrapper keeps some of its messages, so one wrapper comes
+            # back; as in Kafka's RecordsInfo, its (last) offset and timestamp (max or append time) describe it.
+            append_time = batch.timestamp_type_id == TimestampType.LOG_APPEND_TIME
+            data = build_legacy(
+                batch.magic,
+                [(r.offset, r.timestamp, r.key, r.value) for r in kept],
+                compression_type=batch.compression_type,
+                timestamp_type=batch.timestamp_type_id,
+                log_append_time=batch.max_timestamp if append_time else NO_TIMESTAMP,
             )
+            wrapper = LegacyBatch(data)
+            result.retained(data, wrapper.max_timestamp, wrapper.offset, wrapper.offset, len(kept))
+            return
         data = batch.source_buffer[batch.position : batch.position + batch.size_in_bytes]
-        result.retained(data, batch.max_timestamp, batch.last_offset, batch.last_offset, kept)
+        result.retained(data, batch.max_timestamp, batch.last_offset, batch.last_offset, total)
 
 
 def _is_last_of_producer(batch, active_producers: dict) -> bool:
