@@ -18,6 +18,7 @@ BENCHMARKS = {
     "storage": "benchmarks.bench_storage",
     "manager": "benchmarks.bench_manager",
     "dump": "benchmarks.bench_dump",
+    "cleaner": "benchmarks.bench_cleaner",
 }
 DEFAULT_RESULTS = Path(__file__).resolve().parent / "results"
 

@@ -6,6 +6,7 @@ benchmark itself (``make bench``), not enforced by tests.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import subprocess
@@ -233,3 +234,71 @@ def test_dump_json_shape(quick_dump_run):
         assert check["identical"] and check["mismatched_lines"] == 0, label
         assert check["record_lines"] == {"kafkalog": seg["records"], "kafka-python": seg["records"]}, label
     assert data["profile"]["by_own_time"] and all(row["calls"] > 0 for row in data["profile"]["by_own_time"])
+
+
+@pytest.fixture(scope="module")
+def quick_cleaner_run(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path]:
+    results = tmp_path_factory.mktemp("bench-cleaner-results")
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.run", "--quick", "--only", "cleaner", "--results-dir", str(results)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    return proc, results
+
+
+def test_cleaner_json_shape(quick_cleaner_run):
+    proc, results = quick_cleaner_run
+    assert proc.returncode == 0, f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    assert "Log compaction" in proc.stdout and "Goals" in proc.stdout and "cProfile" in proc.stdout
+    data = json.loads((results / "cleaner.json").read_text())
+
+    assert data["benchmark"] == "cleaner" and data["quick"] is True
+    for key in ("python", "platform", "cpu_count"):
+        assert data["machine"][key]
+    params = data["parameters"]
+    assert set(data["goals"]) == set(data["goals_met"]) == {"clean_vs_copyfile", "map_within_budget"}
+    assert isinstance(data["goals_met"]["clean_vs_copyfile"], bool)
+    assert data["goals_met"]["map_within_budget"] is True  # a budget overrun is a bug, not a slow machine
+    assert isinstance(data["all_goals_met"], bool)
+    assert tuple(data["logs"]) == ("none", *params["codecs"])
+    for codec, r in data["logs"].items():
+        info, clean = r["log"], r["clean"]
+        assert info["codec"] == codec and info["segments"] >= 3, codec
+        assert info["active_records"] > 0 and info["records"] > info["keys"], codec
+        runs = params["repeats"] if codec == "none" else params["codec_repeats"]
+        assert clean["runs"] == len(clean["wall_times_s"]) == runs, codec
+        for key in ("mb_per_s_read", "mb_per_s_written", "median_map_s", "median_copy_phase_s"):
+            assert _positive(clean[key]), (codec, key)
+        assert clean["bytes_read"] == clean["map_bytes_read"] == info["cleanable_bytes"], codec
+        assert 0 < clean["bytes_written"] < clean["bytes_read"], codec
+        assert clean["messages_written"] == info["distinct_keys_cleanable_range"], codec
+        check = clean["correctness"]
+        assert check["ok"] and check["records_in_log"] == clean["messages_written"] + info["active_records"], codec
+        assert check["keys_checked"] == info["distinct_keys_written"], codec
+        mem = clean["memory"]
+        assert mem["within_budget"] and 0 < mem["map_memory_bytes"] <= mem["budget_bytes"] == params["budget"]
+        assert mem["entries"] == clean["messages_written"] and 0 < mem["utilization"] < 1, codec
+        assert _positive(mem["rss_before_mb"]) and _positive(mem["peak_anon_sampled_mb"]), codec
+        for how in ("copyfile", "read_write_loop"):
+            assert _positive(r["copy"][how]["mb_per_s"]), (codec, how)
+            assert len(r["copy"][how]["times_s"]) == params["copy_repeats"], (codec, how)
+        assert _positive(r["clean_vs_copyfile"]) and _positive(r["clean_vs_read_write_loop"]), codec
+
+    partial = data["partial"]
+    assert partial["memory"]["budget_bytes"] == params["small_budget"] and partial["memory"]["within_budget"]
+    assert partial["memory"]["entries"] == partial["memory"]["max_entries"]  # the map filled up
+    assert 0 < partial["dirty_range_covered"] < 1 and partial["segments_cleaned"] >= 1
+    assert partial["correctness"]["ok"]
+    prof = data["profile"]
+    assert prof["by_own_time"] and prof["kafkalog_by_cumulative_time"]
+    assert all(row["tottime_s"] >= 0 and row["calls"] > 0 for row in prof["by_own_time"])
+
+
+def test_every_benchmark_has_a_smoke_test():
+    spec = importlib.util.spec_from_file_location("bench_run", REPO / "benchmarks" / "run.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert set(module.BENCHMARKS) == {"record", "storage", "manager", "dump", "cleaner"}  # each tested above
