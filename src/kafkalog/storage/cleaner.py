@@ -42,8 +42,9 @@ log = logging.getLogger(__name__)
 INT32_MAX = (1 << 31) - 1
 # Batch fates (RecordFilter.BatchRetention).
 DELETE, DELETE_EMPTY, RETAIN_EMPTY = "DELETE", "DELETE_EMPTY", "RETAIN_EMPTY"
-# The map is built over runs of at most this many batch bytes: one kernel call each.
+# The map is built, and segments filtered, over runs of about this many batch bytes: one kernel call each.
 MAP_RUN_BYTES = 8 * 1024 * 1024
+FILTER_RUN_BYTES = 8 * 1024 * 1024
 _CONTROL_KEY = struct.Struct(">hh")
 
 
@@ -377,22 +378,15 @@ def _batch_runs(view, start: int, end: int, max_run: int):
 # ----- the cleaner ----------------------------------------------------------------------------
 @dataclass
 class _FilterResult:
-    parts: list = field(default_factory=list)
-    size: int = 0
-    max_offset: int = -1
-    max_timestamp: int = NO_TIMESTAMP
-    shallow_offset_of_max_timestamp: int = -1
+    """Batches kept by one filter pass: (batch index, bytes, max timestamp, its offset, max offset, records)."""
+
+    entries: list = field(default_factory=list)
     messages_read: int = 0
     bytes_read: int = 0
-    messages_retained: int = 0
+    current: int = 0  # index of the batch being filtered
 
     def retained(self, data, max_timestamp: int, shallow_offset: int, max_offset: int, count: int) -> None:
-        self.parts.append(data)
-        self.size += len(data)
-        if max_timestamp > self.max_timestamp:
-            self.max_timestamp, self.shallow_offset_of_max_timestamp = max_timestamp, shallow_offset
-        self.max_offset = max(self.max_offset, max_offset)
-        self.messages_retained += count
+        self.entries.append((self.current, data, max_timestamp, shallow_offset, max_offset, count))
 
 
 class Cleaner:
@@ -585,36 +579,71 @@ class Cleaner:
 
     def clean_into(self, tp, log_obj, source: LogSegment, dest: LogSegment | None, retain_legacy_deletes: bool, txn,
                    active_producers, upper_bound: int, stats: CleanerStats, now: int) -> None:  # fmt: skip
-        """Filter one source segment into ``dest``, one read buffer of whole batches at a time (cleanInto)."""
+        """Filter one source segment into ``dest`` (cleanInto).
+
+        Kafka filters one read buffer of whole batches at a time and appends what each buffer keeps; the
+        buffer boundaries decide where the cleaned segment's index entries go. Here several buffers are
+        filtered in one vectorised pass, and what each buffer kept is still appended on its own.
+        """
         size = source.log.size
         if size == 0:
             return
         view = map_file(source.log.path)[:size]
-        position, buffer_size = 0, self.io_buffer_size
+        position = 0
+        state = {"buffer": self.io_buffer_size}
         max_buffer = max(log_obj.config.max_message_bytes, self.max_io_buffer_size)
         retention_ms = log_obj.config.delete_retention_ms
         try:
             while position < size:
                 self._check_done(tp)
-                limit = min(position + buffer_size, size)
-                batches = list(iter_batches(view, position, limit))
-                self.throttler.maybe_throttle(limit - position)
-                if not batches:
-                    buffer_size = self._grown_buffer(view, position, size, buffer_size, max_buffer, source)
-                    continue
+                batches, chunks, position = self._read_chunks(view, position, size, state, max_buffer, source)
                 result = self._filter(batches, txn, active_producers, upper_bound, retain_legacy_deletes,
                                       retention_ms, now, stats)  # fmt: skip
-                position = batches[-1].position + batches[-1].size_in_bytes
                 stats.messages_read += result.messages_read
                 stats.bytes_read += result.bytes_read
-                stats.messages_written += result.messages_retained
-                stats.bytes_written += result.size
-                if result.size and dest is not None:
-                    data = result.parts[0] if len(result.parts) == 1 else b"".join(result.parts)
-                    dest.append(result.max_offset, result.max_timestamp, result.shallow_offset_of_max_timestamp, data)
-                    self.throttler.maybe_throttle(result.size)
+                self._append_chunks(dest, result.entries, chunks, stats)
         finally:
             del view
+
+    def _read_chunks(self, view, position: int, size: int, state: dict, max_buffer: int, source):
+        """Whole read buffers of batches from ``position``, about FILTER_RUN_BYTES in all: (batches, the
+        index of each buffer's first batch, the position after them)."""
+        batches: list = []
+        chunks: list[int] = []
+        start = position
+        while position < size and position - start < FILTER_RUN_BYTES:
+            limit = min(position + state["buffer"], size)
+            chunk = list(iter_batches(view, position, limit))
+            self.throttler.maybe_throttle(limit - position)
+            if not chunk:
+                state["buffer"] = self._grown_buffer(view, position, size, state["buffer"], max_buffer, source)
+                continue
+            chunks.append(len(batches))
+            batches.extend(chunk)
+            position = chunk[-1].position + chunk[-1].size_in_bytes
+        return batches, chunks, position
+
+    def _append_chunks(self, dest: LogSegment | None, entries: list, chunks: list[int], stats: CleanerStats) -> None:
+        """Append what each read buffer kept as one write, with its largest offset and timestamp (LogSegment.append)."""
+        bounds = [*chunks[1:], 1 << 62]
+        k = 0
+        for upper in bounds:
+            parts, max_offset, max_ts, shallow = [], -1, NO_TIMESTAMP, -1
+            while k < len(entries) and entries[k][0] < upper:
+                _, data, ts, shallow_offset, last, count = entries[k]
+                parts.append(data)
+                if ts > max_ts:
+                    max_ts, shallow = ts, shallow_offset
+                max_offset = max(max_offset, last)
+                stats.messages_written += count
+                k += 1
+            if not parts:
+                continue
+            data = parts[0] if len(parts) == 1 else b"".join(parts)
+            stats.bytes_written += len(data)
+            if dest is not None:
+                dest.append(max_offset, max_ts, shallow, data)
+                self.throttler.maybe_throttle(len(data))
 
     @staticmethod
     def _grown_buffer(view, position: int, size: int, buffer_size: int, max_buffer: int, source) -> int:
@@ -638,7 +667,7 @@ class Cleaner:
         result = _FilterResult()
         offset_map = self.offset_map
         fates: list[tuple] = []  # (batch, fate, discard records, empty marker)
-        for batch in batches:
+        for index, batch in enumerate(batches):
             result.bytes_read += batch.size_in_bytes
             can_discard = txn.on_control_batch_read(batch) if batch.is_control else txn.on_batch_read(batch)
             if batch.is_control:
@@ -654,7 +683,7 @@ class Cleaner:
             else:
                 fate = DELETE_EMPTY
             if fate != DELETE:
-                fates.append((batch, fate, discard_records, can_discard and batch.is_control))
+                fates.append((batch, fate, discard_records, can_discard and batch.is_control, index))
         v2 = [f for f in fates if isinstance(f[0], RecordBatch)]
         keep = None
         if v2:
@@ -663,7 +692,8 @@ class Cleaner:
             result.messages_read += len(records.offsets)
             plans = self._rebuild_plans(records, keep, v2, retention_ms, now)
         j = 0
-        for batch, fate, discard_records, _ in fates:
+        for batch, fate, discard_records, _, index in fates:
+            result.current = index
             if isinstance(batch, LegacyBatch):
                 self._filter_legacy(batch, fate, discard_records, offset_map, retain_legacy_deletes, stats, result)
                 continue
@@ -695,7 +725,7 @@ class Cleaner:
         plans: list = [None] * nb
         rebuild: list[int] = []
         horizons: list[int | None] = []
-        for i, (batch, fate, _, empty_marker) in enumerate(v2):
+        for i, (batch, fate, _, empty_marker, _) in enumerate(v2):
             k = int(kept[i])
             if k == 0:
                 plans[i] = ("empty",) if fate == RETAIN_EMPTY else ("drop",)
