@@ -16,6 +16,7 @@ COMMANDS = [
     ("data", "consume_command"),
     ("explain", "explain_command"),
     ("clean", "clean_command"),
+    ("spark_jobs", "spark_command"),
 ]
 
 

@@ -1,0 +1,391 @@
+"""Pipeline jobs on Spark: ``export`` (topic → Parquet, incremental), ``ingest`` (files → topic), ``report``.
+
+Each is an importable function taking a SparkSession; ``kafkalog spark export|ingest|report`` runs them on a
+local session. They read and write through the ``kafkalog`` data source, so they follow its rules: readers
+take no lock, writers take per-partition locks and refuse a log dir a running LogManager holds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+
+from ..logdir import TopicConfigStore
+from ..record.scan import batch_positions, map_file
+from ..storage.config import LogConfig
+from . import logfiles
+
+EXPORT_STATE_FILE = "_kafkalog_offsets.json"
+CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
+
+
+# ----- export ------------------------------------------------------------------------------------------
+@dataclass
+class ExportResult:
+    """One export run: the offset range per partition it wrote (start inclusive, end exclusive) and rows."""
+
+    topic: str
+    output: str
+    ranges: dict[int, tuple[int, int]] = field(default_factory=dict)
+    rows: int = 0
+    run_dir: str | None = None
+
+    @property
+    def up_to_date(self) -> bool:
+        return self.rows == 0
+
+
+def _latest_offsets(log_dirs: list[str], topic: str) -> dict[int, tuple[int, int]]:
+    """partition → (log start, latest offset) of ``topic`` from the files, as the source resolves them."""
+    found = {key: part for key, part in logfiles.discover(log_dirs).items() if key[0] == topic}
+    if not found:
+        raise ValueError(f"Topic '{topic}' has no partition in {', '.join(log_dirs)}")
+    out = {}
+    for (_, partition), part in sorted(found.items()):
+        starts = logfiles.read_checkpoint(part.log_dir, "log-start-offset-checkpoint")
+        hws = logfiles.read_checkpoint(part.log_dir, "replication-offset-checkpoint")
+        mtime = logfiles.checkpoint_mtime_ns(part.log_dir, "replication-offset-checkpoint")
+        offsets = logfiles.partition_offsets(part, starts, hws, mtime)
+        out[partition] = (offsets.log_start, offsets.latest)
+    return out
+
+
+def _read_state(output: Path, topic: str) -> dict[int, int]:
+    path = output / EXPORT_STATE_FILE
+    if not path.exists():
+        return {}
+    state = json.loads(path.read_text(encoding="utf-8"))
+    return {int(p): int(o) for p, o in state.get(topic, {}).items()}
+
+
+def _write_state(output: Path, topic: str, next_offsets: dict[int, int]) -> None:
+    path = output / EXPORT_STATE_FILE
+    state = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+    state[topic] = {str(p): o for p, o in sorted(next_offsets.items())}
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(state, indent=2, sort_keys=True), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def export(
+    spark,
+    log_dirs: list[str],
+    topic: str,
+    output: str,
+    *,
+    fmt: str = "parquet",
+    include_headers: bool = True,
+    progress: bool = False,
+) -> ExportResult:
+    """Append the records of ``topic`` not exported yet to ``output`` (incremental by offsets).
+
+    The next offset per partition is kept in ``<output>/_kafkalog_offsets.json``, in the Kafka source's
+    JSON shape. Each run writes one sub-directory ``offsets=<first>-<end>`` in overwrite mode, so a run
+    repeated after a crash between the write and the state update replaces its own files instead of
+    duplicating them. Offsets removed by retention since the last run are skipped (the gap is reported).
+    """
+    out = Path(output)
+    out.mkdir(parents=True, exist_ok=True)
+    state = _read_state(out, topic)
+    latest = _latest_offsets(log_dirs, topic)
+    start = {p: max(state.get(p, log_start), log_start) for p, (log_start, _) in latest.items()}
+    end = {p: hw for p, (_, hw) in latest.items()}
+    ranges = {p: (start[p], end[p]) for p in latest if end[p] > start[p]}
+    result = ExportResult(topic, output, ranges)
+    if not ranges:
+        return result
+    starting = json.dumps({topic: {str(p): o for p, o in start.items()}})
+    ending = json.dumps({topic: {str(p): o for p, o in end.items()}})
+    df = (
+        spark.read.format("kafkalog")
+        .option("path", ",".join(log_dirs))
+        .option("subscribe", topic)
+        .option("startingOffsets", starting)
+        .option("endingOffsets", ending)
+        .option("failOnDataLoss", "false")
+        .option("includeHeaders", "true" if include_headers else "false")
+        .load()
+    )
+    first = min(r[0] for r in ranges.values())
+    last = max(r[1] for r in ranges.values())
+    run_dir = out / f"offsets={first:020d}-{last:020d}"
+    with _SparkProgress(spark, f"export {topic}", enabled=progress):
+        df.write.mode("overwrite").format(fmt).save(str(run_dir))
+    result.rows = spark.read.format(fmt).load(str(run_dir)).count()
+    result.run_dir = str(run_dir)
+    _write_state(out, topic, {**state, **end})
+    return result
+
+
+class _SparkProgress:
+    """A rich progress bar of the tasks of the Spark jobs started while it is open (polls the status tracker)."""
+
+    def __init__(self, spark, description: str, *, enabled: bool) -> None:
+        self.spark = spark
+        self.description = description
+        self.enabled = enabled
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def __enter__(self) -> _SparkProgress:
+        if self.enabled:
+            self._thread = threading.Thread(target=self._run, daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def _run(self) -> None:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        tracker = self.spark.sparkContext.statusTracker()
+        stages: dict[int, tuple[int, int]] = {}  # stage id → (tasks, completed), as last seen
+        with Progress(
+            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), transient=False
+        ) as bar:
+            task = bar.add_task(self.description, total=None)
+            while not self._stop.wait(0.2):
+                for stage_id in tracker.getActiveStageIds():
+                    info = tracker.getStageInfo(stage_id)
+                    if info is not None:
+                        stages[stage_id] = (info.numTasks, info.numCompletedTasks)
+                total = sum(t for t, _ in stages.values())
+                bar.update(task, total=total or None, completed=sum(c for _, c in stages.values()))
+            total = max(sum(t for t, _ in stages.values()), 1)
+            bar.update(task, total=total, completed=total)
+
+
+# ----- ingest ------------------------------------------------------------------------------------------
+def ingest(
+    spark,
+    source: str,
+    log_dirs: list[str],
+    topic: str,
+    *,
+    fmt: str = "json",
+    key_column: str | None = None,
+    value_column: str | None = None,
+    read_options: dict[str, str] | None = None,
+    write_options: dict[str, str] | None = None,
+) -> int:
+    """Write the rows of files (JSON, CSV, Parquet, any Spark format) to ``topic``; return the rows written.
+
+    The key is ``key_column`` (as UTF-8 bytes) when given, else null (round-robin partitioning); the value
+    is ``value_column``, or the whole row as JSON.
+    """
+    from pyspark.sql import functions as F
+
+    df = spark.read.format(fmt).options(**(read_options or {})).load(source)
+    if key_column is not None and key_column not in df.columns:
+        raise ValueError(f"Key column '{key_column}' is not in the input ({', '.join(df.columns)})")
+    if value_column is not None:
+        if value_column not in df.columns:
+            raise ValueError(f"Value column '{value_column}' is not in the input ({', '.join(df.columns)})")
+        value = F.col(value_column).cast("string").cast("binary")
+    else:
+        value = F.to_json(F.struct(*[F.col(c) for c in df.columns])).cast("binary")
+    key = F.col(key_column).cast("string").cast("binary") if key_column else F.lit(None).cast("binary")
+    out = df.select(key.alias("key"), value.alias("value"))
+    rows = out.count()
+    writer = out.write.format("kafkalog").option("path", ",".join(log_dirs)).option("topic", topic)
+    writer.options(**(write_options or {})).mode("append").save()
+    return rows
+
+
+# ----- report ------------------------------------------------------------------------------------------
+SEGMENT_REPORT_SCHEMA = pa.schema(
+    [
+        ("log_dir", pa.string()),
+        ("topic", pa.string()),
+        ("partition", pa.int32()),
+        ("base_offset", pa.int64()),
+        ("next_offset", pa.int64()),
+        ("bytes", pa.int64()),
+        ("batches", pa.int64()),
+        ("records", pa.int64()),
+        ("min_timestamp", pa.int64()),
+        ("max_timestamp", pa.int64()),
+        ("active", pa.bool_()),
+    ]
+)
+
+
+def _segment_rows(log_dir: str, directory: str, topic: str, partition: int) -> list[dict]:
+    """One row per segment of a partition directory, from its batch headers (read-only, no lock)."""
+    bases = logfiles.segment_bases(directory)
+    rows = []
+    for i, base in enumerate(bases):
+        path = os.path.join(directory, f"{base:020d}.log")
+        try:
+            view = map_file(path)
+        except FileNotFoundError:
+            continue  # deleted under us
+        batches = records = 0
+        next_offset = base
+        min_ts, max_ts = None, None
+        for position, _, magic in batch_positions(view):
+            head = bytes(view[position : position + 61])
+            last_delta = int.from_bytes(head[23:27], "big", signed=True) if magic == 2 else 0
+            base_offset = int.from_bytes(head[0:8], "big", signed=True)
+            if magic == 2:
+                next_offset = base_offset + last_delta + 1
+                batch_max = int.from_bytes(head[35:43], "big", signed=True)
+                batch_first = int.from_bytes(head[27:35], "big", signed=True)
+                records += int.from_bytes(head[57:61], "big", signed=True)
+            else:
+                next_offset = base_offset + 1
+                batch_max = batch_first = -1
+                records += 1
+            batches += 1
+            if batch_max >= 0:
+                max_ts = batch_max if max_ts is None else max(max_ts, batch_max)
+            if batch_first >= 0:
+                min_ts = batch_first if min_ts is None else min(min_ts, batch_first)
+        rows.append(
+            {
+                "log_dir": log_dir,
+                "topic": topic,
+                "partition": partition,
+                "base_offset": base,
+                "next_offset": next_offset,
+                "bytes": len(view),
+                "batches": batches,
+                "records": records,
+                "min_timestamp": min_ts,
+                "max_timestamp": max_ts,
+                "active": i == len(bases) - 1,
+            }
+        )
+    return rows
+
+
+def _scan_partition(item: dict) -> list[tuple]:
+    """Spark task body: one partition directory in, its segment rows out (as tuples in schema order)."""
+    rows = _segment_rows(item["log_dir"], item["directory"], item["topic"], item["partition"])
+    return [tuple(row[f.name] for f in SEGMENT_REPORT_SCHEMA) for row in rows]
+
+
+@dataclass
+class PartitionReport:
+    """One partition's totals, what retention would delete at a check now, and its compaction dirty ratio."""
+
+    topic: str
+    partition: int
+    log_dir: str
+    segments: int
+    bytes: int
+    records: int
+    min_timestamp: int | None
+    max_timestamp: int | None
+    cleanup_policy: str
+    retention_deletes_segments: int
+    retention_deletes_bytes: int
+    dirty_ratio: float | None
+
+
+def _topic_configs(log_dirs: list[str]) -> dict[str, dict]:
+    """Each topic's config overrides from kafkalog-topics.json (read only; Kafka's defaults otherwise)."""
+    store = TopicConfigStore([Path(d) for d in log_dirs]).load()
+    return {name: dict(store.get(name).config) for name in store.topics()}
+
+
+def report(spark, log_dirs: list[str], *, output: str | None = None, now_ms: int | None = None):
+    """Segment analytics over many log dirs: Spark tasks scan the partitions' segment headers in parallel.
+
+    Returns (segment rows as a Spark DataFrame, one PartitionReport per partition). With ``output`` the
+    segment rows are also written as Parquet. Retention uses each topic's configs (kafkalog-topics.json,
+    else Kafka's defaults) at a check run ``now_ms``; the dirty ratio follows the cleaner-offset-checkpoint.
+    """
+    parts = logfiles.discover(log_dirs)
+    items = [
+        {"log_dir": p.log_dir, "directory": p.directory, "topic": p.topic, "partition": p.partition}
+        for p in parts.values()
+    ]
+    slices = max(1, min(len(items), spark.sparkContext.defaultParallelism * 2))
+    scanned = spark.sparkContext.parallelize(items, slices).flatMap(_scan_partition)
+    segments = spark.createDataFrame(scanned, _spark_schema())
+    rows = segments.collect()
+    if output is not None:
+        spark.createDataFrame(rows, _spark_schema()).write.mode("overwrite").parquet(output)
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    return segments, _partition_reports(rows, parts, _topic_configs(log_dirs), now)
+
+
+def _spark_schema():
+    from pyspark.sql.types import BooleanType, IntegerType, LongType, StringType, StructField, StructType
+
+    types = {pa.string(): StringType(), pa.int32(): IntegerType(), pa.int64(): LongType(), pa.bool_(): BooleanType()}
+    return StructType([StructField(f.name, types[f.type]) for f in SEGMENT_REPORT_SCHEMA])
+
+
+def _partition_reports(rows, parts, configs: dict[str, dict], now: int) -> list[PartitionReport]:
+    by_partition: dict[tuple[str, int], list] = {}
+    for row in rows:
+        by_partition.setdefault((row["topic"], row["partition"]), []).append(row)
+    reports = []
+    for key, segs in sorted(by_partition.items()):
+        segs.sort(key=lambda r: r["base_offset"])
+        config = LogConfig(configs.get(key[0], {}))
+        part = parts[key]
+        doomed = _retention_doomed(segs, config, now)
+        checkpoint = logfiles.read_checkpoint(part.log_dir, CLEANER_CHECKPOINT).get(key)
+        reports.append(
+            PartitionReport(
+                topic=key[0],
+                partition=key[1],
+                log_dir=part.log_dir,
+                segments=len(segs),
+                bytes=sum(r["bytes"] for r in segs),
+                records=sum(r["records"] for r in segs),
+                min_timestamp=min((r["min_timestamp"] for r in segs if r["min_timestamp"] is not None), default=None),
+                max_timestamp=max((r["max_timestamp"] for r in segs if r["max_timestamp"] is not None), default=None),
+                cleanup_policy=",".join(config.cleanup_policy),
+                retention_deletes_segments=len(doomed),
+                retention_deletes_bytes=sum(r["bytes"] for r in doomed),
+                dirty_ratio=_dirty_ratio(segs, checkpoint) if config.compact else None,
+            )
+        )
+    return reports
+
+
+def _retention_doomed(segs: list, config: LogConfig, now: int) -> list:
+    """Inactive segments a retention check now would delete (delete policy only): the size rule, then the
+    time rule, each walking oldest first and stopping at the first segment it keeps (deleteOldSegments)."""
+    if not config.delete:
+        return []
+    inactive = [r for r in segs if not r["active"]]
+    doomed: list = []
+    if config.retention_bytes >= 0:
+        excess = sum(r["bytes"] for r in segs) - config.retention_bytes
+        for r in inactive:
+            if excess - r["bytes"] < 0:
+                break
+            doomed.append(r)
+            excess -= r["bytes"]
+    if config.retention_ms >= 0:
+        for r in inactive[len(doomed) :]:
+            if r["max_timestamp"] is None or now - r["max_timestamp"] <= config.retention_ms:
+                break
+            doomed.append(r)
+    return doomed
+
+
+def _dirty_ratio(segs: list, checkpoint: int | None) -> float:
+    """Bytes of inactive segments at or after the cleaner checkpoint over all inactive bytes (the cleaner's ratio,
+    without the last-stable-offset and min.compaction.lag.ms bounds a live log would add)."""
+    inactive = [r for r in segs if not r["active"]]
+    total = sum(r["bytes"] for r in inactive)
+    if total == 0:
+        return 0.0
+    first_dirty = checkpoint if checkpoint is not None else (segs[0]["base_offset"] if segs else 0)
+    dirty = sum(r["bytes"] for r in inactive if r["next_offset"] > first_dirty)
+    return dirty / total

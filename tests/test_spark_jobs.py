@@ -1,0 +1,102 @@
+"""The pipeline jobs: export (incremental, no duplicates), report (sizes, records, retention, dirty ratio)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from kafkalog.cli import main
+from kafkalog.manager import LogManager
+from kafkalog.record import build_batch
+from kafkalog.testing import MockTime
+
+pytest.importorskip("pyspark")
+
+T0 = 1_700_000_000_000
+
+
+def _produce(manager: LogManager, topic: str, partition: int, start: int, count: int, ts: int) -> None:
+    keys = [b"k%d" % (i % 7) for i in range(start, start + count)]
+    values = [b"v%d" % i for i in range(start, start + count)]
+    manager.get_log(topic, partition).append(build_batch(keys, values, [ts] * count))
+
+
+def test_export_is_incremental_and_repeatable(spark, tmp_path: Path) -> None:
+    logs, out = tmp_path / "logs", tmp_path / "export"
+    from kafkalog.spark.jobs import export
+
+    with LogManager([logs], {"log.cleaner.enable": "false"}) as manager:
+        manager.create_topic("events", 2, {"segment.bytes": 2000})
+        for p in (0, 1):
+            _produce(manager, "events", p, 0, 60, T0)
+        first = export(spark, [str(logs)], "events", str(out))
+        assert first.rows == 120 and first.ranges == {0: (0, 60), 1: (0, 60)}
+        for p in (0, 1):
+            _produce(manager, "events", p, 60, 25, T0 + 1)
+        second = export(spark, [str(logs)], "events", str(out))
+        assert second.rows == 50 and second.ranges == {0: (60, 85), 1: (60, 85)}
+        assert export(spark, [str(logs)], "events", str(out)).up_to_date
+    state = json.loads((out / "_kafkalog_offsets.json").read_text())
+    assert state == {"events": {"0": 85, "1": 85}}  # the Kafka source's offsets JSON
+    rows = spark.read.parquet(str(out)).select("partition", "offset", "value").collect()
+    got = sorted((r.partition, r.offset, bytes(r.value)) for r in rows)
+    assert got == sorted((p, i, b"v%d" % i) for p in (0, 1) for i in range(85))
+
+
+def test_export_rerun_after_lost_state_does_not_duplicate(spark, tmp_path: Path) -> None:
+    """A crash between writing a run and saving the offsets repeats that run into the same directory."""
+    logs, out = tmp_path / "logs", tmp_path / "export"
+    from kafkalog.spark.jobs import export
+
+    with LogManager([logs], {"log.cleaner.enable": "false"}) as manager:
+        manager.create_topic("events", 1)
+        _produce(manager, "events", 0, 0, 40, T0)
+    export(spark, [str(logs)], "events", str(out))
+    (out / "_kafkalog_offsets.json").unlink()
+    again = export(spark, [str(logs)], "events", str(out))
+    assert again.rows == 40
+    assert spark.read.parquet(str(out)).count() == 40
+
+
+def test_report_sizes_records_retention_and_dirty_ratio(spark, tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    clock = MockTime(start_ms=T0 + 10 * 3_600_000)
+    with LogManager([logs], {"log.cleaner.enable": "false"}, clock=clock) as manager:
+        manager.create_topic("old", 1, {"segment.bytes": 1500, "retention.ms": 3_600_000})
+        manager.create_topic("kv", 1, {"segment.bytes": 1500, "cleanup.policy": "compact"})
+        for i in range(10):  # 'old': every batch 10 hours old except the last two
+            _produce(manager, "old", 0, i * 20, 20, T0 if i < 8 else clock.milliseconds())
+            _produce(manager, "kv", 0, i * 20, 20, T0)
+        described = {p.partition: p for p in manager.describe_topic("old").partitions}
+        old_log = manager.get_log("old", 0)
+        expected_doomed = [
+            s for s in list(old_log.segments)[:-1] if clock.milliseconds() - s.largest_timestamp > 3_600_000
+        ]
+        kv_segments = len(manager.get_log("kv", 0).segments)
+    from kafkalog.spark.jobs import report
+
+    segments, partitions = report(spark, [str(logs)], now_ms=clock.milliseconds())
+    by_name = {(p.topic, p.partition): p for p in partitions}
+    old = by_name[("old", 0)]
+    assert old.bytes == described[0].size_bytes and old.records == 200
+    assert old.segments == described[0].segments
+    assert old.retention_deletes_segments == len(expected_doomed) > 0
+    assert old.min_timestamp == T0 and old.max_timestamp == clock.milliseconds()
+    kv = by_name[("kv", 0)]
+    assert kv.cleanup_policy == "compact" and kv.retention_deletes_segments == 0
+    assert kv.dirty_ratio == 1.0 and kv.segments == kv_segments  # never cleaned: every inactive byte is dirty
+    assert segments.count() == old.segments + kv.segments
+
+
+def test_report_command_prints_a_table(spark, tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    with LogManager([logs], {"log.cleaner.enable": "false"}) as manager:
+        manager.create_topic("t", 2)
+        _produce(manager, "t", 1, 0, 5, T0)
+    result = CliRunner().invoke(main, ["spark", "report", "--log-dir", str(logs), "--output", str(tmp_path / "r")])
+    assert result.exit_code == 0, result.output
+    assert "t-0" in result.output and "t-1" in result.output
+    assert spark.read.parquet(str(tmp_path / "r")).count() == 2  # one (active) segment per partition
