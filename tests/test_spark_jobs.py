@@ -100,3 +100,21 @@ def test_report_command_prints_a_table(spark, tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert "t-0" in result.output and "t-1" in result.output
     assert spark.read.parquet(str(tmp_path / "r")).count() == 2  # one (active) segment per partition
+
+
+def test_ingest_json_files_keyed_by_a_column(spark, tmp_path: Path) -> None:
+    logs, source = tmp_path / "logs", tmp_path / "in"
+    source.mkdir()
+    people = [{"user": f"u{i % 5}", "n": i} for i in range(30)]
+    (source / "part-0.json").write_text("\n".join(json.dumps(p) for p in people) + "\n")
+    with LogManager([logs], {"log.cleaner.enable": "false"}) as manager:
+        manager.create_topic("people", 3)
+    from kafkalog.spark.jobs import ingest
+
+    assert ingest(spark, str(source), [str(logs)], "people", fmt="json", key_column="user") == 30
+    with LogManager([logs], {"log.cleaner.enable": "false"}) as manager:
+        got = [(r.partition, r.key, json.loads(r.value)) for r in manager.consume("people")]
+    assert sorted((k, v["n"]) for _, k, v in got) == sorted((p["user"].encode(), p["n"]) for p in people)
+    from kafkalog.record import default_partition
+
+    assert all(p == default_partition(k, 3) for p, k, _ in got)  # keyed: murmur2 placement
