@@ -53,7 +53,10 @@ def logs(tmp_path_factory):
     """Two log dirs with topics orders (3 partitions), payments (transactions), metrics, and retained."""
     root = tmp_path_factory.mktemp("spark-logs")
     dirs = [root / "d1", root / "d2"]
-    manager = LogManager(dirs, config={"log.retention.check.interval.ms": 3_600_000})
+    # T0 is years old: retention (first run log.initial.task.delay.ms after startup) must not delete it.
+    manager = LogManager(
+        dirs, config={"log.retention.check.interval.ms": 3_600_000, "log.initial.task.delay.ms": 3_600_000}
+    )
     manager.startup()
     manager.create_topic("orders", 3, config={"segment.bytes": 600, "index.interval.bytes": 100})
     manager.create_topic("payments", 1)
@@ -154,10 +157,32 @@ def test_schema_is_the_kafka_sources(spark, logs):
         ({"subscribe": "a", "endingOffsets": "{bad"}, "option 'endingOffsets'"),
         ({"subscribe": "a", "failOnDataLoss": "maybe"}, "Option 'failOnDataLoss' must be 'true' or 'false'"),
         ({"subscribe": "a", "includeHeaders": "yes"}, "Option 'includeHeaders'"),
-        ({"subscribe": "a", "startingTimestamp": "1"}, "Option 'startingTimestamp' is not supported"),
-        ({"subscribe": "a", "minPartitions": "8"}, "Option 'minPartitions' is not supported"),
-        ({"subscribe": "a", "maxRecordsPerPartition": "10"}, "Option 'maxRecordsPerPartition' is not supported"),
-        ({"subscribe": "a", "kafka.isolation.level": "read_committed"}, "kafka.isolation.level"),
+        ({"subscribe": "a", "startingTimestamp": "soon"}, "Expected a single long value, got soon"),
+        ({"subscribe": "a", "endingTimestamp": "-7"}, "Option 'endingTimestamp' is -7"),
+        ({"subscribe": "a", "startingOffsetsByTimestamp": '{"a":{"0":"x"}}'}, "startingOffsetsByTimestamp"),
+        ({"subscribe": "a", "startingOffsetsByTimestampStrategy": "skip"}, "startingOffsetsByTimestampStrategy"),
+        (
+            {
+                "subscribe": "a",
+                "startingOffsetsByTimestamp": '{"a":{"0":5,"1":5}}',
+                "endingOffsetsByTimestamp": '{"a":{"0":9}}',
+            },
+            "must be the same",
+        ),
+        (
+            {
+                "subscribe": "a",
+                "startingOffsetsByTimestamp": '{"a":{"0":9}}',
+                "endingOffsetsByTimestamp": '{"a":{"0":5}}',
+            },
+            "starting timestamp 9 is after the ending timestamp 5 for a-0",
+        ),
+        ({"subscribe": "a", "minPartitions": "0"}, "minPartitions must be positive"),
+        ({"subscribe": "a", "minPartitions": "many"}, "Option 'minPartitions' must be a positive integer"),
+        ({"subscribe": "a", "maxRecordsPerPartition": "-10"}, "maxRecordsPerPartition must be positive"),
+        ({"subscribe": "a", "maxOffsetsPerTrigger": "10"}, "'maxOffsetsPerTrigger' only applies to streaming"),
+        ({"subscribe": "a", "kafka.isolation.level": "serializable"}, "kafka.isolation.level"),
+        ({"subscribe": "a", "filterPushdown": "on"}, "Option 'filterPushdown'"),
     ],
 )
 def test_invalid_options_name_the_option(options, message):

@@ -1,8 +1,9 @@
 """kafkalog.spark: the ``kafkalog`` Spark data source, Spark's Kafka source over log directories.
 
-``register(spark)`` makes ``spark.read.format("kafkalog")`` available; ``local_session()`` builds a local
-session with it registered. Only batch reads exist so far; streaming reads and writes come later.
-See ``kafkalog.spark.source`` for the options and the schema.
+``register(spark)`` makes ``spark.read`` / ``readStream`` / ``write`` / ``writeStream`` ``.format("kafkalog")``
+available; ``local_session()`` builds a local session with it registered. See ``kafkalog.spark.source`` for the
+read options and the schema, ``stream`` for streaming reads, ``writer`` for the sink, and ``jobs`` for the
+pipeline jobs (export, ingest, report).
 """
 
 from __future__ import annotations

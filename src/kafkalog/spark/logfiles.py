@@ -11,28 +11,45 @@ It tolerates a broker or kafkalog writing at the same time:
   zero-filled tail of a preallocated segment (``preallocate=true``) ends the scan the same way;
 * segments deleted by retention or ``delete_records`` between planning and reading are data loss, reported
   or skipped by ``failOnDataLoss`` as Kafka's source does;
-* the ``.index`` of an active segment is preallocated and zero-filled past its last entry, so only its
-  leading increasing run of entries is trusted (``OffsetIndex`` opened read-only counts every slot).
+* the ``.index`` and ``.timeindex`` of an active segment are preallocated and zero-filled past their last
+  entry, so only their leading increasing run of entries is trusted (the index classes opened read-only
+  count every slot).
+
+Beyond plain ranges it answers what a broker answers a consumer, from the files alone:
+
+* ``offset_for_timestamp``: ListOffsets by timestamp (the earliest offset whose timestamp is at or after a
+  time), through each segment's ``.timeindex`` and a scan from the position it gives, never the whole log;
+* ``last_stable_offset``: the LSO, from the latest usable producer snapshot plus a scan of batch headers
+  after it (an open transaction ends what a ``read_committed`` reader may see);
+* ``read_range(..., read_committed=True)``: aborted transactions dropped using the segments' ``.txnindex``,
+  as a ``read_committed`` fetch does;
+* ``batch_boundaries``: offsets where no batch straddles (segment bases, and one past each ``.index``
+  entry), where a range can be split so that each piece starts at an indexed batch.
 """
 
 from __future__ import annotations
 
 import bisect
 import contextlib
+import heapq
 import mmap
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 
-from ..errors import CorruptRecordError, KafkaStorageError, OffsetOutOfRangeError
+from ..errors import CorruptRecordError, CorruptSnapshotError, KafkaStorageError, OffsetOutOfRangeError
+from ..record.batch import CONTROL_MASK, HEADER_SIZE_UP_TO_MAGIC, HEADER_STRUCT, TRANSACTIONAL_MASK
 from ..record.columnar import batches_to_arrow
+from ..record.scan import batch_size_at
 from ..storage.checkpoints import CheckpointError, OffsetCheckpointFile
 from ..storage.file_records import FileRecords
+from ..storage.producer_state import list_snapshots, read_snapshot
+from ..storage.txn_index import ABORTED_TXN_SIZE, AbortedTxn
 
 LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
 REPLICATION_OFFSET_CHECKPOINT = "replication-offset-checkpoint"
@@ -41,6 +58,11 @@ INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__clu
 _SEGMENT = re.compile(r"^(\d{20,})\.log$")
 _PARTITION_DIR = re.compile(r"^(.+)-(\d+)$")
 RUN_BYTES = 8 * 1024 * 1024  # batch bytes decoded per columnar call while reading
+# ListOffsets' special timestamps (ListOffsetsRequest): earliest, latest, the record with the max timestamp,
+# earliest local (the log start here: kafkalog has no remote tier).
+EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP = -2, -1, -3, -4
+SPECIAL_TIMESTAMPS = (EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP)
+_TIME_ENTRY = np.dtype([("ts", ">i8"), ("rel", ">i4")])
 
 
 @dataclass(frozen=True)
@@ -114,6 +136,21 @@ def read_checkpoint(log_dir: str, name: str) -> dict[tuple[str, int], int]:
         return {}
 
 
+def _used_slots(mm: mmap.mmap, entry_size: int) -> int:
+    """How many slots precede the zero-filled tail of a preallocated index: a binary search for the first
+    all-zero slot after slot 0, entries being written in order from the start. Parsing only those keeps a
+    lookup in an active segment's 10 MB index cheap; what is parsed is still validated entry by entry."""
+    lo, hi = 1, len(mm) // entry_size
+    zero = bytes(entry_size)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if mm[mid * entry_size : (mid + 1) * entry_size] == zero:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
 def index_entries(directory: str, base: int) -> tuple[np.ndarray, np.ndarray]:
     """(absolute offsets, positions) of the trustworthy entries of a segment's ``.index`` (maybe none).
 
@@ -128,9 +165,10 @@ def index_entries(directory: str, base: int) -> tuple[np.ndarray, np.ndarray]:
             if size == 0:
                 return empty, empty
             with mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ) as mm:
-                raw = np.frombuffer(mm, dtype=">i4").astype(np.int64).reshape(-1, 2)
+                used = mm[: _used_slots(mm, 8) * 8]
     except (OSError, ValueError):
         return empty, empty
+    raw = np.frombuffer(used, dtype=">i4").astype(np.int64).reshape(-1, 2)
     rel, pos = raw[:, 0], raw[:, 1]
     if rel[0] < 0 or pos[0] < 0:
         return empty, empty
@@ -246,12 +284,21 @@ def data_loss_message(name: str, offset: int, available: int, what: str = "") ->
 
 
 def read_range(
-    directory: str, name: str, start: int, end: int, *, fail_on_data_loss: bool, run_bytes: int = RUN_BYTES
+    directory: str,
+    name: str,
+    start: int,
+    end: int,
+    *,
+    fail_on_data_loss: bool,
+    run_bytes: int = RUN_BYTES,
+    read_committed: bool = False,
 ) -> Iterator[pa.Table]:
     """Decode the records in [start, end) of one partition into tables of ``kafkalog.record.ARROW_SCHEMA``.
 
     Control records are left out. Segments are listed now, not at planning: one deleted since then is
-    data loss (raised, or skipped when ``fail_on_data_loss`` is false).
+    data loss (raised, or skipped when ``fail_on_data_loss`` is false). With ``read_committed`` the batches
+    of aborted transactions are left out too (see ``AbortedFilter``); keeping ``end`` at or below the last
+    stable offset is the caller's part.
     """
     if start >= end:
         return
@@ -268,6 +315,7 @@ def read_range(
         if available is None:
             return
         start = available
+    aborted = AbortedFilter(collect_aborted_txns(directory, bases, start, end)) if read_committed else None
     first = max(0, bisect.bisect_right(bases, start) - 1)
     for i in range(first, len(bases)):
         base = bases[i]
@@ -298,8 +346,9 @@ def read_range(
                 if batch.magic == 2 and batch.base_offset >= end:
                     done = True
                     break
-                run.append(batch)
-                size += batch.size_in_bytes
+                if aborted is None or aborted.keep(batch):
+                    run.append(batch)
+                    size += batch.size_in_bytes
                 if size >= run_bytes:
                     yield batches_to_arrow(run, start_offset=start, end_offset=end)
                     run, size = [], 0
@@ -313,3 +362,343 @@ def read_range(
         finally:
             with contextlib.suppress(OSError):
                 records.close()
+
+
+# ----- transactions ---------------------------------------------------------------------------------------
+
+
+def read_txn_index(directory: str, base: int) -> list[AbortedTxn]:
+    """The aborted transactions in a segment's ``.txnindex``, read-only (absent file: none; partial tail ignored)."""
+    try:
+        with open(_segment_path(directory, base, ".txnindex"), "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        return []
+    whole = len(data) // ABORTED_TXN_SIZE * ABORTED_TXN_SIZE
+    return [AbortedTxn.from_bytes(data, pos) for pos in range(0, whole, ABORTED_TXN_SIZE)]
+
+
+def collect_aborted_txns(directory: str, bases: list[int], start: int, end: int) -> list[AbortedTxn]:
+    """The aborted transactions overlapping [start, end), as Kafka collects them for a fetch
+    (UnifiedLog.collectAbortedTransactions): the ``.txnindex`` of the segment holding ``start`` and of the
+    following ones, until an entry whose last stable offset reaches ``end`` (no transaction begun before
+    ``end`` can be aborted after it)."""
+    first = max(0, bisect.bisect_right(bases, start) - 1)
+    aborted: list[AbortedTxn] = []
+    for base in bases[first:]:
+        for txn in read_txn_index(directory, base):
+            if txn.last_offset >= start and txn.first_offset < end:
+                aborted.append(txn)
+            if txn.last_stable_offset >= end:
+                return aborted
+    return aborted
+
+
+class AbortedFilter:
+    """What a ``read_committed`` consumer drops (Kafka's CompletedFetch): fed every batch of a range in order,
+    control batches included, it answers whether to keep it.
+
+    An aborted transaction joins the aborting producers once a batch reaches its first offset; a
+    transactional batch of an aborting producer is dropped, and its control batch (the ABORT marker) ends
+    the transaction. The same logic as ``kafkalog.storage.log.filter_aborted``, one batch at a time.
+    """
+
+    def __init__(self, aborted: Iterable[AbortedTxn]) -> None:
+        self._pending = [(t.first_offset, t.producer_id) for t in aborted]
+        heapq.heapify(self._pending)
+        self._aborting: set[int] = set()
+
+    def keep(self, batch) -> bool:
+        while self._pending and self._pending[0][0] <= batch.last_offset:
+            self._aborting.add(heapq.heappop(self._pending)[1])
+        if batch.is_transactional and batch.producer_id in self._aborting:
+            if batch.is_control:
+                self._aborting.discard(batch.producer_id)
+            return False
+        return True
+
+
+@dataclass(frozen=True, slots=True)
+class _Header:
+    """A batch header with what the transaction scan needs (FileRecords' BatchHeader lacks the attributes)."""
+
+    position: int
+    size: int
+    magic: int
+    base_offset: int
+    last_offset: int
+    max_timestamp: int
+    attributes: int
+    producer_id: int
+
+
+def _headers(records: FileRecords, start: int) -> Iterator[_Header]:
+    """Every complete batch header from ``start``, one small read each; a zero-filled tail ends the walk."""
+    end = records.size
+    pos = start
+    while end - pos >= HEADER_SIZE_UP_TO_MAGIC:
+        head = records.read(pos, HEADER_STRUCT.size)
+        try:
+            total = batch_size_at(head, 0, end - pos)
+        except CorruptRecordError:
+            if _is_zero_fill(records, pos):
+                return
+            raise
+        if total is None:
+            return
+        if head[16] >= 2 and len(head) >= HEADER_STRUCT.size:
+            base, _, _, magic, _, attributes, delta, _, max_ts, producer_id, _, _, _ = HEADER_STRUCT.unpack_from(head)
+            yield _Header(pos, total, magic, base, base + delta, max_ts, attributes, producer_id)
+        else:  # a legacy message: never transactional
+            offset = int.from_bytes(head[0:8], "big", signed=True)
+            max_ts = int.from_bytes(head[18:26], "big", signed=True) if head[16] == 1 and len(head) >= 26 else -1
+            yield _Header(pos, total, head[16], offset, offset, max_ts, 0, -1)
+        pos += total
+
+
+def _headers_between(directory: str, bases: list[int], start: int, end: int) -> Iterator[_Header]:
+    """The headers of the batches holding offsets in [start, end), across segments (deleted ones skipped)."""
+    first = max(0, bisect.bisect_right(bases, start) - 1)
+    for base in bases[first:]:
+        if base >= end:
+            return
+        records = _open_segment(directory, base)
+        if records is None:
+            continue
+        try:
+            position = start_position(directory, base, start) if base <= start else 0
+            for header in _headers(records, position):
+                if header.last_offset < start:
+                    continue
+                if header.base_offset >= end:
+                    return
+                yield header
+        finally:
+            with contextlib.suppress(OSError):
+                records.close()
+
+
+def _open_transactions_at(directory: str, first_base: int, upper: int) -> tuple[dict[int, int], int]:
+    """Producer id → first offset of its open transaction, from the newest readable producer snapshot at an
+    offset in [first_base, upper], and that offset; ({}, first_base) when there is none."""
+    for offset, path in reversed(list_snapshots(directory)):
+        if not first_base <= offset <= upper:
+            continue
+        try:
+            entries = read_snapshot(path)
+        except (CorruptSnapshotError, OSError):  # being written, or deleted under us: try an older one
+            continue
+        return {
+            e.producer_id: e.current_txn_first_offset for e in entries if e.current_txn_first_offset is not None
+        }, offset
+    return {}, first_base
+
+
+def last_stable_offset(directory: str, log_start: int, latest: int) -> int:
+    """The last stable offset: the first offset of the earliest transaction still open below ``latest`` (the
+    high watermark, or the log end), at least the log start; ``latest`` when none is open.
+
+    A transaction is open from its first transactional data batch until its producer's control batch (COMMIT
+    or ABORT); a marker at or after ``latest`` does not count yet, as Kafka keeps a decided transaction
+    unstable until the high watermark passes its marker. The open transactions are taken from the newest
+    producer snapshot (``<offset>.snapshot``, which Kafka and kafkalog write at every segment roll) at or
+    below ``latest`` and not below the first segment, then batch headers are scanned from its offset. With
+    no such snapshot the scan starts at the first segment, which misses a transaction begun before it (only
+    possible after retention or delete_records) whose batches are all gone: then the LSO may be too high.
+    """
+    bases = segment_bases(directory)
+    if not bases or latest <= log_start:
+        return latest
+    open_txns, scan_from = _open_transactions_at(directory, bases[0], latest)
+    for header in _headers_between(directory, bases, scan_from, latest):
+        if header.magic < 2 or not header.attributes & TRANSACTIONAL_MASK:
+            continue
+        if header.attributes & CONTROL_MASK:
+            open_txns.pop(header.producer_id, None)
+        else:
+            open_txns.setdefault(header.producer_id, header.base_offset)
+    if not open_txns:
+        return latest
+    return min(max(min(open_txns.values()), log_start), latest)
+
+
+# ----- offsets by timestamp -------------------------------------------------------------------------------
+
+
+def time_index_entries(directory: str, base: int) -> tuple[np.ndarray, np.ndarray]:
+    """(timestamps, absolute offsets) of the trustworthy entries of a segment's ``.timeindex`` (maybe none).
+
+    Entries are kept while timestamps strictly increase and offsets do not go down, which cuts the
+    zero-filled preallocated tail of an active segment's time index; an all-zero first slot is that tail.
+    """
+    empty = np.empty(0, np.int64)
+    path = _segment_path(directory, base, ".timeindex")
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size // _TIME_ENTRY.itemsize * _TIME_ENTRY.itemsize
+            if size == 0:
+                return empty, empty
+            with mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ) as mm:
+                used = mm[: _used_slots(mm, _TIME_ENTRY.itemsize) * _TIME_ENTRY.itemsize]
+    except (OSError, ValueError):
+        return empty, empty
+    raw = np.frombuffer(used, dtype=_TIME_ENTRY)
+    ts, rel = raw["ts"].astype(np.int64), raw["rel"].astype(np.int64)
+    if rel[0] < 0 or (ts[0] == 0 and rel[0] == 0):
+        return empty, empty
+    bad = np.flatnonzero((np.diff(ts) <= 0) | (np.diff(rel) < 0))
+    n = int(bad[0]) + 1 if len(bad) else len(ts)
+    return ts[:n], rel[:n] + base
+
+
+def _max_timestamp(directory: str, base: int, scan_tail: bool) -> tuple[int, int]:
+    """(max timestamp, offset of its batch) of a segment: its time index's last entry, or (-1, base).
+
+    With ``scan_tail`` the batches from that entry on are scanned too, as Kafka does for the active segment,
+    whose time index gets an entry only every ``index.interval.bytes`` (LogSegment.loadLargestTimestamp).
+    """
+    ts, offsets = time_index_entries(directory, base)
+    best = (int(ts[-1]), int(offsets[-1])) if len(ts) else (-1, base)
+    if scan_tail:
+        records = _open_segment(directory, base)
+        if records is not None:
+            try:
+                for header in _complete_headers(records, start_position(directory, base, best[1])):
+                    if header.max_timestamp > best[0]:
+                        best = (header.max_timestamp, header.last_offset)
+            finally:
+                records.close()
+    return best
+
+
+def _search_segment(directory: str, base: int, timestamp: int, starting_offset: int) -> int | None:
+    """The first record at or after ``starting_offset`` whose timestamp is >= ``timestamp`` in one segment
+    (LogSegment.findOffsetByTimestamp): the scan starts at the batch of the time index entry with the
+    largest timestamp <= ``timestamp``; records before it are older. Control records count, as in Kafka."""
+    ts, offsets = time_index_entries(directory, base)
+    slot = int(np.searchsorted(ts, timestamp, side="right")) - 1
+    entry_offset = int(offsets[slot]) if slot >= 0 else base
+    records = _open_segment(directory, base)
+    if records is None:
+        return None
+    try:
+        for header in _complete_headers(records, start_position(directory, base, max(entry_offset, starting_offset))):
+            if header.max_timestamp < timestamp or header.last_offset < starting_offset:
+                continue
+            table = batches_to_arrow([records.read_batch(header)], include_control=True)
+            found = table.column("offset").to_numpy()
+            times = table.column("timestamp").cast(pa.int64()).to_numpy()
+            hits = np.flatnonzero((times >= timestamp) & (found >= starting_offset))
+            if len(hits):
+                return int(found[hits[0]])
+        return None
+    finally:
+        records.close()
+
+
+def _largest_timestamp(directory: str, base: int, active: bool) -> int:
+    """LogSegment.largestTimestamp: the max timestamp, or the ``.log`` file's mtime when it has none."""
+    ts = _max_timestamp(directory, base, scan_tail=active)[0]
+    if ts >= 0:
+        return ts
+    try:
+        return int(os.stat(_segment_path(directory, base, ".log")).st_mtime * 1000)
+    except FileNotFoundError:
+        return -1
+
+
+def _offset_of_max_timestamp(directory: str, bases: list[int]) -> int | None:
+    """The offset of the first record with the partition's largest timestamp (ListOffsets MAX_TIMESTAMP)."""
+    best: tuple[int, int, int] | None = None  # (max timestamp, its batch offset, segment base)
+    for i, base in enumerate(bases):
+        ts, offset = _max_timestamp(directory, base, scan_tail=i == len(bases) - 1)
+        if best is None or ts > best[0]:
+            best = (ts, offset, base)
+    if best is None or best[0] < 0:
+        return None
+    max_ts, offset, base = best
+    records = _open_segment(directory, base)
+    if records is None:
+        return None
+    try:
+        for header in _complete_headers(records, start_position(directory, base, offset)):
+            if header.max_timestamp == max_ts:
+                table = batches_to_arrow([records.read_batch(header)], include_control=True)
+                times = table.column("timestamp").cast(pa.int64()).to_numpy()
+                hits = np.flatnonzero(times == max_ts)
+                if len(hits):
+                    return int(table.column("offset")[int(hits[0])].as_py())
+        return None
+    finally:
+        records.close()
+
+
+def offset_for_timestamp(directory: str, timestamp: int, log_start: int, latest: int) -> int | None:
+    """What ListOffsets answers for ``timestamp`` (Partition.fetchOffsetForTimestamp), from the files.
+
+    -2 (and -4) is the log start and -1 is ``latest``; -3 is the offset of the record with the largest
+    timestamp. Otherwise it is the earliest offset at or after the log start whose record's timestamp is at
+    least ``timestamp``, searched as UnifiedLog.fetchOffsetByTimestamp does: only in the first segment whose
+    largest timestamp reaches it, from its ``.timeindex`` entry on. None when nothing matches, or when the
+    match is not below ``latest`` (the high watermark, or the last stable offset for read_committed): Kafka
+    answers no offset then.
+    """
+    if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
+        return log_start
+    if timestamp == LATEST_TIMESTAMP:
+        return latest
+    bases = segment_bases(directory)
+    if timestamp == MAX_TIMESTAMP:
+        found = _offset_of_max_timestamp(directory, bases)
+    elif timestamp < 0:
+        raise ValueError(f"Invalid timestamp {timestamp} for ListOffsets")
+    else:
+        found = None
+        for i, base in enumerate(bases):
+            if _largest_timestamp(directory, base, active=i == len(bases) - 1) >= timestamp:
+                found = _search_segment(directory, base, timestamp, log_start)
+                break
+    return found if found is not None and found < latest else None
+
+
+def first_offset_at_or_after(directory: str, timestamp: int, start: int, end: int) -> int:
+    """A lower bound for the offsets in [start, end) whose record timestamp is >= ``timestamp``: every such
+    record is at or after the returned offset (``end`` when there is none).
+
+    Unlike ``offset_for_timestamp`` every segment that may hold a match is searched, not only the first
+    whose largest timestamp reaches it, and each segment's largest timestamp includes a scan after its last
+    time index entry: a filter pushed down must never drop a matching row. Segments entirely outside the
+    range are skipped without reading them.
+    """
+    bases = segment_bases(directory)
+    for i, base in enumerate(bases):
+        following = bases[i + 1] if i + 1 < len(bases) else None
+        if following is not None and following <= start:
+            continue
+        if base >= end:
+            break
+        if _max_timestamp(directory, base, scan_tail=True)[0] < timestamp:
+            continue
+        found = _search_segment(directory, base, timestamp, start)
+        if found is not None:
+            return min(found, end)
+    return end
+
+
+# ----- splitting ------------------------------------------------------------------------------------------
+
+
+def batch_boundaries(directory: str, bases: list[int], offset: int) -> np.ndarray:
+    """Offsets near ``offset`` where no batch straddles, ascending: the base of the segment holding it, one
+    past each of that segment's ``.index`` entries (an entry's offset is the last of the batches written at
+    its position), and the next segment's base. A range that starts at one of them starts on an indexed batch.
+    """
+    slot = max(0, bisect.bisect_right(bases, offset) - 1)
+    if not bases:
+        return np.empty(0, np.int64)
+    base = bases[slot]
+    offsets, _ = index_entries(directory, base)
+    parts = [np.array([base], np.int64), offsets + 1]
+    if slot + 1 < len(bases):
+        parts.append(np.array([bases[slot + 1]], np.int64))
+    return np.unique(np.concatenate(parts))

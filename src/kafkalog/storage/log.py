@@ -554,11 +554,11 @@ class Log:
             batches = list(fetch.records.batches())
             if not batches:
                 return
+            # The consumer moves past every batch it fetched, aborted and control ones included.
+            last_next = batches[-1].next_offset
             if committed:
                 batches = filter_aborted(batches, fetch.aborted_transactions or [])
-            last_next = offset
             for batch in batches:
-                last_next = batch.next_offset
                 if batch.is_control:
                     continue
                 for record in batch:
