@@ -1,4 +1,4 @@
-"""The main job, at this stage of the project: record layer, storage engine and log manager end to end.
+"""The main job: record layer, storage engine, log manager, compaction and the Spark pipeline end to end.
 
 Part 1 produces a realistic event stream into one partition log per codec (``Log.append``: validation,
 offset assignment, 1 MiB segments rolling as Kafka rolls them), reopens each log as after a crash, reads
@@ -11,7 +11,9 @@ Beside it, a compacted topic of user profiles (updates and tombstones) is cleane
 scheduled task as the clock runs; the job checks that the latest profile of every user survives and
 prints the compaction explanation.
 
-Part 3 reads the retained clicks back through the ``kafkalog`` Spark source on local Spark.
+Part 3 reads the retained clicks back on local Spark through the ``kafkalog`` source, as a batch query and
+as a streaming query with Trigger.AvailableNow, aggregates them, and writes the aggregates to a compacted
+topic through the ``kafkalog`` sink and to Parquet.
 """
 
 from __future__ import annotations
@@ -275,45 +277,53 @@ def print_retention(console: Console, explanation, start: int) -> None:
     console.print(table)
 
 
-def run_spark(console: Console, log_dir: Path, expected_records: int) -> None:
-    """Part 3: read the topic back with Spark's ``kafkalog`` source and aggregate it."""
+def run_spark(console: Console, log_dir: Path, expected_records: int, out_dir: Path) -> None:
+    """Part 3: read the topic back with Spark (batch, and a stream with AvailableNow), aggregate it, and write
+    the aggregates to a compacted topic through the ``kafkalog`` sink and to Parquet."""
     from pyspark.sql import functions as F
 
     from .spark import local_session
 
+    with LogManager(log_dir, {"log.cleaner.enable": "false"}) as manager:  # the sink's topic must exist
+        manager.create_topic("click-stats", partitions=1, config={"cleanup.policy": "compact"})
     spark = local_session("kafkalog-demo")
     try:
-        clicks = (
-            spark.read.format("kafkalog")
-            .option("path", str(log_dir))
-            .option("subscribe", "clicks")
-            .option("startingOffsets", "earliest")
-            .option("includeHeaders", "true")
-            .load()
-        )
+        source = spark.read.format("kafkalog").option("path", str(log_dir)).option("subscribe", "clicks")
+        clicks = source.option("startingOffsets", "earliest").option("includeHeaders", "true").load()
         count = clicks.count()
         if count != expected_records:
             raise SystemExit(f"Spark read {count} records of clicks, the log holds {expected_records}")
+        streamed = stream_count(spark, log_dir, out_dir / "stream-checkpoint")
+        if streamed != expected_records:
+            raise SystemExit(
+                f"The AvailableNow stream read {streamed} records of clicks, the log holds {expected_records}"
+            )
         events = clicks.select(
             "partition",
             "offset",
             "timestamp",
             F.from_json(F.col("value").cast("string"), "event string, user string, amount double").alias("e"),
         )
-        summary = (
-            events.groupBy("e.event")
-            .agg(
-                F.count("*").alias("events"),
-                F.countDistinct("e.user").alias("users"),
-                F.round(F.sum("e.amount"), 2).alias("amount"),
-                F.min("timestamp").alias("first"),
-                F.max("timestamp").alias("last"),
-            )
-            .orderBy(F.desc("events"))
-            .collect()
+        aggregates = events.groupBy(F.col("e.event").alias("event")).agg(
+            F.count("*").alias("events"),
+            F.countDistinct("e.user").alias("users"),
+            F.round(F.sum("e.amount"), 2).alias("amount"),
+            F.min("timestamp").alias("first"),
+            F.max("timestamp").alias("last"),
         )
+        summary = aggregates.orderBy(F.desc("events")).collect()
+        aggregates.write.mode("overwrite").parquet(str(out_dir / "click-stats.parquet"))
+        aggregates.select(
+            F.col("event").cast("binary").alias("key"), F.to_json(F.struct("*")).cast("binary").alias("value")
+        ).write.format("kafkalog").option("path", str(log_dir)).option("topic", "click-stats").mode("append").save()
+        stats_topic = (
+            spark.read.format("kafkalog").option("path", str(log_dir)).option("subscribe", "click-stats").load()
+        )
+        written = {bytes(r.key): json.loads(bytes(r.value)) for r in stats_topic.collect()}
     finally:
         spark.stop()
+    if {k.decode(): v["events"] for k, v in written.items()} != {r["event"]: r["events"] for r in summary}:
+        raise SystemExit("click-stats: the compacted topic does not hold the aggregates Spark computed")
     table = Table(title=f"Part 3: Spark reads the retained clicks ({count:,} records) through the kafkalog source")
     for column in ("event", "events", "users", "amount", "first (UTC)", "last (UTC)"):
         table.add_column(column, justify="left" if column == "event" else "right")
@@ -327,6 +337,31 @@ def run_spark(console: Console, log_dir: Path, expected_records: int) -> None:
             str(row["last"])[:19],
         )
     console.print(table)
+    console.print(
+        f"A streaming query (Trigger.AvailableNow) read the same {streamed:,} records. The aggregates went to the "
+        f"compacted topic 'click-stats' ({len(written)} keys, through the kafkalog sink) and to "
+        f"{out_dir / 'click-stats.parquet'}."
+    )
+
+
+def stream_count(spark, log_dir: Path, checkpoint: Path) -> int:
+    """Read the whole topic with a streaming query (Trigger.AvailableNow, two micro-batches' worth per trigger
+    limit) and count what foreachBatch saw."""
+    seen: list[int] = []
+    query = (
+        spark.readStream.format("kafkalog")
+        .option("path", str(log_dir))
+        .option("subscribe", "clicks")
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", 15_000)
+        .load()
+        .writeStream.foreachBatch(lambda df, _: seen.append(df.count()))
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    return sum(seen)
 
 
 def run(out_dir: Path, records: int, batch_size: int, seed: int) -> int:
@@ -335,7 +370,7 @@ def run(out_dir: Path, records: int, batch_size: int, seed: int) -> int:
         shutil.rmtree(out_dir)
     run_codecs(console, out_dir, records, batch_size, seed)
     retained = run_manager(console, out_dir / "kafka-logs", seed)
-    run_spark(console, out_dir / "kafka-logs", retained)
+    run_spark(console, out_dir / "kafka-logs", retained, out_dir)
     console.print(f"Log directories are in {out_dir}/ (Kafka's layout: segments, indexes, snapshots, checkpoints).")
     return 0
 
