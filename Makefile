@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test bench lint check-java clean
+.PHONY: demo test bench reliability lint check-java clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "kafkalog needs Python 3.11 or newer; found " + sys.version.split()[0])'
@@ -30,6 +30,10 @@ test: check-java $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks.run
+
+# kill -9 and injected I/O-fault checks, one table (about 5 minutes; `--quick` is what the tests run).
+reliability: $(STAMP)
+	$(BIN)/python -m kafkalog.reliability $(RELIABILITY_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks

@@ -125,6 +125,8 @@ class LogManager:
         self._started = False
         self._clean_start: dict[Path, bool] = {}
         self.cleaner: LogCleaner | None = None
+        self._offline_dirs: dict[Path, str] = {}  # Kafka's LogDirFailureChannel: failed dir -> why
+        self._offline_lock = threading.Lock()
 
     # ----- startup and shutdown --------------------------------------------------------------
     def __enter__(self) -> LogManager:
@@ -139,6 +141,7 @@ class LogManager:
         with self._lock:
             if self._started:
                 return
+            self._offline_dirs.clear()
             try:
                 for directory in self.log_dirs:
                     directory.mkdir(parents=True, exist_ok=True)
@@ -153,9 +156,7 @@ class LogManager:
                 self._release_locks()
                 raise
             # Kafka's cleaner manager creates cleaner-offset-checkpoint at startup, empty until a log is cleaned.
-            self.cleaner = LogCleaner(
-                self.broker, lambda: dict(self._logs), self._dir_of.get, self.clock, self.log_dirs
-            )
+            self.cleaner = LogCleaner(self.broker, self._online_logs, self._dir_of.get, self.clock, self.log_dirs)
             if self._owns_scheduler:
                 self.scheduler.startup()
             self._schedule_tasks()
@@ -228,6 +229,7 @@ class LogManager:
                     )
                 self._logs[tp] = log_obj
                 self._dir_of[tp] = directory
+                self._attach(log_obj, directory)
                 if self._store.get(tp.topic) is None:
                     self._adopt_topic(tp, path)
 
@@ -288,7 +290,8 @@ class LogManager:
             self.checkpoint_log_start_offsets()
             self.checkpoint_high_watermarks()
             for directory in self.log_dirs:
-                CleanShutdownFile(directory).write(0)
+                if directory not in self._offline_dirs:  # an offline dir is recovered at the next start
+                    CleanShutdownFile(directory).write(0)
             self._logs.clear()
             self._dir_of.clear()
             self._release_locks()
@@ -307,9 +310,12 @@ class LogManager:
         cleaner, after each clean, so that the two never work on one log at the same time.
         """
         deleted = 0
-        for log_obj in list(self._logs.values()):
+        for log_obj in self._online_logs().values():
             if not log_obj.config.compact:
-                deleted += log_obj.delete_old_segments()
+                try:
+                    deleted += log_obj.delete_old_segments()
+                except OSError as e:
+                    self.handle_log_dir_failure(log_obj.directory.parent, e)
         return deleted
 
     def clean_once(self) -> CleanerPassStats:
@@ -325,17 +331,67 @@ class LogManager:
 
     def flush_dirty_logs(self) -> None:
         """Flush every log whose flush.ms has passed (the kafka-log-flusher task)."""
-        for log_obj in list(self._logs.values()):
-            log_obj.flush_if_due()
+        for log_obj in self._online_logs().values():
+            try:
+                log_obj.flush_if_due()
+            except KafkaStorageError as e:  # its dir is offline now; the other dirs go on
+                log.warning("%s", e)
 
     def _write_checkpoint(self, name: str, value_of) -> None:
         """Write one root checkpoint per log dir with ``value_of(log)`` for its logs (None leaves a log out)."""
         for directory in self.log_dirs:
+            if directory in self._offline_dirs:
+                continue  # as Kafka: checkpoints are written for live dirs only
             entries = {}
             for tp, log_obj in list(self._logs.items()):
                 if self._dir_of.get(tp) == directory and (value := value_of(log_obj)) is not None:
                     entries[(tp.topic, tp.partition)] = value
-            OffsetCheckpointFile(directory / name).write(entries)
+            try:
+                OffsetCheckpointFile(directory / name).write(entries)
+            except CheckpointError as e:
+                if not isinstance(e.__cause__, OSError):
+                    raise
+                self.handle_log_dir_failure(directory, e)
+                log.error("Disk error while writing to %s checkpoint file in directory %s: %s", name, directory, e)
+
+    # ----- log dir failures (Kafka's LogDirFailureChannel and ReplicaManager.handleLogDirFailure) ------
+    @property
+    def offline_log_dirs(self) -> list[Path]:
+        """The log dirs taken offline by an I/O error since startup (a restart brings them back)."""
+        with self._offline_lock:
+            return list(self._offline_dirs)
+
+    @property
+    def online_log_dirs(self) -> list[Path]:
+        with self._offline_lock:
+            return [d for d in self.log_dirs if d not in self._offline_dirs]
+
+    def offline_reason(self, directory) -> str | None:
+        with self._offline_lock:
+            return self._offline_dirs.get(Path(directory).resolve())
+
+    def handle_log_dir_failure(self, directory, error: Exception) -> None:
+        """Take ``directory`` offline: every log in it refuses appends and reads with KafkaStorageError from
+        now on; the logs of the other dirs keep serving. Nothing more is written to it (no checkpoint, no
+        clean-shutdown marker), so the next startup recovers it."""
+        directory = Path(directory).resolve()
+        reason = str(error)
+        with self._offline_lock:
+            if directory in self._offline_dirs or directory not in self.log_dirs:
+                return
+            self._offline_dirs[directory] = reason
+        log.error("Stopping serving logs in dir %s: %s", directory, reason)
+        for tp, log_obj in list(self._logs.items()):
+            if self._dir_of.get(tp) == directory:
+                log_obj.mark_offline(f"log dir {directory} is offline after an I/O error")
+        if not self.online_log_dirs:
+            log.error("Shutdown broker because all log dirs in %s have failed", ", ".join(map(str, self.log_dirs)))
+
+    def _attach(self, log_obj: Log, directory: Path) -> None:
+        log_obj.on_io_error = lambda _log, error: self.handle_log_dir_failure(directory, error)
+
+    def _online_logs(self) -> dict[TopicPartition, Log]:
+        return {tp: lg for tp, lg in list(self._logs.items()) if not lg.is_offline}
 
     def checkpoint_recovery_points(self) -> None:
         self._write_checkpoint(RECOVERY_POINT_CHECKPOINT, _recovery_point)
@@ -379,15 +435,19 @@ class LogManager:
                     path, log_config, self.clock, scheduler=self.scheduler, had_clean_shutdown=True
                 )
                 self._dir_of[tp] = directory
+                self._attach(self._logs[tp], directory)
             self._store.put(name, TopicState(topic_id, partitions, overrides))
             return self.describe_topic(name)
 
     def _next_log_dir(self) -> Path:
         """The log dir with the fewest partitions (Kafka's nextLogDirs)."""
+        online = self.online_log_dirs
+        if not online:
+            raise KafkaStorageError(f"No log directory is online: {', '.join(map(str, self.log_dirs))} are offline")
         counts = {d: 0 for d in self.log_dirs}
         for directory in self._dir_of.values():
             counts[directory] += 1
-        return min(self.log_dirs, key=lambda d: (counts[d], self.log_dirs.index(d)))
+        return min(online, key=lambda d: (counts[d], self.log_dirs.index(d)))
 
     def delete_topic(self, name: str) -> None:
         """Close the topic's logs, rename their dirs to ``-delete`` and remove them after file.delete.delay.ms."""

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Generic, NamedTuple, Protocol, TypeVar
 
 from ..errors import KafkaLogError
+from .fileio import file_io
 from .files import fsync_dir
 
 _LOCKS: dict[Path, threading.Lock] = {}
@@ -116,11 +117,17 @@ class CheckpointFile(Generic[T]):
                 raise CheckpointError(f"Error while writing checkpoint file: {e}", path=str(self.path)) from e
 
     def _write_tmp(self, data: bytes, sync: bool) -> None:
-        with open(self.tmp_path, "wb") as f:
-            f.write(data)
-            f.flush()
+        io = file_io()
+        fd = os.open(self.tmp_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            view = memoryview(data)
+            written = 0
+            while written < len(view):
+                written += io.pwrite(fd, view[written:], written, self.tmp_path)
             if sync:
-                os.fsync(f.fileno())
+                io.fsync(fd, self.tmp_path)
+        finally:
+            os.close(fd)
 
     def _discard_tmp(self) -> None:
         with contextlib.suppress(OSError):

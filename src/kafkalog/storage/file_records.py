@@ -17,6 +17,7 @@ from ..errors import CorruptRecordError, KafkaStorageError
 from ..record.batch import HEADER_SIZE_UP_TO_MAGIC, MAGIC_OFFSET, RecordBatch
 from ..record.legacy import LegacyBatch
 from ..record.scan import AnyBatch, batch_size_at, iter_batches
+from .fileio import file_io
 
 INT32_MAX = (1 << 31) - 1
 SCAN_CHUNK = 1 << 20  # bytes read at a time while walking batches
@@ -108,18 +109,40 @@ class FileRecords:
                 )
             if len(parts) > 1 and n < _JOIN_BELOW:
                 parts = [b"".join(parts)]  # one small copy is cheaper than a vectored write
-            if len(parts) > 1:
-                written = os.pwritev(self._fd, parts, self._size)
-            else:
-                written = os.pwrite(self._fd, parts[0], self._size)
-            if written < n:  # a short write: finish the rest from where it stopped
-                rest = memoryview(b"".join(parts))[written:]
-                while rest:
-                    step = os.pwrite(self._fd, rest, self._size + written)
-                    written += step
-                    rest = rest[step:]
+            io = file_io()
+            try:
+                if len(parts) > 1:
+                    written = io.pwritev(self._fd, parts, self._size, self.path)
+                else:
+                    written = io.pwrite(self._fd, parts[0], self._size, self.path)
+                if written < n:  # a short write: finish the rest from where it stopped
+                    rest = memoryview(b"".join(parts))[written:]
+                    while rest:
+                        step = io.pwrite(self._fd, rest, self._size + written, self.path)
+                        written += step
+                        rest = rest[step:]
+            except OSError as e:
+                raise self._failed_append(e, n) from e
             self._size += n
             return n
+
+    def _failed_append(self, error: OSError, n: int) -> KafkaStorageError:
+        """An append that hit an I/O error: cut the file back to the logical size so that no partial batch
+        stays behind, and say whether that worked (``rolled_back``) on the returned KafkaStorageError."""
+        rolled_back = True
+        try:
+            if self.file_length() > self._size:
+                file_io().ftruncate(self._fd, self._size, self.path)
+        except OSError:
+            rolled_back = False
+        exc = KafkaStorageError(
+            f"Error while appending {n} bytes to {self.path} in dir {self.path.parent.parent}: "
+            f"{error.strerror or error}",
+            path=str(self.path),
+        )
+        exc.io_error = error
+        exc.rolled_back = rolled_back
+        return exc
 
     def read(self, position: int, size: int) -> bytes:
         """``size`` bytes from ``position`` (fewer only at the end of the file)."""
@@ -212,7 +235,7 @@ class FileRecords:
                 )
             removed = self._size - target_size
             if target_size < self.file_length():
-                os.ftruncate(self._fd, target_size)
+                file_io().ftruncate(self._fd, target_size, self.path)
             self._size = target_size
             return removed
 
@@ -220,10 +243,10 @@ class FileRecords:
         """Cut a preallocated file down to its logical size."""
         with self._lock:
             if self.file_length() > self._size:
-                os.ftruncate(self._fd, self._size)
+                file_io().ftruncate(self._fd, self._size, self.path)
 
     def flush(self) -> None:
-        os.fsync(self._fd)
+        file_io().fsync(self._fd, self.path)
 
     def close(self) -> None:
         with self._lock:

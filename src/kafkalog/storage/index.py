@@ -41,6 +41,7 @@ from typing import Any, NamedTuple
 
 from kafkalog.errors import CorruptIndexError, IndexOffsetOverflowError, InvalidOffsetError
 
+from .fileio import file_io
 from .files import delete_if_exists
 
 __all__ = [
@@ -363,7 +364,7 @@ class AbstractIndex(ABC):
         """Write the mapped pages to disk."""
         with self._lock:
             if self._mmap is not None and self._writable:
-                self._mmap.flush()
+                file_io().msync(self._mmap, self._path)
 
     def close(self) -> None:
         """Trim to the valid size (writable indexes only), then unmap."""

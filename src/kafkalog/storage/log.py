@@ -16,7 +16,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..clock import SYSTEM_TIME, Time
-from ..errors import KafkaStorageError, OffsetOutOfRangeError, RecordBatchTooLargeError, RecordTooLargeError
+from ..errors import (
+    CorruptRecordError,
+    KafkaStorageError,
+    OffsetOutOfRangeError,
+    RecordBatchTooLargeError,
+    RecordTooLargeError,
+)
 from ..record import RecordBatchBuilder, control_batch
 from ..record.types import ControlRecordType, Record
 from .config import LogConfig
@@ -111,6 +117,9 @@ class Log:
         self._set_high_watermark(hw)
         self._last_flush_ms = clock.milliseconds()
         self._closed = False
+        self._offline_reason: str | None = None
+        # Kafka's LogDirFailureChannel: called with (log, error) after an I/O error (the LogManager sets it).
+        self.on_io_error: Callable[[Log, Exception], None] | None = None
 
     # ----- opening -------------------------------------------------------------------------
     @classmethod
@@ -228,6 +237,11 @@ class Log:
                 records = records.build()
             elif isinstance(records, list | tuple):
                 records = self._build(records)
+            elif not isinstance(records, bytearray | memoryview):
+                raise TypeError(
+                    "records must be batch bytes, a RecordBatchBuilder or a list of records, "
+                    f"not {type(records).__name__}"
+                )
             records = bytes(records)
         return self._append(records, origin=origin, leader_epoch=leader_epoch, assign_offsets=True)
 
@@ -242,6 +256,8 @@ class Log:
 
     def append_as_follower(self, records) -> LogAppendInfo:
         """Append batches that keep their own offsets (a replica's fetch, or a copy of another log)."""
+        if not isinstance(records, bytes | bytearray | memoryview):
+            raise TypeError(f"records must be batch bytes, not {type(records).__name__}")
         return self._append(bytes(records), origin=REPLICATION, leader_epoch=-1, assign_offsets=False)
 
     def append_end_txn_marker(
@@ -269,8 +285,11 @@ class Log:
         """Write an append that ``validate_single_plain_batch`` validated (no producer state involved)."""
         self._check_open()
         self._check_fits_segment(size)
-        segment = self._maybe_roll(size, info, now)
-        segment.append(info.last_offset, info.max_timestamp, info.shallow_offset_of_max_timestamp, parts, size)
+        try:
+            segment = self._maybe_roll(size, info, now)
+            segment.append(info.last_offset, info.max_timestamp, info.shallow_offset_of_max_timestamp, parts, size)
+        except (OSError, KafkaStorageError) as e:
+            raise self._io_failure("appending records to", e) from e
         self._log_end_offset = info.last_offset + 1
         return self._complete_append(info)
 
@@ -295,6 +314,13 @@ class Log:
         info, batches = analyze(
             records, origin, self.config.max_message_bytes, leader_epoch, ignore_record_size=not assign_offsets
         )
+        if assign_offsets and info.valid_bytes != len(records):
+            # A client's append must be whole batches; a replica's fetch may end in a partial one (trimmed, as Kafka).
+            raise CorruptRecordError(
+                f"Record batch length runs past the end of the append: {len(records) - info.valid_bytes} trailing "
+                f"bytes of {len(records)} do not form a complete batch",
+                position=info.valid_bytes,
+            )
         if info.shallow_count == 0:
             return info
         valid = records if info.valid_bytes == len(records) else records[: info.valid_bytes]
@@ -329,7 +355,10 @@ class Log:
                 validated = [b for b in batches if b.has_producer_id or b.is_control]
                 info.num_records = sum(b.record_count for b in batches)
             self._check_fits_segment(valid_size)
-            segment = self._maybe_roll(valid_size, info)
+            try:
+                segment = self._maybe_roll(valid_size, info)
+            except (OSError, KafkaStorageError) as e:
+                raise self._io_failure("appending records to", e) from e
             if validated:
                 duplicate, pending = self._analyze_producer_state(validated, origin)
             else:
@@ -340,7 +369,10 @@ class Log:
                 info.max_timestamp = duplicate.timestamp
                 info.is_duplicate = True
                 return info
-            segment.append(info.last_offset, info.max_timestamp, info.shallow_offset_of_max_timestamp, valid)
+            try:
+                segment.append(info.last_offset, info.max_timestamp, info.shallow_offset_of_max_timestamp, valid)
+            except (OSError, KafkaStorageError) as e:
+                raise self._io_failure("appending records to", e) from e
             self._log_end_offset = info.last_offset + 1
             self._apply_producer_state(pending, segment)
             return self._complete_append(info)
@@ -450,12 +482,17 @@ class Log:
         with self._lock:
             if self._closed or (offset <= self._recovery_point and offset != self._log_end_offset + 1):
                 return
+            if self._offline_reason is not None:
+                return
             old = self._recovery_point
             flushed = self.segments.values_between(old, offset)
-            for segment in flushed:
-                segment.flush()
-            if any(s.base_offset >= old for s in flushed):
-                fsync_dir(self.directory)
+            try:
+                for segment in flushed:
+                    segment.flush()
+                if any(s.base_offset >= old for s in flushed):
+                    fsync_dir(self.directory)
+            except OSError as e:
+                raise self._io_failure(f"flushing log up to offset {offset} of", e) from e
             self._recovery_point = max(self._recovery_point, min(offset, self._log_end_offset))
             self._last_flush_ms = self.clock.milliseconds()
 
@@ -477,42 +514,50 @@ class Log:
         """Bytes from the batch holding ``offset`` up to ``max_bytes`` (UnifiedLog.read / LocalLog.read)."""
         isolation = _isolation(isolation)
         with self._lock:
-            if offset < self._log_start_offset:
-                raise OffsetOutOfRangeError(
-                    f"Received request for offset {offset} for partition {self.topic}-{self.partition}, but we only "
-                    f"have log segments starting from offset: {self._log_start_offset}.",
-                    offset=offset,
-                )
-            if isolation == "log_end":
-                upper = self._log_end_offset
-            elif isolation == "high_watermark":
-                upper = self._high_watermark
+            if self._offline_reason is not None:
+                self._check_open()
+            try:
+                return self._read(offset, max_bytes, isolation, min_one_message)
+            except OSError as e:
+                raise self._io_failure("reading", e) from e
+
+    def _read(self, offset: int, max_bytes: int, isolation: str, min_one_message: bool) -> FetchDataInfo:
+        if offset < self._log_start_offset:
+            raise OffsetOutOfRangeError(
+                f"Received request for offset {offset} for partition {self.topic}-{self.partition}, but we only "
+                f"have log segments starting from offset: {self._log_start_offset}.",
+                offset=offset,
+            )
+        if isolation == "log_end":
+            upper = self._log_end_offset
+        elif isolation == "high_watermark":
+            upper = self._high_watermark
+        else:
+            upper = self.last_stable_offset
+        segment = self.segments.floor(offset)
+        if offset > self._log_end_offset or segment is None:
+            raise OffsetOutOfRangeError(
+                f"Received request for offset {offset} for partition {self.topic}-{self.partition}, but we only "
+                f"have log segments upto {self._log_end_offset}.",
+                offset=offset,
+            )
+        if offset >= upper:
+            return FetchDataInfo(LogOffsetMetadata(offset), EMPTY_SLICE)
+        upper_md = self._offset_metadata(upper)
+        while segment is not None:
+            if segment.base_offset < upper_md.segment_base_offset:
+                max_position = segment.size
+            elif segment.base_offset == upper_md.segment_base_offset:
+                max_position = upper_md.relative_position_in_segment
             else:
-                upper = self.last_stable_offset
-            segment = self.segments.floor(offset)
-            if offset > self._log_end_offset or segment is None:
-                raise OffsetOutOfRangeError(
-                    f"Received request for offset {offset} for partition {self.topic}-{self.partition}, but we only "
-                    f"have log segments upto {self._log_end_offset}.",
-                    offset=offset,
-                )
-            if offset >= upper:
-                return FetchDataInfo(LogOffsetMetadata(offset), EMPTY_SLICE)
-            upper_md = self._offset_metadata(upper)
-            while segment is not None:
-                if segment.base_offset < upper_md.segment_base_offset:
-                    max_position = segment.size
-                elif segment.base_offset == upper_md.segment_base_offset:
-                    max_position = upper_md.relative_position_in_segment
-                else:
-                    max_position = None
-                fetch = segment.read(offset, max_bytes, max_position, min_one_message)
-                if fetch is not None:
-                    if isolation == "txn_committed":
-                        return self._add_aborted_transactions(offset, segment, fetch)
-                    return fetch
-                segment = self.segments.higher(segment.base_offset)
-            return FetchDataInfo(LogOffsetMetadata(self._log_end_offset), EMPTY_SLICE)
+                max_position = None
+            fetch = segment.read(offset, max_bytes, max_position, min_one_message)
+            if fetch is not None:
+                if isolation == "txn_committed":
+                    return self._add_aborted_transactions(offset, segment, fetch)
+                return fetch
+            segment = self.segments.higher(segment.base_offset)
+        return FetchDataInfo(LogOffsetMetadata(self._log_end_offset), EMPTY_SLICE)
 
     def _offset_metadata(self, offset: int) -> LogOffsetMetadata:
         """Where ``offset`` sits: its segment and the position of the batch holding it."""
@@ -820,13 +865,72 @@ class Log:
 
     # ----- lifecycle -----------------------------------------------------------------------
     def _check_open(self) -> None:
+        if self._offline_reason is not None:
+            raise KafkaStorageError(
+                f"Log for partition {self.topic}-{self.partition} is in the offline log directory "
+                f"{self.directory.parent} ({self._offline_reason})",
+                path=str(self.directory),
+            )
         if self._closed:
             raise KafkaStorageError(f"The log for {self.topic}-{self.partition} is closed", path=str(self.directory))
+
+    # ----- I/O failures (UnifiedLog/LocalLog.maybeHandleIOException, LogDirFailureChannel) ----
+    @property
+    def is_offline(self) -> bool:
+        return self._offline_reason is not None
+
+    @property
+    def offline_reason(self) -> str | None:
+        return self._offline_reason
+
+    def mark_offline(self, reason: str) -> None:
+        """Refuse every later append, read and flush with KafkaStorageError (its log dir failed)."""
+        if self._offline_reason is None:
+            self._offline_reason = reason
+
+    def _io_failure(self, action: str, error: Exception) -> Exception:
+        """Turn an I/O error into Kafka's KafkaStorageError, take the log (and, through ``on_io_error``, its
+        log dir) offline, and return the error to raise. Other errors come back unchanged.
+
+        A failed append whose partial bytes were cut off again (``rolled_back``) leaves this log consistent;
+        it goes offline only through its dir. Any other failure (a failed flush, or an append whose partial
+        bytes could not be removed) takes the log offline at once: what is on disk is no longer known.
+        """
+        if getattr(error, "io_failure_handled", False):
+            return error
+        if isinstance(error, KafkaStorageError):
+            cause = getattr(error, "io_error", None)
+            if cause is None:
+                return error  # a storage error that is not an I/O failure (e.g. a roll onto an existing segment)
+            rolled_back = getattr(error, "rolled_back", False)
+        else:
+            cause, rolled_back = error, False
+        where = str(getattr(cause, "filename", None) or self.directory)
+        exc = KafkaStorageError(
+            f"Error while {action} {self.topic}-{self.partition} in dir {self.directory.parent}: "
+            f"{getattr(cause, 'strerror', None) or cause}",
+            path=where,
+        )
+        exc.io_error = cause
+        exc.rolled_back = rolled_back
+        exc.io_failure_handled = True
+        if not rolled_back:
+            self.mark_offline(f"I/O error while {action} the log: {getattr(cause, 'strerror', None) or cause}")
+        log.error("%s", exc)
+        callback = self.on_io_error
+        if callback is not None:
+            callback(self, exc)
+        return exc
 
     def close(self) -> None:
         """Flush everything, snapshot the producer state, and close every segment (a clean shutdown)."""
         with self._lock:
             if self._closed:
+                return
+            if self._offline_reason is not None:  # Kafka closes an offline log's handles, writing nothing
+                for segment in self.segments:
+                    segment.close_handlers()
+                self._closed = True
                 return
             self.flush(include_active=True)
             self.producer_state.take_snapshot()

@@ -263,11 +263,11 @@ class LogSegment:
         if size == 0:
             return
         position = self.log.size
-        if position == 0:
-            self.rolling_based_timestamp = largest_timestamp
         if not 0 <= largest_offset - self.base_offset <= INT32_MAX:
             self._ensure_offset_in_range(largest_offset)
-        self.log.append(records, size)
+        self.log.append(records, size)  # an I/O error leaves the segment as it was (FileRecords rolls back)
+        if position == 0:
+            self.rolling_based_timestamp = largest_timestamp
         current = self._max_ts_and_offset if self._max_ts_and_offset is not None else self._max_timestamp_and_offset()
         if largest_timestamp > current.timestamp:
             self._max_ts_and_offset = TimestampOffset(largest_timestamp, shallow_offset_of_max_timestamp)

@@ -40,6 +40,7 @@ from typing import NamedTuple
 from kafkalog.errors import CorruptIndexError, InvalidOffsetError, KafkaLogError
 from kafkalog.storage.index import _atomic_move_with_fallback
 
+from .fileio import file_io
 from .files import delete_if_exists
 
 __all__ = ["ABORTED_TXN_SIZE", "AbortedTxn", "TransactionIndex", "TxnIndexSearchResult", "TxnOrderError"]
@@ -161,7 +162,7 @@ class TransactionIndex:
             data = aborted_txn.to_bytes()
             position = self._size()
             while data:
-                written = os.pwrite(fd, data, position)
+                written = file_io().pwrite(fd, data, position, self._path)
                 data = data[written:]
                 position += written
 
@@ -187,7 +188,7 @@ class TransactionIndex:
         """fsync the file if it is open."""
         with self._lock:
             if self._fd is not None:
-                os.fsync(self._fd)
+                file_io().fsync(self._fd, self._path)
 
     def close(self) -> None:
         """Close the file; a later read or append reopens it."""

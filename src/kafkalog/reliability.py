@@ -1,0 +1,408 @@
+"""``python -m kafkalog.reliability [--quick] [--json PATH]``: crash and I/O-fault checks, one table.
+
+- kill -9: a forked child runs a LogManager and appends; after each ``append`` returns it writes the
+  acknowledged offsets to a pipe. The parent SIGKILLs it at a random moment, restarts the log dir (an
+  unclean recovery) and checks that every acknowledged record is there, byte for byte, that the records
+  served before are unchanged, and that nothing else is served but the one batch that was in flight.
+  Done with the default flush policy and with ``flush.messages=1``. kill -9 does not drop the page
+  cache, so this proves process-crash durability, not power-loss durability.
+- injected I/O faults: ``FaultInjectingFileIO`` makes a write or an fsync in one of two log dirs fail
+  with ENOSPC, EIO or EFBIG. The append must fail with KafkaStorageError, that dir must go offline (its
+  logs refuse appends and reads) while the other keeps serving; after a restart every acknowledged
+  record must be there and the files must hold no corrupt or unacknowledged bytes.
+- a real size limit: a child under ``RLIMIT_FSIZE`` (SIGXFSZ ignored) appends until the kernel says EFBIG.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import logging
+import os
+import random
+import resource
+import select
+import shutil
+import signal
+import sys
+import tempfile
+import time
+import traceback
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from .errors import KafkaStorageError
+from .manager import LogManager
+from .storage.fileio import FaultInjectingFileIO, injected
+from .storage.log import Log
+from .testing import MockTime
+
+TOPIC = "acks"
+MAX_BATCH = 5
+NOT_MEASURED = "not measured"
+
+
+# ----- values that check themselves ----------------------------------------------------------------
+def make_value(run: int, seq: int, length: int) -> bytes:
+    head = b"%d:%d:%d:" % (run, seq, length)
+    filler = hashlib.blake2b(head, digest_size=32).hexdigest().encode()
+    return head + (filler * (length // len(filler) + 1))[:length]
+
+
+def value_ok(value: bytes | None) -> bool:
+    try:
+        run, seq, length, _ = value.split(b":", 3)
+        return value == make_value(int(run), int(seq), int(length))
+    except (AttributeError, ValueError):
+        return False
+
+
+def value_key(value: bytes) -> tuple[int, int]:
+    run, seq, _ = value.split(b":", 2)
+    return int(run), int(seq)
+
+
+# ----- results ---------------------------------------------------------------------------------------
+@dataclass
+class Row:
+    check: str
+    runs: int = 0
+    acked: int = 0
+    lost: int = 0
+    corrupt: int = 0
+    failures: list[str] = field(default_factory=list)
+    note: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.lost == 0 and self.corrupt == 0 and not self.failures
+
+
+def _verify_log(lg: Log, known: list[bytes]) -> tuple[list[bytes], list[str]]:
+    """Every batch's CRC, contiguous offsets from the log start, self-checking values, an unchanged prefix."""
+    problems = []
+    for segment in lg.segments:
+        for position, batch in segment.log.batches():
+            try:
+                batch.ensure_valid()
+            except Exception as e:
+                problems.append(f"bad batch at {segment.log.path}:{position}: {e}")
+    values = []
+    for expected_offset, record in enumerate(lg.records(isolation="log_end"), start=lg.log_start_offset):
+        if record.offset != expected_offset:
+            problems.append(f"offset {record.offset} where {expected_offset} was expected")
+            break
+        if not value_ok(record.value):
+            problems.append(f"garbage value at offset {record.offset}: {record.value[:40]!r}")
+        values.append(record.value)
+    if len(values) != lg.log_end_offset - lg.log_start_offset:
+        problems.append(f"{len(values)} records served, log end says {lg.log_end_offset - lg.log_start_offset}")
+    for i, old in enumerate(known[: len(values)]):
+        if values[i] != old:
+            problems.append(f"record at offset {i} changed after a restart")
+            break
+    return values, problems
+
+
+# ----- kill -9 ---------------------------------------------------------------------------------------
+def _broker(log_dir: Path) -> dict:
+    return {"log.dirs": str(log_dir), "log.flush.offset.checkpoint.interval.ms": 25, "log.initial.task.delay.ms": 0}
+
+
+def _child_append_forever(log_dir: Path, run: int, wfd: int, seed: int) -> None:
+    """In the forked child: a real-clock LogManager, appends forever, one ack line per returned append."""
+    code = 0
+    try:
+        rng = random.Random(seed)
+        with LogManager([log_dir], _broker(log_dir)) as manager:
+            lg = manager.get_log(TOPIC)
+            seq = 0
+            while True:
+                n = rng.randint(1, MAX_BATCH)
+                values = [make_value(run, seq + i, rng.randint(8, 300)) for i in range(n)]
+                info = lg.append([(None, v) for v in values])
+                os.write(wfd, b"A %d %d %d\n" % (info.first_offset, n, seq))  # < PIPE_BUF: atomic
+                seq += n
+    except BaseException:
+        os.write(wfd, b"E " + traceback.format_exc().replace("\n", " | ").encode()[:3000] + b"\n")
+        code = 1
+    finally:
+        os._exit(code)
+
+
+def _setup_dir(log_dir: Path, flush_messages: int | None) -> None:
+    shutil.rmtree(log_dir, ignore_errors=True)
+    config = {"segment.bytes": 16384}
+    if flush_messages is not None:
+        config["flush.messages"] = flush_messages
+    with LogManager([log_dir], _broker(log_dir), clock=MockTime()) as manager:
+        manager.create_topic(TOPIC, 1, config)
+        # The first append imports and warms up the append path: do it here, once, not in every child.
+        manager.create_topic("warm-up", 1)
+        manager.get_log("warm-up").append([(None, make_value(0, 0, 8))])
+        manager.delete_topic("warm-up")
+
+
+def _run_child(log_dir: Path, run: int, rng: random.Random, max_delay: float) -> tuple[list[bytes], str | None]:
+    rfd, wfd = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(rfd)
+        _child_append_forever(log_dir, run, wfd, rng.randrange(1 << 30))
+    os.close(wfd)
+    deadline = time.monotonic() + rng.uniform(0.0, max_delay)
+    data = bytearray()
+    while (left := deadline - time.monotonic()) > 0:
+        ready, _, _ = select.select([rfd], [], [], left)
+        if ready:
+            chunk = os.read(rfd, 1 << 16)
+            if not chunk:
+                break
+            data += chunk
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    while chunk := os.read(rfd, 1 << 16):
+        data += chunk
+    os.close(rfd)
+    lines = bytes(data).split(b"\n")[:-1]  # a line without its newline was never fully acknowledged
+    error = next((line.decode(errors="replace") for line in lines if line.startswith(b"E ")), None)
+    return [line for line in lines if line.startswith(b"A ")], error
+
+
+def kill9(iterations: int, flush_messages: int | None, root: Path, seed: int, cycle: int = 25) -> Row:
+    label = "flush.messages=1 (fsync per append)" if flush_messages == 1 else "default flush policy"
+    row = Row(f"kill -9 while appending, {label}")
+    rng = random.Random(seed)
+    log_dir = root / f"kill9-{flush_messages or 'default'}"
+    known: list[bytes] = []
+    for run in range(iterations):
+        if run % cycle == 0:
+            _setup_dir(log_dir, flush_messages)
+            known = []
+        acks, error = _run_child(log_dir, run, rng, 0.4)
+        if error is not None:
+            row.failures.append(f"run {run}: child failed: {error}")
+        with LogManager([log_dir], _broker(log_dir), clock=MockTime()) as manager:  # unclean restart
+            values, problems = _verify_log(manager.get_log(TOPIC), known)
+        row.runs += 1
+        row.corrupt += len(problems)
+        row.failures += [f"run {run}: {p}" for p in problems]
+        acked_end = len(known)
+        for line in acks:
+            first, n, seq = map(int, line.split()[1:])
+            row.acked += n
+            for j in range(n):
+                offset = first + j
+                if offset >= len(values) or value_key(values[offset]) != (run, seq + j):
+                    row.lost += 1
+            acked_end = max(acked_end, first + n)
+        extra = len(values) - acked_end
+        if extra > MAX_BATCH or any(value_key(v)[0] != run for v in values[acked_end:]):
+            row.corrupt += 1
+            row.failures.append(f"run {run}: {extra} unacknowledged records served, more than one batch in flight")
+        known = values
+    row.note = "restart = unclean recovery; page cache survives kill -9"
+    return row
+
+
+# ----- injected faults -------------------------------------------------------------------------------
+def fault_case(root: Path, err: str, op: str, *, nth: int = 7, torn: bool = True, then_fail=()) -> Row:
+    """Two log dirs; a fault in dir 0 while appending to its log; checks before and after a restart."""
+    what = {"write": "append", "fsync": "flush"}[op]
+    label = f"{err} on {what}" + (", rollback fails too" if then_fail else "")
+    row = Row(f"injected {label}")
+    base = root / f"fault-{err}-{op}-{len(then_fail)}"
+    shutil.rmtree(base, ignore_errors=True)
+    dirs = [base / "d0", base / "d1"]
+    config = {"segment.bytes": 4096}
+    if op == "fsync":
+        config["flush.messages"] = 1
+    rng = random.Random(f"{err}{op}")
+    acked: dict[str, list[bytes]] = {"a": [], "b": []}
+
+    def append(lg: Log, name: str, seq: int) -> None:
+        value = make_value(0 if name == "a" else 1, seq, rng.randint(8, 400))
+        lg.append([(None, value)])
+        acked[name].append(value)
+
+    def fail(message: str) -> None:
+        row.failures.append(message)
+
+    manager = LogManager(dirs, {"log.dirs": ",".join(map(str, dirs))}, clock=MockTime())
+    manager.startup()
+    try:
+        manager.create_topic("a", 1, config)
+        manager.create_topic("b", 1, config)
+        la, lb = manager.get_log("a"), manager.get_log("b")
+        bad_dir = la.directory.parent
+        for i in range(20):
+            append(la, "a", i)
+            append(lb, "b", i)
+        fault = FaultInjectingFileIO(op, err, nth=nth, path_contains=str(bad_dir), torn=torn, then_fail=then_fail)
+        error = None
+        with injected(fault):
+            for i in range(20, 200):
+                try:
+                    append(la, "a", i)
+                except KafkaStorageError as e:
+                    error = e
+                    break
+        row.runs = fault.injected
+        if error is None:
+            fail("no append failed")
+        elif str(bad_dir) not in str(error):
+            fail(f"the error does not name the log dir: {error}")
+        if manager.offline_log_dirs != [bad_dir]:
+            fail(f"offline dirs {manager.offline_log_dirs}, expected [{bad_dir}]")
+        for action in (lambda: la.append([(None, b"x")]), lambda: la.read(0)):
+            try:
+                action()
+                fail("an offline log served a request")
+            except KafkaStorageError:
+                pass
+        for i in range(20, 30):  # the other dir keeps serving
+            append(lb, "b", i)
+        if [r.value for r in lb.records(isolation="log_end")] != acked["b"]:
+            fail("the healthy dir's log does not serve its records")
+    finally:
+        manager.shutdown()
+    restarted = LogManager(dirs, {"log.dirs": ",".join(map(str, dirs))}, clock=MockTime())
+    with restarted:
+        if restarted.offline_log_dirs:
+            fail("dirs still offline after a restart")
+        for name in ("a", "b"):
+            lg = restarted.get_log(name)
+            values, problems = _verify_log(lg, [])
+            row.corrupt += len(problems)
+            row.failures += problems
+            row.acked += len(acked[name])
+            row.lost += sum(1 for i, v in enumerate(acked[name]) if i >= len(values) or values[i] != v)
+            # A failed write is rolled back; a failed fsync leaves its (unacknowledged) record in the page cache.
+            allowed = 1 if (op == "fsync" or then_fail) and name == "a" else 0
+            if len(values) > len(acked[name]) + allowed:
+                row.corrupt += 1
+                fail(f"{name}: {len(values) - len(acked[name])} unacknowledged records after restart")
+        restarted.get_log("a").append([(None, make_value(0, 999, 10))])  # writable again
+    row.note = "dir offline, other dir serving, restart recovers"
+    return row
+
+
+# ----- a real file size limit ------------------------------------------------------------------------
+def rlimit_fsize(root: Path, limit: int = 1 << 20) -> Row:
+    row = Row("RLIMIT_FSIZE: real EFBIG from the kernel")
+    log_dir = root / "fsize" / f"{TOPIC}-0"
+    shutil.rmtree(log_dir.parent, ignore_errors=True)
+    config = {"segment.bytes": 64 << 20, "segment.index.bytes": 65536}
+    rfd, wfd = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(rfd)
+        code = 0
+        try:
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+            resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+            rng = random.Random(7)
+            lg = Log.open(log_dir, config)
+            seq = 0
+            while True:
+                values = [make_value(0, seq + i, rng.randint(100, 3000)) for i in range(rng.randint(1, MAX_BATCH))]
+                try:
+                    info = lg.append([(None, v) for v in values])
+                except KafkaStorageError as e:
+                    errno_name = getattr(getattr(e, "io_error", None), "errno", None)
+                    os.write(wfd, b"F %s %s\n" % (str(errno_name).encode(), str(e).encode()[:500]))
+                    break
+                os.write(wfd, b"A %d %d %d\n" % (info.first_offset, len(values), seq))
+                seq += len(values)
+        except BaseException:
+            os.write(wfd, b"E " + traceback.format_exc().replace("\n", " | ").encode()[:3000] + b"\n")
+            code = 1
+        finally:
+            os._exit(code)
+    os.close(wfd)
+    data = b""
+    while chunk := os.read(rfd, 1 << 16):
+        data += chunk
+    os.close(rfd)
+    os.waitpid(pid, 0)
+    lines = data.split(b"\n")[:-1]
+    acks = [line for line in lines if line.startswith(b"A ")]
+    final = [line for line in lines if not line.startswith(b"A ")]
+    row.runs = 1
+    if not final or not final[0].startswith(b"F 27 "):  # errno 27 = EFBIG
+        row.failures.append(f"the append did not fail with EFBIG: {final[:1]}")
+    with Log.open(log_dir, config, had_clean_shutdown=False) as lg:  # full recovery
+        values, problems = _verify_log(lg, [])
+    row.corrupt += len(problems)
+    row.failures += problems
+    for line in acks:
+        first, n, seq = map(int, line.split()[1:])
+        row.acked += n
+        row.lost += sum(1 for j in range(n) if first + j >= len(values) or value_key(values[first + j]) != (0, seq + j))
+    if len(values) != row.acked:
+        row.corrupt += 1
+        row.failures.append(f"{len(values)} records after reopening, {row.acked} acknowledged")
+    row.note = f"limit {limit // 1024} KiB; reopened with every acked record"
+    return row
+
+
+# ----- the run and its table -------------------------------------------------------------------------
+def run(quick: bool = False, iterations: int | None = None, seed: int = 1, root: Path | None = None) -> list[Row]:
+    iterations = iterations if iterations is not None else (20 if quick else 500)
+    logging.getLogger("kafkalog").setLevel(logging.CRITICAL)  # the faults below log errors on purpose
+    own_root = root is None
+    root = Path(tempfile.mkdtemp(prefix="kafkalog-reliability-")) if root is None else Path(root)
+    try:
+        per_mode = max(1, iterations // 2)
+        rows = [kill9(per_mode, None, root, seed), kill9(iterations - per_mode, 1, root, seed + 1)]
+        for err in ("ENOSPC", "EIO", "EFBIG"):
+            for op in ("write", "fsync"):
+                rows.append(fault_case(root, err, op))
+        rows.append(fault_case(root, "EIO", "write", then_fail=("truncate",)))
+        rows.append(rlimit_fsize(root))
+        return rows
+    finally:
+        if own_root:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+def render(rows: list[Row], elapsed: float) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"kafkalog reliability ({elapsed:.0f} s)")
+    for name, justify in (
+        ("Check", "left"),
+        ("Runs / faults", "right"),
+        ("Acked records", "right"),
+        ("Acked lost", "right"),
+        ("Corruption or garbage after restart", "right"),
+        ("Notes", "left"),
+    ):
+        table.add_column(name, justify=justify)
+    for row in rows:
+        status = "" if row.ok else f" [red]FAILED: {'; '.join(row.failures[:3])}[/red]"
+        table.add_row(row.check, str(row.runs), str(row.acked), str(row.lost), str(row.corrupt), row.note + status)
+    for name in ("fuzz cases (record parsers)", "bad inputs rejected", "peak open fds / RSS"):
+        table.add_row(name, NOT_MEASURED, NOT_MEASURED, NOT_MEASURED, NOT_MEASURED, "left to other work")
+    Console(width=160).print(table)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m kafkalog.reliability", description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="20 kill -9 iterations instead of 500 (for CI)")
+    parser.add_argument("--iterations", type=int, help="kill -9 iterations (split between the two flush modes)")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--json", type=Path, help="also write the rows here")
+    args = parser.parse_args(argv)
+    start = time.monotonic()
+    rows = run(quick=args.quick, iterations=args.iterations, seed=args.seed)
+    render(rows, time.monotonic() - start)
+    if args.json:
+        args.json.write_text(json.dumps([asdict(r) | {"ok": r.ok} for r in rows], indent=2))
+    return 0 if all(r.ok for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
