@@ -10,6 +10,7 @@ Java's int arithmetic, the table layout and the ``lookups``/``probes`` counters 
 from __future__ import annotations
 
 import hashlib
+import mmap
 
 import numpy as np
 import pytest
@@ -431,3 +432,90 @@ def test_get_records(cls):
     assert got.dtype == np.int64
     assert got.tolist() == [7, -1, 8, -1]
     assert m.lookups == 2 + 3  # the null key is not looked up
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The kernels' own paths: several chunks, SIMD lanes of mixed key lengths, probe passes, the table's memory
+
+
+def _mixed_keys(rng, n, distinct):
+    """Keys of every kind of length: empty, short (one MD5 block), 56..63 (the length in a block of its own), and
+    several blocks, so the short and the long hashing paths share chunks."""
+    lengths = [0, 1, 15, 16, 55, 56, 60, 63, 64, 65, 119, 120, 200, 1000]
+    pool = [rng.bytes(int(rng.choice(lengths))) if i % 3 else f"k{i}".encode() for i in range(distinct)]
+    return [pool[int(i)] for i in rng.integers(0, distinct, n)]
+
+
+@pytest.mark.parametrize(("slots", "load_factor"), [(1500, 1.0), (4000, 0.9), (20000, 0.5)])
+def test_put_and_get_records_over_several_chunks_equal_reference(slots, load_factor):
+    """Runs longer than the kernels' 1024-record chunks, up to a nearly full map (long probe sequences, some past
+    the 13 random probes into the linear ones), checked against the reference record by record."""
+    rng = np.random.default_rng(slots)
+    n = 3500
+    keys = [None if rng.random() < 0.05 else k for k in _mixed_keys(rng, n, int(slots * 1.2))]
+    arena, pos, length = pack(keys)
+    offsets = np.arange(n, dtype=np.int64) + 10
+    fast, ref = SkimpyOffsetMap(slots * 24, load_factor), ReferenceOffsetMap(slots * 24, load_factor)
+    start = 0
+    while start < n:  # as the cleaner does: a full map is cleared and the next pass resumes at the stopping record
+        got = fast.put_records(arena, pos[start:], length[start:], offsets[start:], 30)
+        assert got == ref.put_records(arena, pos[start:], length[start:], offsets[start:], 30)
+        assert fast.table_bytes() == ref.table_bytes()
+        assert (fast.size, fast.lookups, fast.probes, fast.latest_offset) == (ref.size, ref.lookups, ref.probes,
+                                                                              ref.latest_offset)  # fmt: skip
+        probe = _mixed_keys(rng, 1500, 500) + keys[start : start + 1500]
+        parena, ppos, plength = pack(probe)
+        assert fast.get_records(parena, ppos, plength).tolist() == ref.get_records(parena, ppos, plength).tolist()
+        assert (fast.lookups, fast.probes) == (ref.lookups, ref.probes)
+        start += got
+        if start < n:
+            fast.clear()
+            ref.clear()
+
+
+def test_get_records_on_a_full_map_gives_up_like_kafka():
+    """Every lookup of an absent key on a full map makes slots + 12 probes: 13 in the passes, the rest linear."""
+    fast, ref = SkimpyOffsetMap(300 * 24, 1.0), ReferenceOffsetMap(300 * 24, 1.0)
+    arena, pos, length = pack([f"present-{i}".encode() for i in range(300)])
+    assert fast.put_records(arena, pos, length, np.arange(300), 0) == 300
+    assert ref.put_records(arena, pos, length, np.arange(300), 0) == 300
+    assert fast.table_bytes() == ref.table_bytes()
+    assert fast.size == fast.slots == 300
+    keys = [f"absent-{i}".encode() for i in range(40)] + [f"present-{i}".encode() for i in range(0, 300, 7)]
+    arena, pos, length = pack(keys)
+    got = fast.get_records(arena, pos, length)
+    assert got.tolist() == ref.get_records(arena, pos, length).tolist()
+    assert (got[:40] == -1).all() and got[40:].tolist() == list(range(0, 300, 7))
+    assert (fast.lookups, fast.probes) == (ref.lookups, ref.probes)
+    assert fast.probes >= 300 + 40 * (300 + 12)  # each put one probe or more, each absent key 312
+
+
+def test_md5_lanes_with_keys_of_every_length_mixed():
+    """Short keys take 16 at a time, long ones share lanes that each move on to the next long key when done."""
+    rng = np.random.default_rng(11)
+    keys = [rng.bytes(int(n)) for n in rng.choice([0, 3, 55, 56, 63, 64, 127, 128, 129, 700, 5000], 400)]
+    arena, pos, length = pack(keys)
+    offset = np.concatenate([[0], rng.integers(1, 5, len(keys) - 1)]).cumsum()  # keys overlap, unaligned
+    pos = np.minimum(pos + offset % 7, len(arena) - length)
+    digests = md5_digests(arena, pos, length)
+    for p, n, d in zip(pos, length, digests, strict=True):
+        assert d.tobytes() == hashlib.md5(arena[p : p + n].tobytes()).digest()
+
+
+def test_large_table_memory_and_clear():
+    """A table of 2 MiB or more is an anonymous huge-page mmap: zero until used, zeroed again by clear()."""
+    m = SkimpyOffsetMap(4 * 1024 * 1024 + 5)
+    assert m.memory_bytes == m.slots * ENTRY_BYTES <= 4 * 1024 * 1024 + 5
+    table = m._table
+    if hasattr(mmap, "MAP_ANONYMOUS"):
+        assert isinstance(table.base.obj, mmap.mmap)  # the array's base is a memoryview of the mmap
+    m.clear()  # nothing put: nothing to zero
+    assert table.flags.writeable and not table.any()
+    arena, pos, length = pack([f"key-{i}".encode() for i in range(5000)])
+    assert m.put_records(arena, pos, length, np.arange(5000), 0) == 5000
+    assert np.count_nonzero(table.reshape(-1, ENTRY_BYTES).any(axis=1)) == 5000
+    assert m.get_records(arena, pos, length).tolist() == list(range(5000))
+    m.clear()
+    assert (m.size, m.lookups, m.probes, m.latest_offset) == (0, 0, 0, -1)
+    assert not table.any() and m._table is table
+    assert m.get_records(arena, pos, length).tolist() == [-1] * 5000
