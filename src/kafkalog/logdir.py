@@ -315,11 +315,13 @@ class MetaProperties:
         except FileNotFoundError:
             return None
         except OSError as e:
-            raise KafkaStorageError(f"Failed to read {path}: {e}") from e
+            raise KafkaStorageError(f"Failed to read {path}: {e}", path=str(path)) from e
         try:
             return cls.from_properties(parse_properties(text))
         except ValueError as e:  # InvalidConfigurationError is a ValueError too
-            raise KafkaStorageError(f"Invalid {META_PROPERTIES_FILE} in {Path(directory)}: {e}") from None
+            raise KafkaStorageError(
+                f"Invalid {META_PROPERTIES_FILE} in {Path(directory)}: {e}", path=str(path)
+            ) from None
 
     def write(self, directory: str | os.PathLike[str]) -> None:
         """Write ``<directory>/meta.properties`` atomically (tmp file, fsync, rename, fsync dir)."""

@@ -962,6 +962,7 @@ def _legacy_record_checks(batch: LegacyBatch) -> list[tuple[int, bool]]:
     """(stored crc, isValid) of each record a legacy batch yields: itself, or each inner message of a wrapper."""
     if batch.compression_type == 0:
         return [(batch.crc, batch.is_valid())]
+    batch.records()  # validates the wrapper and its inner messages (a located error) before the raw walk below
     buf = batch.buffer
     magic = batch.magic
     pos = LOG_OVERHEAD + 4 + 2 + (8 if magic == 1 else 0)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterator
 
-from ..errors import CorruptRecordError, InvalidRecordError
+from ..errors import InvalidRecordError, KafkaLogError
 from . import compression
 from .checksums import crc32c
 from .types import (
@@ -179,7 +179,7 @@ class RecordBatch(BatchView):
             return section
         try:
             return compression.decompress(codec, section)
-        except CorruptRecordError as e:
+        except KafkaLogError as e:  # corrupt data, or an unknown codec id (5..7) in the attributes
             raise e.located(position=self.position, offset=self.base_offset) from None
 
     def __iter__(self) -> Iterator[Record]:
@@ -227,7 +227,10 @@ class RecordBatch(BatchView):
         first = next(iter(self), None)
         if first is None:
             raise InvalidRecordError("Control batch holds no record", position=self.position, offset=self.base_offset)
-        return end_transaction_marker(first)
+        try:
+            return end_transaction_marker(first)
+        except KafkaLogError as e:
+            raise e.located(position=self.position, offset=self.base_offset) from None
 
     def __repr__(self) -> str:
         return (

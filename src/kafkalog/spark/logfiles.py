@@ -42,7 +42,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from ..errors import CorruptRecordError, CorruptSnapshotError, KafkaStorageError, OffsetOutOfRangeError
+from ..errors import CorruptRecordError, CorruptSnapshotError, KafkaLogError, KafkaStorageError, OffsetOutOfRangeError
 from ..record.batch import CONTROL_MASK, HEADER_SIZE_UP_TO_MAGIC, HEADER_STRUCT, TRANSACTIONAL_MASK
 from ..record.columnar import batches_to_arrow
 from ..record.scan import batch_size_at
@@ -350,13 +350,13 @@ def read_range(
                     run.append(batch)
                     size += batch.size_in_bytes
                 if size >= run_bytes:
-                    yield batches_to_arrow(run, start_offset=start, end_offset=end)
+                    yield _decode(run, start, end, records)
                     run, size = [], 0
                 if batch.last_offset + 1 >= end:
                     done = True
                     break
             if run:
-                yield batches_to_arrow(run, start_offset=start, end_offset=end)
+                yield _decode(run, start, end, records)
             if done:
                 return
         finally:
@@ -364,18 +364,30 @@ def read_range(
                 records.close()
 
 
+def _decode(run: list, start: int | None, end: int | None, records: FileRecords, **options) -> pa.Table:
+    """``batches_to_arrow`` of a run of one segment's batches; a corrupt batch's error names the segment file."""
+    try:
+        return batches_to_arrow(run, start_offset=start, end_offset=end, **options)
+    except KafkaLogError as e:
+        raise e.located(path=str(records.path)) from None
+
+
 # ----- transactions ---------------------------------------------------------------------------------------
 
 
 def read_txn_index(directory: str, base: int) -> list[AbortedTxn]:
     """The aborted transactions in a segment's ``.txnindex``, read-only (absent file: none; partial tail ignored)."""
+    path = _segment_path(directory, base, ".txnindex")
     try:
-        with open(_segment_path(directory, base, ".txnindex"), "rb") as f:
+        with open(path, "rb") as f:
             data = f.read()
     except FileNotFoundError:
         return []
     whole = len(data) // ABORTED_TXN_SIZE * ABORTED_TXN_SIZE
-    return [AbortedTxn.from_bytes(data, pos) for pos in range(0, whole, ABORTED_TXN_SIZE)]
+    try:
+        return [AbortedTxn.from_bytes(data, pos) for pos in range(0, whole, ABORTED_TXN_SIZE)]
+    except KafkaLogError as e:
+        raise e.located(path=path) from None
 
 
 def collect_aborted_txns(directory: str, bases: list[int], start: int, end: int) -> list[AbortedTxn]:
@@ -585,7 +597,7 @@ def _search_segment(directory: str, base: int, timestamp: int, starting_offset: 
         for header in _complete_headers(records, start_position(directory, base, max(entry_offset, starting_offset))):
             if header.max_timestamp < timestamp or header.last_offset < starting_offset:
                 continue
-            table = batches_to_arrow([records.read_batch(header)], include_control=True)
+            table = _decode([records.read_batch(header)], None, None, records, include_control=True)
             found = table.column("offset").to_numpy()
             times = table.column("timestamp").cast(pa.int64()).to_numpy()
             hits = np.flatnonzero((times >= timestamp) & (found >= starting_offset))
@@ -623,7 +635,7 @@ def _offset_of_max_timestamp(directory: str, bases: list[int]) -> int | None:
     try:
         for header in _complete_headers(records, start_position(directory, base, offset)):
             if header.max_timestamp == max_ts:
-                table = batches_to_arrow([records.read_batch(header)], include_control=True)
+                table = _decode([records.read_batch(header)], None, None, records, include_control=True)
                 times = table.column("timestamp").cast(pa.int64()).to_numpy()
                 hits = np.flatnonzero(times == max_ts)
                 if len(hits):

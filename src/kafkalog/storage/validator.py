@@ -21,6 +21,7 @@ from ..errors import (
     InvalidTimestampError,
     OffsetsOutOfOrderError,
     RecordTooLargeError,
+    UnsupportedCompressionTypeError,
     UnsupportedForMessageFormatError,
 )
 from ..record import _kernels
@@ -113,6 +114,12 @@ def analyze(
         info.shallow_count += 1
         info.valid_bytes += size
         if batch.compression_type != codecs.NONE:
+            if batch.compression_type >= len(codecs.CODEC_NAMES):
+                raise UnsupportedCompressionTypeError(
+                    f"Unknown compression type id {batch.compression_type} in the batch attributes",
+                    offset=batch.base_offset,
+                    position=batch.position,
+                )
             source_codec = batch.compression_type
     info.source_compression = codecs.codec_name(source_codec)
     return info, batches
@@ -376,6 +383,12 @@ def check_follower_offsets(info: LogAppendInfo, log_end_offset: int) -> None:
     """Follower-style appends keep their offsets; they must not go backwards or behind the log end."""
     if not info.offsets_monotonic:
         raise OffsetsOutOfOrderError(f"Out of order offsets found in append: first offset {info.first_offset}")
+    if info.last_offset >= LONG_MAX:
+        raise InvalidRecordError(
+            f"Invalid offsets in append: last offset {info.last_offset} leaves no next offset (Long.MAX_VALUE is "
+            "reserved)",
+            offset=info.last_offset,
+        )
     if info.first_offset < log_end_offset and info.first_offset >= 0:
         raise OffsetsOutOfOrderError(
             f"Out of order offsets found in append: first offset {info.first_offset} is less than the next "
