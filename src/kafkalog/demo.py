@@ -324,6 +324,10 @@ def run_spark(console: Console, log_dir: Path, expected_records: int, out_dir: P
         spark.stop()
     if {k.decode(): v["events"] for k, v in written.items()} != {r["event"]: r["events"] for r in summary}:
         raise SystemExit("click-stats: the compacted topic does not hold the aggregates Spark computed")
+    # The dir goes back to a LogManager, which serves what the Spark tasks appended and shuts down cleanly.
+    with LogManager(log_dir, {"log.cleaner.enable": "false"}) as manager:
+        if {r.key: json.loads(r.value) for r in manager.consume("click-stats")} != written:
+            raise SystemExit("click-stats: the log manager does not serve what the Spark sink wrote")
     table = Table(title=f"Part 3: Spark reads the retained clicks ({count:,} records) through the kafkalog source")
     for column in ("event", "events", "users", "amount", "first (UTC)", "last (UTC)"):
         table.add_column(column, justify="left" if column == "event" else "right")
