@@ -19,6 +19,7 @@ BENCHMARKS = {
     "manager": "benchmarks.bench_manager",
     "dump": "benchmarks.bench_dump",
     "cleaner": "benchmarks.bench_cleaner",
+    "spark": "benchmarks.bench_spark",
 }
 DEFAULT_RESULTS = Path(__file__).resolve().parent / "results"
 

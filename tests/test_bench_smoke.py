@@ -297,8 +297,96 @@ def test_cleaner_json_shape(quick_cleaner_run):
     assert all(row["tottime_s"] >= 0 and row["calls"] > 0 for row in prof["by_own_time"])
 
 
+@pytest.fixture(scope="module")
+def quick_spark_run(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path]:
+    pytest.importorskip("pyspark")
+    results = tmp_path_factory.mktemp("bench-spark-results")
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.run", "--quick", "--only", "spark", "--results-dir", str(results)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=900,  # a SparkSession, ~60 small Spark jobs; slow on a loaded 2-core machine
+    )
+    return proc, results
+
+
+SPARK_WRITE_PATHS = (
+    "kafkalog sink (Spark)",
+    "noop sink (Spark, reads the input only)",
+    "parquet sink (Spark)",
+    "kafkalog sink task, no Spark (write_arrow)",
+    "embedded bulk: build_batch + Log.append",
+    "embedded per record: manager.produce",
+)
+
+
+def test_spark_json_shape(quick_spark_run):
+    proc, results = quick_spark_run
+    assert proc.returncode == 0, f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    assert "Batch read" in proc.stdout and "Writes" in proc.stdout and "Goals" in proc.stdout
+    data = json.loads((results / "spark.json").read_text())
+
+    assert data["benchmark"] == "spark" and data["quick"] is True
+    for key in ("python", "platform", "cpu_count", "pyspark", "java"):
+        assert data["machine"][key]
+    params = data["parameters"]
+    assert set(data["goals"]) == set(data["goals_met"]) == {"read_vs_parquet"}
+    assert isinstance(data["goals_met"]["read_vs_parquet"], bool) and isinstance(data["all_goals_met"], bool)
+    assert _positive(data["goals_measured"]["read_vs_parquet"])
+
+    topic = data["topic"]
+    assert topic["partitions"] == params["partitions"] == len(topic["records_per_partition"]) == 8
+    assert topic["records"] == sum(topic["records_per_partition"]) == topic["expected"]["rows"]
+    assert set(topic["logs"]) == {"none", *params["codecs"]}
+    assert topic["logs"]["none"]["bytes"] >= params["log_bytes"]
+    for codec in params["codecs"]:
+        assert 0 < topic["logs"][codec]["bytes"] < topic["logs"]["none"]["bytes"], codec  # the values compress
+    assert set(data["parquet"]) == set(params["parquet_codecs"])
+    assert all(_positive(info["bytes"]) and info["files"] >= 1 for info in data["parquet"].values())
+    check = data["checksum"]
+    assert check["ok"] and check["rows"] == topic["records"]
+    assert len(check["sources"]) == 1 + len(params["codecs"]) + len(params["parquet_codecs"])
+
+    sources = {"kafkalog", f"kafkalog minPartitions={params['min_partitions']}", "arrow passthrough"}
+    sources |= {f"kafkalog {c}" for c in params["codecs"]} | {f"parquet {c}" for c in params["parquet_codecs"]}
+    assert set(data["scans"]) == {"aggregate", "noop"}
+    assert set(data["scans"]["aggregate"]) == sources
+    assert set(data["scans"]["noop"]) < sources and "kafkalog" in data["scans"]["noop"]
+    for query, figs in data["scans"].items():
+        for name, fig in figs.items():
+            for key in ("rows_per_s", "mb_per_s", "median_s", "vs_parquet", "vs_parquet_by_run_median"):
+                assert _positive(fig[key]), (query, name, key)
+            assert len(fig["times_s"]) == len(fig["vs_parquet_by_run"]) == params["scan_repeats"], (query, name)
+            assert set(fig["cpu_s"]) == {"jvm", "python", "driver"}, (query, name)
+            assert fig["tasks"] >= 1, (query, name)
+        assert figs[f"parquet {params['parquet_codecs'][0]}"]["vs_parquet"] == 1
+        assert figs[f"kafkalog minPartitions={params['min_partitions']}"]["tasks"] > figs["kafkalog"]["tasks"]
+
+    inproc = data["inprocess_read"]
+    assert inproc["rows"] == topic["records_per_partition"][0]
+    for name in ("reader_read", "read_range"):
+        assert _positive(inproc[name]["rows_per_s"]) and _positive(inproc[name]["mb_per_s"]), name
+        assert len(inproc[name]["times_s"]) == params["inprocess_repeats"], name
+    assert inproc["profile"]["by_own_time"] and all(row["calls"] > 0 for row in inproc["profile"]["by_own_time"])
+
+    writes = data["writes"]
+    assert writes["checked"] is True
+    assert writes["records"] == params["write_records"] and writes["produce_records"] == params["produce_records"]
+    assert tuple(writes["paths"]) == SPARK_WRITE_PATHS
+    for name, fig in writes["paths"].items():
+        for key in ("records_per_s", "mb_per_s", "median_s", "sink_vs_this"):
+            assert _positive(fig[key]), (name, key)
+        assert len(fig["times_s"]) == params["write_repeats"], name
+        if name.startswith("noop"):
+            assert fig["log_bytes"] == 0
+        else:
+            assert _positive(fig["log_bytes"]), name
+    assert writes["paths"]["embedded per record: manager.produce"]["records"] == params["produce_records"]
+
+
 def test_every_benchmark_has_a_smoke_test():
     spec = importlib.util.spec_from_file_location("bench_run", REPO / "benchmarks" / "run.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    assert set(module.BENCHMARKS) == {"record", "storage", "manager", "dump", "cleaner"}  # each tested above
+    assert set(module.BENCHMARKS) == {"record", "storage", "manager", "dump", "cleaner", "spark"}  # each tested above
