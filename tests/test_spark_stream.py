@@ -3,7 +3,8 @@
 Streaming queries run on the one SparkSession of the test run (tests/conftest.py) against log dirs a live
 LogManager writes in this process; they use Trigger.AvailableNow and a Parquet file sink whose metadata log
 gives each micro-batch, so each run ends by itself with a known set of micro-batches. A few checks call the
-stream reader directly, without Spark, where the engine would only add time (rate limits, minOffsetsPerTrigger, startingOffsets JSON).
+stream reader directly, without Spark, where the engine would only add time (rate limits,
+minOffsetsPerTrigger, startingOffsets JSON).
 """
 
 from __future__ import annotations
