@@ -406,29 +406,38 @@ def encode_records_fast(
     ``headers`` is one sequence of (key, value) pairs per record, or None when no record has any.
     """
     n = len(values)
-    key_data, key_start, key_len = _binary_columns(keys)
-    val_data, val_start, val_len = _binary_columns(values)
     if headers is None:
         hdr_count = np.zeros(n, dtype=np.int64)
     else:
         hdr_count = np.fromiter(map(len, headers), dtype=np.int64, count=n)
-    hdr_first = np.zeros(n, dtype=np.int64)
-    if n > 1:
-        np.cumsum(hdr_count[:-1], out=hdr_first[1:])
     if headers is not None and hdr_count.any():
         hkeys = [k.encode("utf-8") for hs in headers for k, _ in hs]
         hvals = [v for hs in headers for _, v in hs]
     else:
         hkeys, hvals = [], []
-    hkey_data, hkey_start, hkey_len = _binary_columns(hkeys)
-    hval_data, hval_start, hval_len = _binary_columns(hvals)
+    return encode_record_columns(keys, values, hkeys, hvals, hdr_count, ts_deltas, offset_deltas)
+
+
+def encode_record_columns(
+    keys, values, header_keys, header_values, header_counts: np.ndarray, ts_deltas, offset_deltas
+) -> bytes:
+    """The records section from whole columns, in one numba pass: keys, values, header keys (UTF-8 bytes)
+    and header values as lists of bytes/None or Arrow binary arrays; ``header_counts`` per record."""
+    n = len(values)
+    hdr_count = np.ascontiguousarray(header_counts, dtype=np.int64)
+    hdr_first = np.zeros(n, dtype=np.int64)
+    if n > 1:
+        np.cumsum(hdr_count[:-1], out=hdr_first[1:])
+    key_data, key_start, key_len = _binary_columns(keys)
+    val_data, val_start, val_len = _binary_columns(values)
+    hkey_data, hkey_start, hkey_len = _binary_columns(header_keys)
+    hval_data, hval_start, hval_len = _binary_columns(header_values)
     ts_deltas = np.ascontiguousarray(ts_deltas, dtype=np.int64)
     offset_deltas = np.ascontiguousarray(offset_deltas, dtype=np.int64)
     sizes = _kernels.record_body_sizes(
         key_len, val_len, ts_deltas, offset_deltas, hdr_first, hdr_count, hkey_len, hval_len
     )
-    total = int(sizes.sum()) + 5 * n
-    out = np.empty(total, dtype=np.uint8)
+    out = np.empty(int(sizes.sum()) + 5 * n, dtype=np.uint8)
     written = _kernels.encode_records(
         out,
         sizes,

@@ -135,8 +135,7 @@ from ..errors import (
     UnknownTopicOrPartitionError,
 )
 from ..logdir import LOCK_FILE, CleanShutdownFile, TopicConfigStore
-from ..record import _kernels
-from ..record.builder import _binary_columns, assemble_batch, encode_records_fast
+from ..record.builder import _binary_columns, assemble_batch, encode_record_columns, encode_records_fast
 from ..record.compression import codec_id, codec_name
 from ..storage.checkpoints import CheckpointError, OffsetCheckpointFile
 from ..storage.config import LogConfig
@@ -605,39 +604,9 @@ def _records_section(keys: pa.Array, values: pa.Array, ts_deltas: np.ndarray, he
     if headers is None or not pc.any(pc.greater(pc.fill_null(pc.list_value_length(headers), 0), 0)).as_py():
         return encode_records_fast(keys, values, ts_deltas, offset_deltas, None)
     hdr_count, hkeys, hvalues = _header_parts(headers)
-    hdr_first = np.zeros(n, dtype=np.int64)
-    if n > 1:
-        np.cumsum(hdr_count[:-1], out=hdr_first[1:])
-    key_data, key_start, key_len = _binary_columns(keys)
-    val_data, val_start, val_len = _binary_columns(values)
-    hkey_data, hkey_start, hkey_len = _binary_columns(_as_large_binary(hkeys))
-    hval_data, hval_start, hval_len = _binary_columns(_as_large_binary(hvalues))
-    ts_deltas = np.ascontiguousarray(ts_deltas, dtype=np.int64)
-    sizes = _kernels.record_body_sizes(
-        key_len, val_len, ts_deltas, offset_deltas, hdr_first, hdr_count, hkey_len, hval_len
+    return encode_record_columns(
+        keys, values, _as_large_binary(hkeys), _as_large_binary(hvalues), hdr_count, ts_deltas, offset_deltas
     )
-    out = np.empty(int(sizes.sum()) + 5 * n, dtype=np.uint8)
-    written = _kernels.encode_records(
-        out,
-        sizes,
-        key_data,
-        key_start,
-        key_len,
-        val_data,
-        val_start,
-        val_len,
-        ts_deltas,
-        offset_deltas,
-        hdr_first,
-        hdr_count,
-        hkey_data,
-        hkey_start,
-        hkey_len,
-        hval_data,
-        hval_start,
-        hval_len,
-    )
-    return out[:written].tobytes()
 
 
 def build_arrow_batch(
