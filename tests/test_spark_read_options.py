@@ -501,7 +501,7 @@ def test_push_filters_prunes_and_narrows(appended):
         EqualTo(("key",), b"k1"),
     ]
     assert reader.partitions() == []
-    # Without the option the reader does not implement pushFilters (pyspark's own default returns them all).
+    # Outside pyspark's pushdown worker the reader does not implement pushFilters (pyspark's default returns all).
     plain_reader = reader_for(appended, subscribe="events")
     assert list(plain_reader.pushFilters(filters)) == filters
     assert len(plain_reader.partitions()) == 2
@@ -517,7 +517,7 @@ def pushdown(spark):
 
 def test_pushed_filters_give_the_same_rows(spark, appended, pushdown):
     whole = rows(load(spark, appended, subscribe="events,txn"))
-    df = load(spark, appended, subscribe="events,txn", filterPushdown="true")
+    df = load(spark, appended, subscribe="events,txn")  # pushed because the session enables it
     t_lo = EPOCH + dt.timedelta(milliseconds=T0 + 150)
     t_hi = EPOCH + dt.timedelta(milliseconds=T0 + 320, microseconds=500)
     cases = [
@@ -537,14 +537,27 @@ def test_pushed_filters_give_the_same_rows(spark, appended, pushdown):
         expected = [r for r in whole if keep(r)]
         assert expected and rows(df.where(condition)) == expected, condition
     # Splits apply to the narrowed ranges.
-    narrowed = load(spark, appended, subscribe="events", filterPushdown="true", minPartitions="3").where(
+    narrowed = load(spark, appended, subscribe="events", minPartitions="3").where(
         "partition = 0"
     )
     assert narrowed.rdd.getNumPartitions() == 3
     assert rows(narrowed) == [r for r in whole if r[0] == "events" and r[1] == 0]
 
 
-def test_filter_pushdown_needs_the_spark_conf(spark, appended):
+def test_filters_are_pushed_exactly_when_the_session_enables_it(spark, appended, pushdown):
+    """Input partitions show whether a partition filter was pushed: pruned to the one Kafka partition."""
+    expected = [r for r in event_rows(appended) if r[1] == 1]
+    pushed = load(spark, appended, subscribe="events").where("partition = 1")
+    assert pushed.rdd.getNumPartitions() == 1 and rows(pushed) == expected
+    declined = load(spark, appended, subscribe="events", filterPushdown="false").where("partition = 1")
+    assert declined.rdd.getNumPartitions() == 2 and rows(declined) == expected
+    spark.conf.set(FILTER_PUSHDOWN_CONF, "false")  # the fixture restores it
+    unpushed = load(spark, appended, subscribe="events").where("partition = 1")
+    assert unpushed.rdd.getNumPartitions() == 2 and rows(unpushed) == expected
+
+
+def test_filter_pushdown_option_needs_the_spark_conf(spark, appended):
+    """``filterPushdown=true`` always offers pushFilters, so pyspark names its conf when that is off."""
     assert spark.conf.get(FILTER_PUSHDOWN_CONF) == "false"
     with pytest.raises(Exception, match=FILTER_PUSHDOWN_CONF.replace(".", r"\.")):
         rows(load(spark, appended, subscribe="events", filterPushdown="true").where("partition = 1"))

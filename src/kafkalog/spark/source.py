@@ -43,15 +43,18 @@ Options, with the Kafka source's names and meaning:
 * ``failOnDataLoss``, ``includeHeaders`` as in the Kafka source. ``maxOffsetsPerTrigger``,
   ``minOffsetsPerTrigger`` and ``maxTriggerDelay`` are streaming options and are refused here.
 
-Filter pushdown, a kafkalog extension (the Kafka source pushes no filter): with the source option
-``filterPushdown=true`` the reader takes filters on ``topic`` (=, IN), ``partition`` and ``offset`` (=, IN,
-<, <=, >, >=), which prune input partitions and narrow offset ranges exactly, and on ``timestamp`` (=, IN, >,
->=), which move each range's start to the first offset whose timestamp can match (through the
-``.timeindex``); timestamp filters are handed back to Spark, which applies them again, and so are offset IN
-lists of more than ``MAX_PUSHED_OFFSETS`` values (used only to narrow). pyspark refuses a reader that
-implements ``pushFilters`` unless the session sets ``spark.sql.python.filterPushdown.enabled=true``, which
-is off by default, so the option is off by default too: without it no filter is pushed and Spark filters
-every row itself.
+Filter pushdown, a kafkalog extension (the Kafka source pushes no filter): when the session enables Python
+filter pushdown (``spark.sql.python.filterPushdown.enabled=true``) the reader takes filters on ``topic`` (=,
+IN), ``partition`` and ``offset`` (=, IN, <, <=, >, >=), which prune input partitions and narrow offset ranges
+exactly, and on ``timestamp`` (=, IN, >, >=), which move each range's start to the first offset whose
+timestamp can match (through the ``.timeindex``); timestamp filters are handed back to Spark, which applies
+them again, and so are offset IN lists of more than ``MAX_PUSHED_OFFSETS`` values (used only to narrow). With
+the conf off (Spark's default) no filter is pushed and Spark filters every row itself. pyspark refuses a
+reader that implements ``pushFilters`` when the conf is off, and the conf does not reach
+``DataSource.reader``, so the source hands the filtering reader only to pyspark's filter-pushdown worker,
+which runs only when the conf is on (see ``_called_by_pushdown_worker``). The option ``filterPushdown``
+overrides this: ``false`` never pushes, ``true`` always offers ``pushFilters`` (so pyspark names the conf when
+it is off).
 
 Readers take no lock and open no ``Log``: see ``kafkalog.spark.logfiles``.
 """
@@ -62,7 +65,9 @@ import datetime as dt
 import itertools
 import json
 import math
+import os
 import re
+import sys
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
@@ -157,7 +162,7 @@ class ReadOptions:
     min_partitions: int | None = None
     max_records_per_partition: int | None = None
     isolation_level: str = "read_uncommitted"
-    filter_pushdown: bool = False
+    filter_pushdown: bool | None = None  # None: push when Spark enables Python filter pushdown
 
     @property
     def read_committed(self) -> bool:
@@ -172,6 +177,11 @@ def _bool_option(opts: Mapping[str, str], name: str, default: bool) -> bool:
     if text not in ("true", "false"):
         raise InvalidConfigurationError(f"Option '{name}' must be 'true' or 'false', not '{value}'")
     return text == "true"
+
+
+def _optional_bool_option(opts: Mapping[str, str], name: str) -> bool | None:
+    """A 'true'/'false' option that may be left unset (None: the source decides)."""
+    return None if opts.get(name.lower()) is None else _bool_option(opts, name, False)
 
 
 def _positive_option(opts: Mapping[str, str], name: str) -> int | None:
@@ -402,11 +412,32 @@ def parse_options(options: Mapping[str, str]) -> ReadOptions:
         min_partitions=_positive_option(opts, "minPartitions"),
         max_records_per_partition=_positive_option(opts, "maxRecordsPerPartition"),
         isolation_level=isolation,
-        filter_pushdown=_bool_option(opts, "filterPushdown", False),
+        filter_pushdown=_optional_bool_option(opts, "filterPushdown"),
     )
 
 
 # ----- the data source ----------------------------------------------------------------------------------
+
+
+_PUSHDOWN_WORKER_FILE = "data_source_pushdown_filters.py"
+
+
+def _called_by_pushdown_worker(depth: int = 6) -> bool:
+    """Whether pyspark's filter-pushdown worker is the caller of ``DataSource.reader``.
+
+    pyspark plans a Python read in one of two workers: ``data_source_pushdown_filters`` (only when
+    ``spark.sql.python.filterPushdown.enabled`` is on and there are filters) or ``plan_data_source_read``,
+    which fails the query if the reader implements ``pushFilters`` while the conf is off. Neither passes the
+    conf to ``reader()``, so the calling module is the only signal of it.
+    """
+    frame = sys._getframe(1)
+    for _ in range(depth):
+        if frame is None:
+            return False
+        if os.path.basename(frame.f_code.co_filename) == _PUSHDOWN_WORKER_FILE:
+            return True
+        frame = frame.f_back
+    return False
 
 
 class KafkaLogDataSource(DataSource):
@@ -433,7 +464,8 @@ class KafkaLogDataSource(DataSource):
                 f"The kafkalog source has a fixed schema and cannot be set with a custom one: expected "
                 f"{expected.simpleString()}, got {schema.simpleString()}"
             )
-        if options.filter_pushdown:
+        pushdown = options.filter_pushdown
+        if pushdown or (pushdown is None and _called_by_pushdown_worker()):
             return KafkaLogPushdownBatchReader(options, schema)
         return KafkaLogBatchReader(options, schema)
 
@@ -874,7 +906,7 @@ class KafkaLogBatchReader(DataSourceReader):
 
 
 class KafkaLogPushdownBatchReader(KafkaLogBatchReader):
-    """The reader with ``filterPushdown=true``: it implements ``pushFilters``, which pyspark allows only when
+    """The reader that implements ``pushFilters``, which pyspark allows only when
     ``spark.sql.python.filterPushdown.enabled`` is true (it refuses the query otherwise, naming the conf)."""
 
     def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
