@@ -37,7 +37,6 @@ import hashlib
 import itertools
 import json
 import os
-import platform
 import random
 import shutil
 import statistics
@@ -535,21 +534,13 @@ def print_tables(result: dict[str, Any], console) -> None:
     console.print(ptable)
 
 
-def _ok(ok: bool | None) -> str:
-    if ok is None:
-        return "[yellow]not assessed[/]"
-    return "[green]yes[/]" if ok else "[bold red]no[/]"
+_ok = common.ok_mark
 
 
 def machine_info(scratch: Path) -> dict[str, Any]:
     from importlib import metadata
 
-    return {
-        "python": sys.version.split()[0],
-        "implementation": platform.python_implementation(),
-        "platform": platform.platform(),
-        "machine": platform.machine(),
-        "cpu_count": os.cpu_count(),
+    return common.platform_info() | {
         "scratch_dir": str(scratch.parent),
         "kafka_python": metadata.version("kafka-python"),
         "kafka_python_crc32c": _kafka_python_crc32c(),
@@ -677,9 +668,7 @@ def run(*, quick: bool = False, results_dir: Path, console: Console | None = Non
         "profile": profile,
         "elapsed_s": time.perf_counter() - started,
     }
-    results_dir.mkdir(parents=True, exist_ok=True)
-    out = results_dir / "dump.json"
-    out.write_text(json.dumps(result, indent=2) + "\n")
+    out = common.save_result(results_dir, "dump", result)
     print_tables(result, console)
     console.print(f"[dim]wrote {out} in {result['elapsed_s']:.1f} s (scratch files under {machine['scratch_dir']})[/]")
     return result

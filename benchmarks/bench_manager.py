@@ -34,16 +34,11 @@ from __future__ import annotations
 
 import contextlib
 import cProfile
-import gc
-import json
 import math
 import os
-import platform
 import random
 import shutil
 import statistics
-import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
@@ -57,7 +52,6 @@ from rich.table import Table
 
 from . import common
 
-REPO = Path(__file__).resolve().parents[1]
 GB = 1e9  # MB/s and s/GB use decimal units
 KEY_BYTES = 16
 VALUE_BYTES = 100
@@ -99,21 +93,14 @@ QUICK = Params(
 # ----- environment ---------------------------------------------------------------------------------
 
 
-class Scratch:
-    """A temp directory for the run's files: $KAFKALOG_BENCH_DIR if set, else the system temp dir."""
+class Scratch(common.Scratch):
+    """The run's temp directory."""
 
     def __init__(self) -> None:
-        parent = os.environ.get("KAFKALOG_BENCH_DIR") or tempfile.gettempdir()
-        self.root = Path(tempfile.mkdtemp(prefix="kafkalog-bench-manager-", dir=parent))
+        super().__init__("manager")
 
     def path(self, *parts: str) -> Path:
         return self.root.joinpath(*parts)
-
-    def same_device_as_repo(self) -> bool:
-        return os.stat(self.root).st_dev == os.stat(REPO).st_dev
-
-    def cleanup(self) -> None:
-        shutil.rmtree(self.root, ignore_errors=True)
 
 
 def open_fds() -> int | None:
@@ -155,12 +142,7 @@ class FdLimit:
         return self.soft - (open_fds() or 64) - FD_MARGIN
 
 
-def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
-    """(wall time, result) of one call; garbage collected first, GC left on while timing."""
-    gc.collect()
-    t0 = time.perf_counter()
-    result = fn()
-    return time.perf_counter() - t0, result
+timed = common.timed
 
 
 def make_batch(records: int, timestamp: int, rng: random.Random) -> bytes:
@@ -623,12 +605,7 @@ def bench_startup(scratch: Scratch, fd_limit: FdLimit, p: Params, rng: random.Ra
 
 
 def machine_info(scratch: Scratch, fd_limit: FdLimit) -> dict[str, Any]:
-    return {
-        "python": sys.version.split()[0],
-        "implementation": platform.python_implementation(),
-        "platform": platform.platform(),
-        "machine": platform.machine(),
-        "cpu_count": os.cpu_count(),
+    return common.platform_info() | {
         "scratch_dir": str(scratch.root.parent),
         "scratch_same_device_as_repo": scratch.same_device_as_repo(),
         "fd_limit": fd_limit.soft,
@@ -773,9 +750,7 @@ def run(*, quick: bool = False, results_dir: Path, console: Console | None = Non
         "startup": startup,
         "elapsed_s": time.perf_counter() - started,
     }
-    results_dir.mkdir(parents=True, exist_ok=True)
-    path = results_dir / "manager.json"
-    path.write_text(json.dumps(result, indent=2) + "\n")
+    path = common.save_result(results_dir, "manager", result)
     print_tables(result, console)
     console.print(f"[dim]wrote {path} in {result['elapsed_s']:.1f} s (scratch files under {machine['scratch_dir']})[/]")
     return result

@@ -12,12 +12,9 @@ as aiokafka's Cython decoder.
 from __future__ import annotations
 
 import gc
-import json
-import os
 import platform
 import random
 import statistics
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -29,6 +26,8 @@ from unittest import mock
 
 from rich.console import Console
 from rich.table import Table
+
+from . import common
 
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 CODEC_IDS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
@@ -392,13 +391,8 @@ def machine_info() -> dict[str, Any]:
         except metadata.PackageNotFoundError:
             return None
 
-    return {
-        "python": sys.version.split()[0],
-        "implementation": platform.python_implementation(),
-        "platform": platform.platform(),
-        "machine": platform.machine(),
+    return common.platform_info() | {
         "processor": platform.processor() or None,
-        "cpu_count": os.cpu_count(),
         "packages": {
             d: version(d)
             for d in (
@@ -561,9 +555,7 @@ def run(*, quick: bool = False, results_dir: Path, console: Console | None = Non
         "all_goals_met": all(all(r["goals_met"].values()) for r in codecs.values()),
         "elapsed_s": time.perf_counter() - started,
     }
-    results_dir.mkdir(parents=True, exist_ok=True)
-    path = results_dir / "record.json"
-    path.write_text(json.dumps(result, indent=2) + "\n")
+    path = common.save_result(results_dir, "record", result)
     print_tables(result, console)
     console.print(f"[dim]wrote {path} in {result['elapsed_s']:.1f} s[/]")
     return result

@@ -70,11 +70,9 @@ import cProfile
 import gc
 import json
 import os
-import platform
 import shutil
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -772,8 +770,7 @@ def _size_label(nbytes: int) -> str:
     return f"{value:.0f} {name}" if value.is_integer() else f"{value:.2f} {name}"
 
 
-def _ok(ok: bool) -> str:
-    return "[green]yes[/]" if ok else "[bold red]no[/]"
+_ok = common.ok_mark
 
 
 def _java_version() -> str | None:
@@ -788,12 +785,7 @@ def machine_info(spark, scratch: Path) -> dict[str, Any]:
     from importlib import metadata
 
     conf = spark.sparkContext.getConf()
-    return {
-        "python": sys.version.split()[0],
-        "implementation": platform.python_implementation(),
-        "platform": platform.platform(),
-        "machine": platform.machine(),
-        "cpu_count": os.cpu_count(),
+    return common.platform_info() | {
         "scratch_dir": str(scratch.parent),
         "java": _java_version(),
         "pyspark": metadata.version("pyspark"),
@@ -1025,9 +1017,7 @@ def run(*, quick: bool = False, results_dir: Path, console: Console | None = Non
         "all_goals_met": all(goals_met.values()),
         "elapsed_s": time.perf_counter() - started,
     }
-    results_dir.mkdir(parents=True, exist_ok=True)
-    path = results_dir / "spark.json"
-    path.write_text(json.dumps(result, indent=2, default=str) + "\n")
+    path = common.save_result(results_dir, "spark", result)
     print_tables(result, console)
     console.print(f"[dim]wrote {path} in {result['elapsed_s']:.1f} s (scratch files under {machine['scratch_dir']})[/]")
     return result

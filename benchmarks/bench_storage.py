@@ -21,17 +21,12 @@ from __future__ import annotations
 
 import cProfile
 import gc
-import json
 import os
-import platform
 import random
 import shutil
 import statistics
 import struct
-import sys
-import tempfile
 import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -42,7 +37,6 @@ from rich.table import Table
 
 from . import common
 
-REPO = Path(__file__).resolve().parents[1]
 MIB = 1 << 20
 GB = 1e9  # MB/s and s/GB use decimal units; sizes of logs and batches are binary (MiB, GiB)
 MAX_MESSAGE_BYTES = 1_048_588  # Kafka's default max.message.bytes: a "1 MiB" batch must fit
@@ -120,23 +114,16 @@ def record_count(batch: bytes) -> int:
 # ----- scratch space -------------------------------------------------------------------------------
 
 
-class Scratch:
-    """A temp directory for the run's files: $KAFKALOG_BENCH_DIR if set, else the system temp dir."""
+class Scratch(common.Scratch):
+    """The run's temp directory, handing out a fresh partition directory per timed run."""
 
     def __init__(self) -> None:
-        parent = os.environ.get("KAFKALOG_BENCH_DIR") or tempfile.gettempdir()
-        self.root = Path(tempfile.mkdtemp(prefix="kafkalog-bench-storage-", dir=parent))
+        super().__init__("storage")
         self._n = 0
 
     def fresh(self, name: str) -> Path:
         self._n += 1
         return self.root / f"{name}{self._n}" / "bench-0"
-
-    def same_device_as_repo(self) -> bool:
-        return os.stat(self.root).st_dev == os.stat(REPO).st_dev
-
-    def cleanup(self) -> None:
-        shutil.rmtree(self.root, ignore_errors=True)
 
 
 def remove_log_dir(directory: Path) -> None:
@@ -146,12 +133,7 @@ def remove_log_dir(directory: Path) -> None:
 # ----- timing --------------------------------------------------------------------------------------
 
 
-def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
-    """(wall time, result) of one call; garbage collected first, GC left on while timing."""
-    gc.collect()
-    t0 = time.perf_counter()
-    result = fn()
-    return time.perf_counter() - t0, result
+timed = common.timed
 
 
 def figures(times: list[float], batches: int, nbytes: int) -> dict[str, Any]:
@@ -478,19 +460,13 @@ def bench_big_log(scratch: Scratch, p: Params, rng: random.Random, console: Cons
 
 
 def machine_info(scratch: Scratch) -> dict[str, Any]:
-    return {
-        "python": sys.version.split()[0],
-        "implementation": platform.python_implementation(),
-        "platform": platform.platform(),
-        "machine": platform.machine(),
-        "cpu_count": os.cpu_count(),
+    return common.platform_info() | {
         "scratch_dir": str(scratch.root.parent),
         "scratch_same_device_as_repo": scratch.same_device_as_repo(),
     }
 
 
-def _ok(ok: bool) -> str:
-    return "[green]yes[/]" if ok else "[bold red]no[/]"
+_ok = common.ok_mark
 
 
 def print_tables(result: dict[str, Any], console: Console) -> None:
@@ -659,9 +635,7 @@ def run(*, quick: bool = False, results_dir: Path, console: Console | None = Non
         "profile_single_record_append": profile,
         "elapsed_s": time.perf_counter() - started,
     }
-    results_dir.mkdir(parents=True, exist_ok=True)
-    path = results_dir / "storage.json"
-    path.write_text(json.dumps(result, indent=2) + "\n")
+    path = common.save_result(results_dir, "storage", result)
     print_tables(result, console)
     console.print(f"[dim]wrote {path} in {result['elapsed_s']:.1f} s (scratch files under {machine['scratch_dir']})[/]")
     return result

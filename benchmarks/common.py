@@ -3,9 +3,69 @@
 from __future__ import annotations
 
 import cProfile
+import gc
+import json
+import os
+import platform
 import pstats
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+class Scratch:
+    """A temp directory for a run's files: $KAFKALOG_BENCH_DIR if set, else the system temp dir."""
+
+    def __init__(self, name: str) -> None:
+        parent = os.environ.get("KAFKALOG_BENCH_DIR") or tempfile.gettempdir()
+        self.root = Path(tempfile.mkdtemp(prefix=f"kafkalog-bench-{name}-", dir=parent))
+
+    def same_device_as_repo(self) -> bool:
+        """Whether the scratch files share a disk with the repository (figures then describe that disk)."""
+        return os.stat(self.root).st_dev == os.stat(REPO).st_dev
+
+    def cleanup(self) -> None:
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def platform_info() -> dict[str, Any]:
+    """The interpreter and machine every results file records."""
+    return {
+        "python": sys.version.split()[0],
+        "implementation": platform.python_implementation(),
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "cpu_count": os.cpu_count(),
+    }
+
+
+def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
+    """(wall time, result) of one call; garbage collected first, GC left on while timing."""
+    gc.collect()
+    t0 = time.perf_counter()
+    result = fn()
+    return time.perf_counter() - t0, result
+
+
+def ok_mark(ok: bool | None) -> str:
+    """A goal's verdict for the rich tables (None: the goal could not be assessed in this run)."""
+    if ok is None:
+        return "[yellow]not assessed[/]"
+    return "[green]yes[/]" if ok else "[bold red]no[/]"
+
+
+def save_result(results_dir: Path, name: str, result: dict[str, Any]) -> Path:
+    """Write ``result`` as ``<results_dir>/<name>.json`` (non-JSON values as strings) and return the path."""
+    results_dir.mkdir(parents=True, exist_ok=True)
+    path = results_dir / f"{name}.json"
+    path.write_text(json.dumps(result, indent=2, default=str) + "\n")
+    return path
 
 
 def profile_rows(profiler: cProfile.Profile) -> tuple[float, list[dict[str, Any]]]:
