@@ -41,17 +41,22 @@ def _positive(x) -> bool:
     return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x) and x > 0
 
 
-@pytest.fixture(scope="module")
-def quick_run(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path]:
-    results = tmp_path_factory.mktemp("bench-results")
+def _quick_bench(tmp_path_factory, only: str, timeout: int = 300) -> tuple[subprocess.CompletedProcess, Path]:
+    """Run one benchmark's quick form into a fresh results dir; (the finished process, that dir)."""
+    results = tmp_path_factory.mktemp(f"bench-{only}-results")
     proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.run", "--quick", "--only", "record", "--results-dir", str(results)],
+        [sys.executable, "-m", "benchmarks.run", "--quick", "--only", only, "--results-dir", str(results)],
         cwd=REPO,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=timeout,
     )
     return proc, results
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path]:
+    return _quick_bench(tmp_path_factory, "record")
 
 
 def test_quick_run_exits_zero(quick_run):
@@ -105,15 +110,7 @@ def test_record_json_shape(quick_run):
 
 @pytest.fixture(scope="module")
 def quick_storage_run(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path]:
-    results = tmp_path_factory.mktemp("bench-storage-results")
-    proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.run", "--quick", "--only", "storage", "--results-dir", str(results)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    return proc, results
+    return _quick_bench(tmp_path_factory, "storage")
 
 
 def test_storage_json_shape(quick_storage_run):
@@ -145,15 +142,7 @@ def test_storage_json_shape(quick_storage_run):
 
 @pytest.fixture(scope="module")
 def quick_manager_run(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path]:
-    results = tmp_path_factory.mktemp("bench-manager-results")
-    proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.run", "--quick", "--only", "manager", "--results-dir", str(results)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    return proc, results
+    return _quick_bench(tmp_path_factory, "manager")
 
 
 def test_manager_json_shape(quick_manager_run):
@@ -194,15 +183,7 @@ def test_manager_json_shape(quick_manager_run):
 
 @pytest.fixture(scope="module")
 def quick_dump_run(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path]:
-    results = tmp_path_factory.mktemp("bench-dump-results")
-    proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.run", "--quick", "--only", "dump", "--results-dir", str(results)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    return proc, results
+    return _quick_bench(tmp_path_factory, "dump")
 
 
 def test_dump_json_shape(quick_dump_run):
@@ -238,15 +219,7 @@ def test_dump_json_shape(quick_dump_run):
 
 @pytest.fixture(scope="module")
 def quick_cleaner_run(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path]:
-    results = tmp_path_factory.mktemp("bench-cleaner-results")
-    proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.run", "--quick", "--only", "cleaner", "--results-dir", str(results)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    return proc, results
+    return _quick_bench(tmp_path_factory, "cleaner")
 
 
 def test_cleaner_json_shape(quick_cleaner_run):
@@ -300,15 +273,8 @@ def test_cleaner_json_shape(quick_cleaner_run):
 @pytest.fixture(scope="module")
 def quick_spark_run(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path]:
     pytest.importorskip("pyspark")
-    results = tmp_path_factory.mktemp("bench-spark-results")
-    proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.run", "--quick", "--only", "spark", "--results-dir", str(results)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=900,  # a SparkSession, ~60 small Spark jobs; slow on a loaded 2-core machine
-    )
-    return proc, results
+    # a SparkSession, ~60 small Spark jobs; slow on a loaded 2-core machine
+    return _quick_bench(tmp_path_factory, "spark", timeout=900)
 
 
 SPARK_WRITE_PATHS = (
