@@ -519,3 +519,30 @@ def test_large_table_memory_and_clear():
     assert (m.size, m.lookups, m.probes, m.latest_offset) == (0, 0, 0, -1)
     assert not table.any() and m._table is table
     assert m.get_records(arena, pos, length).tolist() == [-1] * 5000
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_mark_held_equals_reference_and_marks_exactly_the_held_offsets(seed):
+    """mark_held (the cleaner's copy pass: which records put are still their key's latest) on both maps."""
+    rng = np.random.default_rng(seed)
+    n = 3000
+    keys = [b"key-%d" % k for k in rng.integers(0, 700, n)]
+    offsets = np.sort(rng.choice(10 * n, n, replace=False)).astype(np.int64)
+    arena, pos, length = pack(keys)
+    base = int(offsets[0]) + 5  # offsets below the marks are skipped
+    marked = []
+    for cls in MAPS:
+        m = cls(1200 * ENTRY_BYTES, 1.0)
+        m.put_records(arena, pos, length, offsets, 0)
+        marks = np.zeros(int(offsets[-1]) - base - 3, np.uint8)  # and so are those past them
+        marks[offsets[(offsets >= base) & (offsets - base < len(marks))] - base] = 1
+        marks[1::7] = np.where(marks[1::7] == 0, 9, marks[1::7])  # other marks stay as they are
+        m.mark_held(marks, base, 1, 2)
+        marked.append(marks)
+    assert np.array_equal(marked[0], marked[1])
+    latest = {}
+    for k, o in zip(keys, offsets.tolist(), strict=True):
+        latest[k] = o
+    held = {o - base for o in latest.values() if 0 <= o - base < len(marked[0])}
+    assert set(np.flatnonzero(marked[0] == 2).tolist()) == held
+    assert not np.any(marked[0][np.flatnonzero(marked[1] == 9)] != 9)

@@ -19,6 +19,7 @@ import struct
 import threading
 import time
 from collections.abc import Callable, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -28,6 +29,7 @@ from ..errors import CorruptRecordError, InvalidRecordError, KafkaStorageError, 
 from ..record import compression as codecs
 from ..record.batch import RECORDS_OFFSET, RecordBatch
 from ..record.builder import assemble_batch
+from ..record.checksums import crc32c
 from ..record.legacy import LegacyBatch
 from ..record.legacy_builder import build_legacy
 from ..record.scan import iter_batches, map_file
@@ -132,6 +134,10 @@ class CleanedTransactionMetadata:
         for txn in aborted:
             self._seq += 1
             heapq.heappush(self._aborted, (txn.first_offset, self._seq, txn))
+
+    def consume_aborted_up_to(self, offset: int) -> None:
+        """Start tracking every aborted transaction beginning at or before ``offset`` (as reading a batch does)."""
+        self._consume_aborted_up_to(offset)
 
     def _consume_aborted_up_to(self, offset: int) -> None:
         while self._aborted and self._aborted[0][0] <= offset:
@@ -375,6 +381,124 @@ def _batch_runs(view, start: int, end: int, max_run: int):
         yield run, pos
 
 
+_INT32 = struct.Struct(">I")
+_NO_MARKS = np.zeros(0, np.uint8)
+
+
+@dataclass
+class _PlainRun:
+    """A run of plain v2 batches (magic 2, uncompressed, neither transactional nor control) read by
+    ``_cleaner_kernels.scan_batches``: their headers, read buffers (copy pass) and walked records."""
+
+    arena: np.ndarray
+    hdr: np.ndarray  # int64[HEADER_COLUMNS, capacity]: columns H_* of batch b in hdr[:, b]
+    batches: int
+    chunks: int
+    chunk_first: np.ndarray
+    chunk_limit: np.ndarray
+    end: int  # the position after the run
+    records: _Records | None = None
+
+    def last_offsets(self) -> np.ndarray:
+        return self.hdr[kernels.H_BASE, : self.batches] + self.hdr[kernels.H_LAST_DELTA, : self.batches]
+
+
+def _scan_plain(arena: np.ndarray, position: int, size: int, run_bytes: int, buffer_size: int,
+                capacity: int) -> _PlainRun | None:  # fmt: skip
+    """The run of plain batches at ``position`` with its records walked (``buffer_size`` > 0: in read buffers of
+    that size, as the copy pass reads); None when the run holds anything else, or anything the reference path would
+    reject or treat specially (then that path handles the run). Thread-safe: it only reads ``arena``."""
+    chunk_first = np.empty(1025, np.int64)
+    chunk_limit = np.empty(1024, np.int64)
+    while True:
+        hdr = np.empty((kernels.HEADER_COLUMNS, capacity), np.int64)
+        status, nb, nc, end = kernels.scan_batches(arena, position, size, run_bytes, max(buffer_size, 1),
+                                                   buffer_size > 0, hdr, chunk_first, chunk_limit)  # fmt: skip
+        if status != kernels.SCAN_FULL:
+            break
+        capacity *= 2
+    if status != kernels.SCAN_DONE or (buffer_size > 0 and nb == 0 and position < size):
+        return None
+    run = _PlainRun(arena, hdr, nb, nc, chunk_first, chunk_limit, end)
+    if nb:
+        run.records = _walk_plain(arena, hdr, nb)
+        if run.records is None:
+            return None
+    return run
+
+
+class _PlainRuns:
+    """Reads runs of plain batches for the fast path, one run ahead on a second thread (the kernels release the
+    GIL, so the next run is read and walked while this one is put in the map or written), and keeps the output
+    buffer. Used as a context manager per segment: leaving it waits for the read ahead (the segment's map stays
+    open until then)."""
+
+    def __init__(self) -> None:
+        self._out = np.empty(0, np.uint8)
+        self._capacity = 4096
+        self._pool: ThreadPoolExecutor | None = None
+        self._ahead: tuple[tuple, Future] | None = None
+        self._arena: np.ndarray | None = None
+
+    def __call__(self, arena: np.ndarray, size: int, run_bytes: int) -> _PlainRuns:
+        self._arena, self._size, self._run_bytes = arena, size, run_bytes
+        return self
+
+    def __enter__(self) -> _PlainRuns:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._ahead is not None:
+            self._ahead[1].cancel()
+            wait([self._ahead[1]])
+        self._ahead = None
+        self._arena = None
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+
+    def scan(self, position: int, buffer_size: int) -> _PlainRun | None:
+        """The run at ``position`` (see _scan_plain); starts reading the one after it."""
+        key = (position, buffer_size)
+        if self._ahead is not None and self._ahead[0] == key:
+            run = self._ahead[1].result()
+        else:
+            if self._ahead is not None:
+                self._ahead[1].cancel()
+                wait([self._ahead[1]])
+            run = _scan_plain(self._arena, position, self._size, self._run_bytes, buffer_size, self._capacity)
+        self._ahead = None
+        if run is not None and run.batches and run.end < self._size:
+            self._capacity = max(self._capacity, run.hdr.shape[1])
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(1, thread_name_prefix="cleaner-read-ahead")
+            args = (self._arena, run.end, self._size, self._run_bytes, buffer_size, self._capacity)
+            self._ahead = ((run.end, buffer_size), self._pool.submit(_scan_plain, *args))
+        return run
+
+    def output(self, nbytes: int) -> np.ndarray:
+        if self._out.shape[0] < nbytes:
+            self._out = np.empty(max(nbytes, 2 * self._out.shape[0]), np.uint8)
+        return self._out
+
+
+def _walk_plain(arena: np.ndarray, hdr: np.ndarray, nb: int) -> _Records | None:
+    """_decode for plain batches from their header table; None on a malformed record (the reference path raises)."""
+    counts = hdr[kernels.H_COUNT, :nb]
+    starts = hdr[kernels.H_POS, :nb] + RECORDS_OFFSET
+    ends = hdr[kernels.H_POS, :nb] + hdr[kernels.H_SIZE, :nb]
+    n = int(counts.sum())
+    append = (hdr[kernels.H_ATTR, :nb] & 0x08) != 0
+    out = [np.empty(n, np.int64) for _ in range(8)]
+    base, base_ts, max_ts = hdr[kernels.H_BASE, :nb], hdr[kernels.H_BASE_TS, :nb], hdr[kernels.H_MAX_TS, :nb]
+    code, _, _ = kernels.walk_records(arena, starts, ends, counts, base, base_ts, max_ts, append, *out)
+    if code != kernels.OK:
+        return None
+    first = np.zeros(nb + 1, np.int64)
+    np.cumsum(counts, out=first[1:])
+    return _Records(arena, None, first, *out)
+
+
 # ----- the cleaner ----------------------------------------------------------------------------
 @dataclass
 class _FilterResult:
@@ -402,8 +526,14 @@ class Cleaner:
         throttler: Throttler | None = None,
         check_done: Callable[[object], None] | None = None,
         cleaner_id: int = 0,
+        fast: bool = True,
     ) -> None:
         self.offset_map = offset_map
+        self.fast = fast  # False: only the per-batch reference path (the fast path's test oracle)
+        self._marks: np.ndarray | None = None  # the map pass's record marks (see _PlainRuns), None when unusable
+        self._marks_base = 0
+        self._last_put = -1
+        self._runs = _PlainRuns()
         self.clock = clock
         self.io_buffer_size = io_buffer_size
         self.max_io_buffer_size = max(max_io_buffer_size, io_buffer_size)
@@ -440,6 +570,7 @@ class Cleaner:
         for group in groups:
             self.clean_segments(cleanable.topic_partition, log_obj, group, now, stats, txn, legacy_delete_horizon,
                                 upper_bound)  # fmt: skip
+        self._marks = None
         stats.buffer_utilization = self.offset_map.utilization
         stats.end_ms = self.clock.milliseconds()
         stats.wall_seconds = time.perf_counter() - started
@@ -465,6 +596,7 @@ class Cleaner:
             self.clean_into(cleanable.topic_partition, log_obj, segment, None,
                             segment.last_modified_ms() > legacy_delete_horizon, txn, active_producers, upper_bound,
                             stats, now)  # fmt: skip
+        self._marks = None
         untouched = sum(s.size for s in log_obj.segments if s not in covered)
         stats.buffer_utilization = self.offset_map.utilization
         stats.end_ms = self.clock.milliseconds()
@@ -480,41 +612,73 @@ class Cleaner:
                  log_obj.directory.name, len(dirty), start, end)  # fmt: skip
         txn = CleanedTransactionMetadata()
         txn.add_aborted_transactions(log_obj.collect_aborted_transactions(start, end))
-        for i, segment in enumerate(dirty):
-            self._check_done(tp)
-            next_start = dirty[i + 1].base_offset if i + 1 < len(dirty) else end
-            if self._map_segment(tp, segment, start, next_start, txn, stats):
-                log.debug("Offset map is full, %d segments fully mapped, segment %d partially", i, segment.base_offset)
-                return
+        self._marks = None
+        if self.fast and end > start:
+            # One byte per offset of the dirty range (capped at an eighth of the map's budget): which records the map
+            # put, and which of them it still holds, so the copy pass need not hash their keys again.
+            self._marks = np.zeros(min(end - start, max(offset_map.memory // 8, 1 << 20)), np.uint8)
+            self._marks_base, self._last_put = start, start - 1
+        try:
+            for i, segment in enumerate(dirty):
+                self._check_done(tp)
+                next_start = dirty[i + 1].base_offset if i + 1 < len(dirty) else end
+                if self._map_segment(tp, segment, start, next_start, txn, stats):
+                    log.debug("Offset map is full, %d segments fully mapped, segment %d partially", i,
+                              segment.base_offset)  # fmt: skip
+                    return
+        finally:
+            if self._marks is not None:
+                offset_map.mark_held(self._marks, self._marks_base, kernels.MARK_PUT, kernels.MARK_LATEST)
 
     def _map_segment(self, tp, segment: LogSegment, start: int, next_segment_start: int, txn, stats) -> bool:
         """Map one segment's keyed records at or after ``start``; True when the map filled up."""
-        offset_map = self.offset_map
         size = segment.log.size
         position = segment.offset_index.lookup(start).position
         view = map_file(segment.log.path)[:size] if size else memoryview(b"")
+        arena = np.frombuffer(view, np.uint8)
         try:
-            for run, run_end in _batch_runs(view, position, size, MAP_RUN_BYTES):
-                self._check_done(tp)
-                self.throttler.maybe_throttle(run_end - position)
-                mapped = []
-                for batch in run:
-                    if batch.is_control:
-                        txn.on_control_batch_read(batch)
-                    elif txn.on_batch_read(batch):
-                        stats.map_messages_read += max(batch.record_count, 0) if batch.magic == 2 else 0
-                    else:
-                        mapped.append(batch)
-                full_at = self._map_batches(mapped, start, stats)
-                for batch in run:
-                    if full_at is not None and batch is full_at:
-                        return True
-                    if batch.last_offset >= start:
-                        offset_map.update_latest_offset(max(offset_map.latest_offset, batch.last_offset))
-                stats.map_bytes_read += run_end - position
-                position = run_end
+            with self._runs(arena, size, MAP_RUN_BYTES) as runs:
+                return self._map_runs(tp, view, runs, position, size, start, next_segment_start, txn, stats,
+                                      segment)  # fmt: skip
         finally:
-            del view
+            del arena, view
+
+    def _map_runs(self, tp, view, runs, position, size, start, next_segment_start, txn, stats, segment) -> bool:
+        offset_map = self.offset_map
+        while True:
+            plain = runs.scan(position, 0) if self.fast else None
+            if plain is not None:
+                if plain.batches == 0:
+                    break
+                full = self._map_plain_run(tp, plain, position, start, txn, stats)
+                if full:
+                    return True
+                stats.map_bytes_read += plain.end - position
+                position = plain.end
+                continue
+            run = next(_batch_runs(view, position, size, MAP_RUN_BYTES), None)
+            if run is None:
+                break
+            run, run_end = run
+            self._marks = None  # the reference path puts records the marks do not record
+            self._check_done(tp)
+            self.throttler.maybe_throttle(run_end - position)
+            mapped = []
+            for batch in run:
+                if batch.is_control:
+                    txn.on_control_batch_read(batch)
+                elif txn.on_batch_read(batch):
+                    stats.map_messages_read += max(batch.record_count, 0) if batch.magic == 2 else 0
+                else:
+                    mapped.append(batch)
+            full_at = self._map_batches(mapped, start, stats)
+            for batch in run:
+                if full_at is not None and batch is full_at:
+                    return True
+                if batch.last_offset >= start:
+                    offset_map.update_latest_offset(max(offset_map.latest_offset, batch.last_offset))
+            stats.map_bytes_read += run_end - position
+            position = run_end
         if position < size:
             raise KafkaStorageError(
                 f"Partial batch at position {position} of non-active segment {segment.log.path}",
@@ -551,6 +715,30 @@ class Cleaner:
                     offset_map.put(record.key, record.offset)
                 stats.map_messages_read += 1
         return None
+
+    def _map_plain_run(self, tp, plain: _PlainRun, position: int, start: int, txn, stats: CleanerStats) -> bool:
+        """The map pass over a run of plain batches (the fast twin of _map_segment's loop body); True when full."""
+        self._check_done(tp)
+        self.throttler.maybe_throttle(plain.end - position)
+        lasts = plain.last_offsets()
+        txn.consume_aborted_up_to(int(lasts.max()))  # what on_batch_read does for a non-transactional batch
+        records = plain.records
+        offset_map = self.offset_map
+        done = offset_map.put_records(plain.arena, records.key_pos, records.key_len, records.offsets, start)
+        stats.map_messages_read += done
+        if self._marks is not None:
+            self._last_put = int(kernels.mark_puts(self._marks, self._marks_base, records.offsets, records.key_len,
+                                                   done, start, self._last_put))  # fmt: skip
+            if self._last_put == -2:
+                self._marks = None  # offsets that do not increase: marks cannot stand for the map
+        upto = plain.batches
+        if done < len(records.offsets):
+            upto = int(np.searchsorted(records.first, done, side="right")) - 1
+        lasts = lasts[:upto]
+        lasts = lasts[lasts >= start]
+        if lasts.size:
+            offset_map.update_latest_offset(max(offset_map.latest_offset, int(lasts.max())))
+        return upto < plain.batches
 
     # ----- copying ------------------------------------------------------------------------------
     def clean_segments(self, tp, log_obj, group, now, stats, txn, legacy_delete_horizon, upper_bound) -> None:
@@ -589,21 +777,92 @@ class Cleaner:
         if size == 0:
             return
         view = map_file(source.log.path)[:size]
-        position = 0
         state = {"buffer": self.io_buffer_size}
         max_buffer = max(log_obj.config.max_message_bytes, self.max_io_buffer_size)
         retention_ms = log_obj.config.delete_retention_ms
+        arena = np.frombuffer(view, np.uint8)
         try:
-            while position < size:
-                self._check_done(tp)
-                batches, chunks, position = self._read_chunks(view, position, size, state, max_buffer, source)
-                result = self._filter(batches, txn, active_producers, upper_bound, retain_legacy_deletes,
-                                      retention_ms, now, stats)  # fmt: skip
-                stats.messages_read += result.messages_read
-                stats.bytes_read += result.bytes_read
-                self._append_chunks(dest, result.entries, chunks, stats)
+            with self._runs(arena, size, FILTER_RUN_BYTES) as runs:
+                self._clean_runs(tp, view, runs, size, state, max_buffer, source, dest, txn, active_producers,
+                                 upper_bound, retain_legacy_deletes, retention_ms, now, stats)  # fmt: skip
         finally:
-            del view
+            del arena, view
+
+    def _clean_runs(self, tp, view, runs, size, state, max_buffer, source, dest, txn, active_producers, upper_bound,
+                    retain_legacy_deletes, retention_ms, now, stats) -> None:  # fmt: skip
+        position = 0
+        while position < size:
+            self._check_done(tp)
+            if self.fast:
+                plain = runs.scan(position, state["buffer"])
+                if plain is not None and plain.batches:
+                    self._filter_plain(plain, dest, txn, active_producers, upper_bound, retention_ms, now, stats)
+                    position = plain.end
+                    continue
+            batches, chunks, position = self._read_chunks(view, position, size, state, max_buffer, source)
+            result = self._filter(batches, txn, active_producers, upper_bound, retain_legacy_deletes,
+                                  retention_ms, now, stats)  # fmt: skip
+            stats.messages_read += result.messages_read
+            stats.bytes_read += result.bytes_read
+            self._append_chunks(dest, result.entries, chunks, stats)
+
+    def _filter_plain(self, plain: _PlainRun, dest, txn, active_producers, upper_bound: int, retention_ms: int,
+                      now: int, stats: CleanerStats) -> None:  # fmt: skip
+        """The copy pass over a run of plain batches: the fast twin of _read_chunks, _filter and _append_chunks.
+
+        Retention is decided from the map pass's marks (the map is asked only about records they do not cover),
+        and the kept batches of the whole run are written by one kernel call; each read buffer's share is appended
+        on its own, as Kafka does.
+        """
+        hdr, nb, records = plain.hdr, plain.batches, plain.records
+        for c in range(plain.chunks):
+            self.throttler.maybe_throttle(int(plain.chunk_limit[c] - hdr[kernels.H_POS, plain.chunk_first[c]]))
+        lasts = plain.last_offsets()
+        txn.consume_aborted_up_to(int(lasts.max()))  # what on_batch_read does for a non-transactional batch
+        retain_empty = lasts + 1 == upper_bound
+        pids = hdr[kernels.H_PID, :nb]
+        if active_producers and pids.max() >= 0:
+            for pid in np.unique(pids[pids >= 0]).tolist():
+                last = active_producers.get(pid)
+                if last is not None and last[0] is not None:
+                    retain_empty |= (pids == pid) & (lasts == last[0])
+        n = len(records.offsets)
+        marks = self._marks if self._marks is not None else _NO_MARKS
+        verdict = np.empty(n, np.uint8)
+        stats.invalid_messages_read += int(kernels.decide_records(
+            hdr, records.first, records.offsets, records.key_len, records.val_len, self.offset_map.latest_offset,
+            marks, self._marks_base, now, verdict,
+        ))  # fmt: skip
+        lookup = np.flatnonzero(verdict == kernels.V_LOOKUP)
+        if lookup.size:
+            found = self.offset_map.get_records(plain.arena, records.key_pos[lookup], records.key_len[lookup])
+            verdict[lookup] = np.where(records.offsets[lookup] >= found, kernels.V_KEEP, kernels.V_DROP)
+        keep = verdict == kernels.V_KEEP
+        stats.messages_read += n
+        stats.bytes_read += int(hdr[kernels.H_SIZE, :nb].sum())
+        out = self._runs.output(int(hdr[kernels.H_SIZE, :nb].sum()) + 20 * n + 61 * nb)
+        crc_at = np.empty(nb, np.int64)
+        chunk_out = np.empty((5, plain.chunks), np.int64)
+        _, ncrc = kernels.emit_run(
+            plain.arena, hdr, records.first, records.tail_start, records.rec_end, records.offsets, records.timestamps,
+            records.val_len, keep, retain_empty, now + retention_ms, plain.chunk_first[: plain.chunks + 1], out,
+            crc_at, chunk_out,
+        )  # fmt: skip
+        data = out.data
+        for at in crc_at[:ncrc].tolist():
+            end = at + 12 + _INT32.unpack_from(data, at + 8)[0]
+            _INT32.pack_into(data, at + 17, crc32c(data[at + 21 : end]))
+        lo = 0
+        for c in range(plain.chunks):
+            hi, max_offset, max_ts, shallow, written = chunk_out[:, c].tolist()
+            if hi == lo:
+                continue
+            stats.messages_written += written
+            stats.bytes_written += hi - lo
+            if dest is not None:
+                dest.append(max_offset, max_ts, shallow, data[lo:hi], hi - lo)
+                self.throttler.maybe_throttle(hi - lo)
+            lo = hi
 
     def _read_chunks(self, view, position: int, size: int, state: dict, max_buffer: int, source):
         """Whole read buffers of batches from ``position``, about FILTER_RUN_BYTES in all: (batches, the

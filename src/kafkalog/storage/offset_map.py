@@ -700,6 +700,20 @@ def _get_records(table, slots, state, arena, key_pos, key_len, out):
     return -1
 
 
+@njit(cache=True, nogil=True)
+def _mark_held(table, slots, marks, base, from_mark, to_mark):
+    """marks[o - base]: from_mark -> to_mark for the offset o of every used slot (inside marks)."""
+    cap = marks.shape[0]
+    for s in range(slots):
+        p = 24 * s
+        t2 = _load_i64(table, p + 16)
+        if (_load_i64(table, p) | _load_i64(table, p + 8) | t2) == 0:
+            continue
+        rel = _swap_be64(t2) - base
+        if 0 <= rel < cap and marks[rel] == from_mark:
+            marks[rel] = to_mark
+
+
 def _as_arena(arena: np.ndarray) -> np.ndarray:
     arena = np.asarray(arena)
     if arena.dtype != np.uint8 or arena.ndim != 1:
@@ -863,6 +877,14 @@ class SkimpyOffsetMap:
             raise OffsetMapFullError(_full_message(self.size, self.slots))
         return int(index)
 
+    def mark_held(self, marks: np.ndarray, base: int, from_mark: int, to_mark: int) -> None:
+        """Set ``marks[o - base]`` (uint8) to ``to_mark`` where it is ``from_mark``, for every offset ``o`` the map
+        holds (one pass over the table; lookups and probes are not counted). The cleaner's copy pass uses it to
+        learn which of the records it put are still their key's latest."""
+        if marks.dtype != np.uint8 or marks.ndim != 1:
+            raise TypeError("marks must be a 1-D uint8 array")
+        _mark_held(self._table, self.slots, marks, np.int64(base), np.uint8(from_mark), np.uint8(to_mark))
+
     def get_records(self, arena: np.ndarray, key_pos: np.ndarray, key_len: np.ndarray) -> np.ndarray:
         """``get`` of every record's key as an int64 array; -1 for absent keys and for null keys (not looked up)."""
         arena, key_pos, key_len, _ = _key_arrays(arena, key_pos, key_len)
@@ -970,6 +992,13 @@ class ReferenceOffsetMap:
             if n >= 0 and (p < 0 or p + n > len(data)):
                 raise ValueError(f"key {i} at [{p}, {p + n}) is outside the {len(data)}-byte arena")
         return data
+
+    def mark_held(self, marks: np.ndarray, base: int, from_mark: int, to_mark: int) -> None:
+        for pos in range(0, len(self._bytes), ENTRY_BYTES):
+            if not self._is_empty(pos):
+                rel = int.from_bytes(self._bytes[pos + HASH_BYTES : pos + ENTRY_BYTES], "big", signed=True) - base
+                if 0 <= rel < len(marks) and marks[rel] == from_mark:
+                    marks[rel] = to_mark
 
     def put_records(self, arena, key_pos, key_len, offsets, start_offset: int) -> int:
         data = self._checked_arena(arena, key_pos, key_len)
