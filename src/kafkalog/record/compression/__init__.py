@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from ...errors import UnsupportedCompressionTypeError
 from . import gzip, lz4, snappy, zstd
+from ._limits import MAX_DECOMPRESSED_BYTES
 
 NONE, GZIP, SNAPPY, LZ4, ZSTD = 0, 1, 2, 3, 4
 CODEC_NAMES = ("none", "gzip", "snappy", "lz4", "zstd")
@@ -83,25 +84,31 @@ def compress(codec: int | str, data, level: int | None = None):
     return zstd.compress(data, lvl)
 
 
-def decompress(codec: int | str, data, *, magic: int = 2) -> memoryview:
+def decompress(codec: int | str, data, *, magic: int = 2, max_size: int = MAX_DECOMPRESSED_BYTES) -> memoryview:
     """Decompress a records section, accepting every framing Kafka's readers accept.
 
     Returns a zero-copy byte view of the codec's output. ``magic`` matters for lz4 only: magic 0
     wrappers were written with a wrong descriptor checksum. Malformed input raises CorruptRecordError.
+
+    ``max_size`` caps the output (default ``MAX_DECOMPRESSED_BYTES``, 2 GiB - 1, which no batch Kafka
+    writes or reads exceeds; see ``_limits``): a small batch cannot make the decoder allocate more. Output
+    beyond it raises CorruptRecordError naming the codec and the limit, before decoding where the format
+    states its sizes (snappy, zstd content sizes and raw/RLE blocks, a gzip trailer) and otherwise once the
+    limit is passed, so a decompression bomb costs at most ``max_size`` bytes.
     """
     cid = codec_id(codec)
     if cid == NONE:
         out = data
     elif cid == GZIP:
-        out = gzip.decompress(data)
+        out = gzip.decompress(data, max_size)
     elif cid == SNAPPY:
-        out = snappy.decompress(data)
+        out = snappy.decompress(data, max_size)
     elif cid == LZ4:
-        out = lz4.decompress(data, ignore_descriptor_checksum=(magic == 0))
+        out = lz4.decompress(data, ignore_descriptor_checksum=(magic == 0), max_size=max_size)
     elif magic < 2:
         raise UnsupportedCompressionTypeError("zstd is not allowed with magic 0 or 1")
     else:
-        out = zstd.decompress(data)
+        out = zstd.decompress(data, max_size)
     return memoryview(out).cast("B") if not isinstance(out, memoryview) else out
 
 
@@ -110,6 +117,7 @@ __all__ = [
     "GZIP",
     "LEVELS",
     "LZ4",
+    "MAX_DECOMPRESSED_BYTES",
     "NONE",
     "SNAPPY",
     "ZSTD",

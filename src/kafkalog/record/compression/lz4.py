@@ -17,6 +17,7 @@ import cramjam
 
 from ...errors import CorruptRecordError
 from ..checksums import xxhash32
+from ._limits import MAX_DECOMPRESSED_BYTES, too_large
 
 MAGIC = 0x184D2204
 DEFAULT_LEVEL = 9
@@ -90,27 +91,50 @@ def _read_header(data: bytes, ignore_descriptor_checksum: bool) -> tuple[int, bo
     return pos + 1, bool(flg & 0x10), bool(flg & 0x04), 1 << (2 * size_code + 8)
 
 
-def decompress(data, *, ignore_descriptor_checksum: bool = False):
-    """Decode an lz4 frame the way Kafka's reader does; returns a bytes-like object.
+# An lz4 sequence of n bytes decodes to at most 255n bytes (each extra match-length byte adds 255).
+_MAX_RATIO = 255
+_UNBOUNDED = 1 << 62
 
-    The frame Kafka writes (FLG 0x60, BD 0x40) is decoded natively in one call; any other frame, and
-    any frame the native decoder refuses, goes through ``decompress_frame``, which applies Kafka's rules
-    and gives its error messages.
+
+def decompress(data, *, ignore_descriptor_checksum: bool = False, max_size: int = MAX_DECOMPRESSED_BYTES):
+    """Decode an lz4 frame the way Kafka's reader does, to at most ``max_size`` bytes; returns bytes-like.
+
+    The frame Kafka writes (FLG 0x60, BD 0x40) is decoded natively in one call when it cannot exceed
+    ``max_size`` (255 times its size is below it, or its block headers say so); any other frame, any frame
+    the native decoder refuses and any that might exceed the limit goes through ``decompress_frame``, which
+    applies Kafka's rules, gives its error messages and stops at the limit.
     """
-    if bytes(data[:7]) == _HEADER:
+    if bytes(data[:7]) == _HEADER and (len(data) * _MAX_RATIO <= max_size or _upper_bound(data) <= max_size):
         try:
             return cramjam.lz4.decompress(data)
         except Exception:
             pass  # decompress_frame below says precisely what is wrong
-    return decompress_frame(data, ignore_descriptor_checksum=ignore_descriptor_checksum)
+    return decompress_frame(data, ignore_descriptor_checksum=ignore_descriptor_checksum, max_size=max_size)
 
 
-def decompress_frame(data, *, ignore_descriptor_checksum: bool = False) -> bytearray:
+def _upper_bound(data) -> int:
+    """The most a frame with Kafka's header could decode to, from its block headers (no decoding)."""
+    data = bytes(data)
+    pos, total = len(_HEADER), 0
+    while pos + 4 <= len(data):
+        (word,) = struct.unpack_from("<I", data, pos)
+        size = word & ~_INCOMPRESSIBLE
+        if size == 0:  # the end mark: bytes after it (another frame?) are not bounded here
+            return total if pos + 4 == len(data) else _UNBOUNDED
+        total += size if word & _INCOMPRESSIBLE else min(BLOCK_SIZE, size * _MAX_RATIO)
+        pos += 4 + size
+    return total
+
+
+def decompress_frame(
+    data, *, ignore_descriptor_checksum: bool = False, max_size: int = MAX_DECOMPRESSED_BYTES
+) -> bytearray:
     """Kafka's Lz4BlockInputStream, block by block: checks the header, block sizes and block checksums.
 
     ``ignore_descriptor_checksum`` is Kafka's switch for magic 0 wrappers, whose writers hashed the
     magic too. A content checksum's 4 bytes must be present but are not verified: Kafka's reader
     of the 4.0 era skips them as well, and newer ones disagree with the lz4 frame specification.
+    Output beyond ``max_size`` raises CorruptRecordError before the block that would pass it is kept.
     """
     data = bytes(data)
     pos, block_checksum, content_checksum, max_block = _read_header(data, ignore_descriptor_checksum)
@@ -132,12 +156,16 @@ def decompress_frame(data, *, ignore_descriptor_checksum: bool = False) -> bytea
             raise CorruptRecordError("lz4: Stream ended prematurely")
         block = data[pos : pos + size]
         if word & _INCOMPRESSIBLE:
+            if len(out) + size > max_size:
+                raise too_large("lz4", max_size)
             out += block
         else:
             try:
                 n = cramjam.lz4.decompress_block_into(block, scratch, output_len=max_block)
             except Exception as e:
                 raise CorruptRecordError(f"lz4: invalid block: {e}") from None
+            if len(out) + n > max_size:
+                raise too_large("lz4", max_size)
             out += memoryview(scratch)[:n]
         pos += size
         if block_checksum:

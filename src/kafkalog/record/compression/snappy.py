@@ -12,6 +12,7 @@ import struct
 import cramjam
 
 from ...errors import CorruptRecordError
+from ._limits import MAX_DECOMPRESSED_BYTES, too_large
 
 XERIAL_MAGIC = b"\x82SNAPPY\x00"
 XERIAL_HEADER = XERIAL_MAGIC + struct.pack(">ii", 1, 1)
@@ -32,32 +33,45 @@ def compress(data) -> bytes:
     return b"".join(parts)
 
 
-def _raw(block):
+def _claimed(block) -> int:
+    """The length a raw snappy block says it decodes to, refused when no honest block could say it."""
     try:
         claimed = cramjam.snappy.decompress_raw_len(block)
     except Exception as e:
         raise CorruptRecordError(f"Invalid snappy data: {e}") from None
     if claimed > _MAX_EXPANSION * len(block) + 64:
         raise CorruptRecordError(f"Invalid snappy data: claims {claimed} bytes from a {len(block)}-byte block")
+    return claimed
+
+
+def _raw(block, max_size: int = MAX_DECOMPRESSED_BYTES):
+    claimed = _claimed(block)
+    if claimed > max_size:
+        raise too_large("snappy", max_size, claimed)
     try:
         return cramjam.snappy.decompress_raw(block)
     except Exception as e:
         raise CorruptRecordError(f"Invalid snappy data: {e}") from None
 
 
-def decompress(data):
-    """Read xerial framing, or a single raw snappy block when the magic is absent; returns bytes-like."""
+def decompress(data, max_size: int = MAX_DECOMPRESSED_BYTES):
+    """Read xerial framing, or a single raw snappy block when the magic is absent; returns bytes-like.
+
+    Every raw block states its decoded length, so output beyond ``max_size`` is refused before anything is
+    decoded (for xerial framing, the lengths of all blocks are added up first when they could exceed it).
+    """
     data = bytes(data)
     if not data.startswith(XERIAL_MAGIC):
-        return _raw(data)
+        return _raw(data, max_size)
     if len(data) - len(XERIAL_HEADER) <= BLOCK_SIZE and len(data) >= len(XERIAL_HEADER) + 4:
         (length,) = struct.unpack_from(">i", data, len(XERIAL_HEADER))
         if length == len(data) - len(XERIAL_HEADER) - 4:  # the common case: a single block
-            return _raw(data[len(XERIAL_HEADER) + 4 :])
+            return _raw(data[len(XERIAL_HEADER) + 4 :], max_size)
     if len(data) < len(XERIAL_HEADER):
         raise CorruptRecordError("snappy stream ended prematurely inside the xerial header")
+    view = memoryview(data)  # blocks are views: no copies
+    blocks = []
     pos = len(XERIAL_HEADER)
-    parts = []
     while pos < len(data):
         if pos + 4 > len(data):
             raise CorruptRecordError("snappy stream ended prematurely inside a block length")
@@ -65,6 +79,11 @@ def decompress(data):
         pos += 4
         if length < 0 or pos + length > len(data):
             raise CorruptRecordError(f"Invalid snappy block length {length}")
-        parts.append(_raw(data[pos : pos + length]))
+        blocks.append(view[pos : pos + length])
         pos += length
-    return b"".join(parts)
+    # Each block claims at most 24n + 64 bytes and takes 4 + n: below this size no total can pass the limit.
+    if _MAX_EXPANSION * len(data) + 64 * len(blocks) > max_size:
+        total = sum(_claimed(block) for block in blocks)
+        if total > max_size:
+            raise too_large("snappy", max_size, total)
+    return b"".join([_raw(block) for block in blocks])
