@@ -285,7 +285,10 @@ class LogManager:
             if self._owns_scheduler:
                 self.scheduler.shutdown()
             for log_obj in self._logs.values():
-                log_obj.close()
+                try:
+                    log_obj.close()
+                except KafkaStorageError as e:  # its dir is offline now (no marker, no checkpoint); go on
+                    log.warning("Error while closing %s: %s", log_obj, e)
             self.checkpoint_recovery_points()
             self.checkpoint_log_start_offsets()
             self.checkpoint_high_watermarks()
@@ -456,9 +459,12 @@ class LogManager:
             partitions = self._partitions_of(name)
             delay = LogConfig({}, broker=self.broker).file_delete_delay_ms
             for tp in partitions:
-                self.cleaner.remove_partition(tp, self._dir_of[tp])
+                # As Kafka's asyncDelete: out of the map first, so that neither the cleaner nor a retention pass
+                # can pick the log up again once its clean has been aborted.
                 log_obj = self._logs.pop(tp)
-                directory = self._dir_of.pop(tp)
+                directory = self._dir_of[tp]
+                self.cleaner.remove_partition(tp, directory)
+                del self._dir_of[tp]
                 log_obj.close()
                 target = directory / deleted_dir_name(tp.topic, tp.partition)
                 log_obj.directory.rename(target)

@@ -112,6 +112,25 @@ def _legacy_bad_crc() -> bytes:
     return bytes(out)
 
 
+def _bomb(codec: str) -> bytes:
+    """A one-record batch of ``codec`` whose records section decodes (or says it decodes) to 3 GiB: a
+    decompression bomb of a few bytes, refused by its stated sizes before anything is decoded."""
+    from .record import RecordBatchBuilder
+
+    size = 3 << 30
+    if codec == "zstd":  # one frame of 128 KiB RLE blocks of zeros, no content size
+        rle = ((128 << 10) << 3 | 2).to_bytes(3, "little") + b"\0"
+        last = ((128 << 10) << 3 | 3).to_bytes(3, "little") + b"\0"
+        section = struct.pack("<I", 0xFD2FB528) + bytes([0, 7 << 3]) + rle * (size // (128 << 10) - 1) + last
+    else:  # gzip: a member whose trailer says 3 GiB
+        section = b"\x1f\x8b\x08\0\0\0\0\0\0\xff\x03\0" + struct.pack("<II", 0, size)
+    b = RecordBatchBuilder(compression=codec)
+    b.append(b"k", b"v", timestamp=1_000)
+    out = bytearray(b.build()[:61]) + section
+    struct.pack_into(">i", out, 8, len(out) - 12)
+    return _fixed(bytes(out))
+
+
 def _appending(make: Callable[[], bytes]) -> Callable[[Env], object]:
     return lambda env: env.log.append(make())
 
@@ -138,6 +157,8 @@ def _append_cases() -> list[BadInput]:
         ("unknown codec id", lambda: _patched(">h", 21, 7), "compression"),
         ("control batch from a client", lambda: _patched(">h", 21, 0x20), "control"),
         ("record length overruns", lambda: _fixed(good[:61] + b"\xfe\xff\xff\xff\x0f" + good[66:]), "size"),
+        ("zstd decompression bomb (3 GiB)", lambda: _bomb("zstd"), "limit"),
+        ("gzip decompression bomb (3 GiB)", lambda: _bomb("gzip"), "limit"),
     ]
     out = [BadInput("Log.append", label, _appending(make), names) for label, make, names in cases]
     out += [

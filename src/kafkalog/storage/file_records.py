@@ -145,17 +145,32 @@ class FileRecords:
         return exc
 
     def read(self, position: int, size: int) -> bytes:
-        """``size`` bytes from ``position`` (fewer only at the end of the file)."""
+        """``size`` bytes from ``position`` (fewer only at the end of the file).
+
+        Reads are ``pread`` calls through the file-operations layer (so read faults can be injected); an
+        I/O error comes back as OSError naming the file and the position, for the log to turn into
+        KafkaStorageError and take its dir offline (Kafka's LocalLog.read in maybeHandleIOException).
+        """
         size = max(0, min(size, self._size - position))
+        if self._fd < 0:
+            self._closed_error()
+        io = file_io()
         parts = []
-        while size > 0:
-            chunk = os.pread(self._fd, size, position)
-            if not chunk:
-                break
-            parts.append(chunk)
-            position += len(chunk)
-            size -= len(chunk)
+        try:
+            while size > 0:
+                chunk = io.pread(self._fd, size, position, self.path)
+                if not chunk:
+                    break
+                parts.append(chunk)
+                position += len(chunk)
+                size -= len(chunk)
+        except OSError as e:
+            raise _read_error(e, self.path, position, size) from e
         return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    def _closed_error(self) -> None:
+        """A read of a closed file (its segment was deleted or its log closed): not a disk failure."""
+        raise KafkaStorageError(f"The segment file {self.path} is closed", path=str(self.path))
 
     def slice(self, position: int, size: int) -> RecordsSlice:
         """A lazy view of ``[position, position + size)``, clipped to the logical end."""
@@ -199,8 +214,14 @@ class FileRecords:
         """Walk batch headers only (one small read per batch), with the scan rules of ``batches``."""
         end = self._size if end is None else min(end, self._size)
         pos = start
+        if self._fd < 0 and end - pos >= HEADER_SIZE_UP_TO_MAGIC:
+            self._closed_error()
+        pread = file_io().pread
         while end - pos >= HEADER_SIZE_UP_TO_MAGIC:
-            head = os.pread(self._fd, _HEADER_READ, pos)
+            try:
+                head = pread(self._fd, _HEADER_READ, pos, self.path)
+            except OSError as e:
+                raise _read_error(e, self.path, pos, _HEADER_READ) from e
             try:
                 total = batch_size_at(head, 0, end - pos)
             except CorruptRecordError as e:
@@ -310,3 +331,8 @@ class RecordsSlice:
 
 
 EMPTY_SLICE = RecordsSlice(None, 0, 0)
+
+
+def _read_error(error: OSError, path: Path, position: int, size: int) -> OSError:
+    """The OSError of a failed read, naming the file and the position (the kernel's names neither)."""
+    return OSError(error.errno, f"{error.strerror or error} (reading {size} bytes at position {position})", str(path))

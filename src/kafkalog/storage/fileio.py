@@ -1,7 +1,8 @@
 """The storage's file operations, behind one small layer so that I/O faults can be injected.
 
-Every write, fsync and truncation of a segment's ``.log`` (FileRecords), every index flush and every
-checkpoint write goes through ``file_io()``: by default ``OsFileIO``, which calls ``os.*``. Installing a
+Every read, write, fsync and truncation of a segment's ``.log`` (FileRecords), every read of a transaction
+index, every index flush, every checkpoint write and every producer-state snapshot write goes through
+``file_io()``: by default ``OsFileIO``, which calls ``os.*``. Installing a
 ``FaultInjectingFileIO`` (``with injected(FaultInjectingFileIO(...)):``) makes the Nth matching call raise
 ``OSError`` (ENOSPC, EIO, EFBIG, ...) the way a full or failing disk does, optionally after writing part of
 the data (a torn write). The storage sees exactly what it would see from the kernel; nothing is patched.
@@ -16,16 +17,20 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-WRITE = "write"  # pwrite / pwritev of a segment's .log, and checkpoint file contents
-FSYNC = "fsync"  # fsync of a .log or a checkpoint, msync of an index
+WRITE = "write"  # pwrite / pwritev of a segment's .log, checkpoint and producer snapshot file contents
+FSYNC = "fsync"  # fsync of a .log, a checkpoint or a producer snapshot, msync of an index
 TRUNCATE = "truncate"  # ftruncate of a .log
-OPS = (WRITE, FSYNC, TRUNCATE)
+READ = "read"  # pread of a segment's .log or a transaction index
+OPS = (WRITE, FSYNC, TRUNCATE, READ)
 
 ERRNOS = {"ENOSPC": _errno.ENOSPC, "EIO": _errno.EIO, "EFBIG": _errno.EFBIG, "EDQUOT": _errno.EDQUOT}
 
 
 class OsFileIO:
     """The real thing: each operation is one ``os`` call (``path`` only names the file for fault matching)."""
+
+    def pread(self, fd: int, size: int, offset: int, path: str | Path) -> bytes:
+        return os.pread(fd, size, offset)
 
     def pwrite(self, fd: int, data, offset: int, path: str | Path) -> int:
         return os.pwrite(fd, data, offset)
@@ -99,6 +104,11 @@ class FaultInjectingFileIO(OsFileIO):
 
     def _error(self, path) -> OSError:
         return OSError(self.errno, os.strerror(self.errno), str(path))
+
+    def pread(self, fd: int, size: int, offset: int, path) -> bytes:
+        if self._should_fail(READ, path):
+            raise self._error(path)
+        return os.pread(fd, size, offset)
 
     def pwrite(self, fd: int, data, offset: int, path) -> int:
         if self._should_fail(WRITE, path):

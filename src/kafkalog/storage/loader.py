@@ -211,7 +211,7 @@ def recover_log(
                 replay_producer_state(state, segments, log_start_offset, segment.base_offset)
             truncated = segment.recover(state)
             state.take_snapshot()
-        except (InvalidOffsetError, OSError) as e:
+        except InvalidOffsetError as e:  # only this (LogLoader.recoverLog): an I/O error must not cut data
             log.warning("Found invalid offset during recovery of %s (%s); truncating it to its base offset", segment, e)
             truncated = segment.truncate_to(segment.base_offset)
             state = None

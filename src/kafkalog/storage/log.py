@@ -38,7 +38,7 @@ from .files import (
     parse_partition_dir,
     segment_file,
 )
-from .producer_state import ProducerStateManager
+from .producer_state import ProducerStateManager, sync_snapshot_if_exists
 from .segment import EMPTY_SLICE, FetchDataInfo, LogOffsetMetadata, LogSegment, TimestampAndOffset
 from .segments import LogSegments
 from .txn_index import AbortedTxn
@@ -117,6 +117,8 @@ class Log:
         self._set_high_watermark(hw)
         self._last_flush_ms = clock.milliseconds()
         self._closed = False
+        # Segments renamed .deleted whose files go after file.delete.delay.ms, by base offset.
+        self._pending_deletes: dict[int, LogSegment] = {}
         self._offline_reason: str | None = None
         # Kafka's LogDirFailureChannel: called with (log, error) after an I/O error (the LogManager sets it).
         self.on_io_error: Callable[[Log, Exception], None] | None = None
@@ -423,9 +425,20 @@ class Log:
         return segment
 
     def roll(self, expected_next_offset: int | None = None) -> LogSegment:
-        """Start a new active segment at max(expected, log end) (LocalLog.roll, UnifiedLog.roll)."""
+        """Start a new active segment at max(expected, log end) (LocalLog.roll, UnifiedLog.roll).
+
+        An I/O error (creating the segment, writing the producer snapshot) takes the log and its dir
+        offline with KafkaStorageError, as Kafka's roll inside maybeHandleIOException does.
+        """
         with self._lock:
             self._check_open()
+            try:
+                return self._roll(expected_next_offset)
+            except OSError as e:
+                raise self._io_failure("rolling a new segment of", e) from e
+
+    def _roll(self, expected_next_offset: int | None) -> LogSegment:
+        with self._lock:
             new_offset = max(expected_next_offset or 0, self._log_end_offset)
             active = self.active_segment
             existing = self.segments.get(new_offset)
@@ -456,9 +469,26 @@ class Log:
             segment = self._new_segment(new_offset)
             self.segments.add(segment)
             self.producer_state.update_map_end_offset(new_offset)
-            self.producer_state.take_snapshot(sync=False)
-            self._run_async(f"flush-log-{self.topic}-{self.partition}", lambda: self._flush_upto(new_offset))
+            snapshot = self.producer_state.take_snapshot(sync=False)
+
+            def flush() -> None:  # UnifiedLog.roll's flush-log task: the snapshot's fsync, then the segments
+                self._flush_producer_snapshot(snapshot)
+                self._flush_upto(new_offset)
+
+            self._run_async(f"flush-log-{self.topic}-{self.partition}", flush)
             return segment
+
+    def _flush_producer_snapshot(self, snapshot: Path | None) -> None:
+        """fsync a snapshot that a roll wrote without syncing (UnifiedLog.flushProducerStateSnapshot)."""
+        if snapshot is None:
+            return
+        with self._lock:
+            if self._closed or self._offline_reason is not None:
+                return
+        try:  # outside the lock, as Kafka: an fsync must not hold up appends
+            sync_snapshot_if_exists(snapshot)
+        except OSError as e:
+            raise self._io_failure("flushing the producer state snapshot of", e) from e
 
     def _new_segment(self, base_offset: int) -> LogSegment:
         from .loader import open_segment
@@ -596,7 +626,10 @@ class Log:
         committed = _isolation(isolation) == "txn_committed"
         while True:
             fetch = self.read(offset, max_bytes, isolation, min_one_message=True)
-            batches = list(fetch.records.batches())
+            try:  # the slice's bytes are read here, outside read(): a failed read takes the dir offline too
+                batches = list(fetch.records.batches())
+            except OSError as e:
+                raise self._io_failure("reading", e) from e
             if not batches:
                 return
             # The consumer moves past every batch it fetched, aborted and control ones included.
@@ -669,8 +702,13 @@ class Log:
             return True
 
     def delete_old_segments(self) -> int:
-        """One retention pass (UnifiedLog.deleteOldSegments): log start, size and time rules; return segments."""
+        """One retention pass (UnifiedLog.deleteOldSegments): log start, size and time rules; return segments.
+
+        A closed or offline log is left alone: a pass that took it from the manager just before its topic was
+        deleted must not rename files in a directory that is going (the error would take the log dir offline)."""
         with self._lock:
+            if self._closed or self._offline_reason is not None:
+                return 0
             deleted = self._delete_segments_matching(self._breaches_log_start, "log start offset")
             if self.config.delete:
                 deleted += self._delete_retention_size_breached()
@@ -736,16 +774,30 @@ class Log:
         return len(deletable)
 
     def _delete_segment_files(self, segments: list[LogSegment], *, keep_snapshots_of: frozenset = frozenset()) -> None:
-        """Rename to .deleted now, remove after file.delete.delay.ms (LocalLog.deleteSegmentFiles)."""
+        """Rename to .deleted now, remove after file.delete.delay.ms (LocalLog.deleteSegmentFiles).
+
+        A segment of the same base offset may still be waiting (the cleaner replaces the first segment of a log
+        again and again): it is deleted now, before its ``.deleted`` names are taken. Renaming over them would
+        leave its descriptor and index maps on unlinked files until its delete ran, and that delete would then
+        unlink the newer segment's files while they are still open.
+        """
         for segment in segments:
+            earlier = self._pending_deletes.pop(segment.base_offset, None)
+            if earlier is not None:
+                earlier.delete_if_exists()
             segment.rename_to_deleted()
+            self._pending_deletes[segment.base_offset] = segment
             if segment.base_offset not in keep_snapshots_of:
                 self.producer_state.rename_snapshot_to_deleted(segment.base_offset)
 
         def delete() -> None:
-            for segment in segments:
-                segment.delete_if_exists()
-                delete_if_exists(Path(f"{segment_file(self.directory, segment.base_offset, '.snapshot')}.deleted"))
+            with self._lock:
+                for segment in segments:
+                    if self._pending_deletes.get(segment.base_offset) is not segment:
+                        continue  # deleted already: replaced by a later one, or the log was closed
+                    del self._pending_deletes[segment.base_offset]
+                    segment.delete_if_exists()
+                    delete_if_exists(Path(f"{segment_file(self.directory, segment.base_offset, '.snapshot')}.deleted"))
 
         self._run_async("delete-file", delete, self.config.file_delete_delay_ms)
 
@@ -927,13 +979,28 @@ class Log:
         with self._lock:
             if self._closed:
                 return
+            # Segments still waiting for their delayed delete would keep their descriptors and index maps for
+            # good once the scheduler has stopped: close them now. Their .deleted files stay, as in Kafka, and
+            # the next startup removes them.
+            for segment in self._pending_deletes.values():
+                segment.close_handlers()
+            self._pending_deletes.clear()
             if self._offline_reason is not None:  # Kafka closes an offline log's handles, writing nothing
                 for segment in self.segments:
                     segment.close_handlers()
                 self._closed = True
                 return
-            self.flush(include_active=True)
-            self.producer_state.take_snapshot()
+            try:
+                self.flush(include_active=True)
+                self.producer_state.take_snapshot()
+            except (OSError, KafkaStorageError) as e:
+                # UnifiedLog.close: takeSnapshot in maybeHandleIOException; the dir goes offline, so no
+                # clean-shutdown marker is written for it and the next start recovers it.
+                error = self._io_failure("closing", e)
+                for segment in self.segments:
+                    segment.close_handlers()
+                self._closed = True
+                raise error from e
             for segment in self.segments:
                 segment.close()
             self._closed = True

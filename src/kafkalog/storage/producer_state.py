@@ -14,6 +14,7 @@ ProducerStateEntry.findDuplicateBatch (the last 5 batches of a producer, same ep
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import struct
@@ -42,6 +43,7 @@ from ..record.types import (
     ControlRecordType,
     end_transaction_marker,
 )
+from .fileio import file_io
 
 log = logging.getLogger(__name__)
 
@@ -373,13 +375,40 @@ def read_snapshot(path: str | os.PathLike) -> list[ProducerStateEntry]:
 
 
 def write_snapshot(path: str | os.PathLike, entries: Iterable[ProducerStateEntry], sync: bool = True) -> None:
-    """Write a producer snapshot file (not atomically, as Kafka does); fsync it when ``sync``."""
-    data = encode_snapshot(entries)
-    with open(path, "wb") as f:
-        f.write(data)
-        f.flush()
+    """Write a producer snapshot file (in place, as Kafka's writeSnapshot does); fsync it when ``sync``.
+
+    The write and the fsync go through the file-operations layer. When either fails, the partial file is
+    removed (best effort) and the OSError is raised for the log to take its dir offline; a partial file
+    that could not be removed is never loaded either: its schema or CRC check fails, and loading deletes
+    it and rebuilds the state from the log (ProducerStateManager.loadFromSnapshot on CorruptSnapshotException).
+    """
+    data = memoryview(encode_snapshot(entries))
+    io = file_io()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        written = 0
+        while written < len(data):
+            written += io.pwrite(fd, data[written:], written, path)
         if sync:
-            os.fsync(f.fileno())
+            io.fsync(fd, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        raise
+    finally:
+        os.close(fd)
+
+
+def sync_snapshot_if_exists(path: str | os.PathLike) -> None:
+    """fsync a snapshot written without sync, unless it is gone (Kafka's Utils.flushFileIfExists)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return
+    try:
+        file_io().fsync(fd, path)
+    finally:
+        os.close(fd)
 
 
 # ----- validating one append ------------------------------------------------------------------------------------

@@ -135,7 +135,7 @@ class TransactionIndex:
         fd = self._channel()
         position = 0
         while self._size() - position >= ABORTED_TXN_SIZE:
-            data = os.pread(fd, ABORTED_TXN_SIZE, position)
+            data = file_io().pread(fd, ABORTED_TXN_SIZE, position, self._path)
             if len(data) < ABORTED_TXN_SIZE:
                 return
             try:
