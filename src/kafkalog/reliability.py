@@ -11,6 +11,9 @@
   logs refuse appends and reads) while the other keeps serving; after a restart every acknowledged
   record must be there and the files must hold no corrupt or unacknowledged bytes.
 - a real size limit: a child under ``RLIMIT_FSIZE`` (SIGXFSZ ignored) appends until the kernel says EFBIG.
+- load: 10,000 partitions (1,000 with ``--quick``), appender and reader threads, size and time retention and the
+  log cleaner at work; peak open fds, RSS and memory maps against bounds predicted from the configuration, no
+  deadlock, no descriptor or map left on a deleted file, every acknowledged record readable (``reliability_load``).
 """
 
 from __future__ import annotations
@@ -32,15 +35,15 @@ import traceback
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .errors import KafkaStorageError
+from .errors import CorruptSnapshotError, KafkaStorageError
 from .manager import LogManager
 from .storage.fileio import FaultInjectingFileIO, injected
 from .storage.log import Log
+from .storage.producer_state import read_snapshot
 from .testing import MockTime
 
 TOPIC = "acks"
 MAX_BATCH = 5
-NOT_MEASURED = "not measured"
 
 
 # ----- values that check themselves ----------------------------------------------------------------
@@ -288,6 +291,115 @@ def fault_case(root: Path, err: str, op: str, *, nth: int = 7, torn: bool = True
     return row
 
 
+# ----- faults on reads and on producer-state snapshots -----------------------------------------------
+def other_fault_case(root: Path, err: str, trigger: str) -> Row:
+    """Two log dirs; a fault in dir 0 on a read (``trigger="read"``), on the producer snapshot a roll writes
+    (``"roll"``), or on the snapshot's fsync at a clean shutdown (``"shutdown"``). The request that hit it
+    fails with KafkaStorageError naming the dir (for the shutdown: the dir is left without a clean-shutdown
+    marker), the dir goes offline, the other dir keeps serving, no half-written snapshot is left to load,
+    and a restart serves every acknowledged record and nothing else."""
+    op, what = {
+        "read": ("read", "read"),
+        "roll": ("write", "producer snapshot write (roll)"),
+        "shutdown": ("fsync", "producer snapshot fsync (shutdown)"),
+    }[trigger]
+    row = Row(f"injected {err} on {what}")
+    base = root / f"fault-{err}-{trigger}"
+    shutil.rmtree(base, ignore_errors=True)
+    dirs = [base / "d0", base / "d1"]
+    broker = {"log.dirs": ",".join(map(str, dirs))}
+    config = {"segment.bytes": 4096}
+    rng = random.Random(f"{err}{trigger}")
+    acked: dict[str, list[bytes]] = {"a": [], "b": []}
+
+    def append(lg: Log, name: str, seq: int) -> None:
+        value = make_value(0 if name == "a" else 1, seq, rng.randint(8, 400))
+        lg.append([(None, value)])
+        acked[name].append(value)
+
+    def fail(message: str) -> None:
+        row.failures.append(message)
+
+    manager = LogManager(dirs, broker, clock=MockTime())
+    manager.startup()
+    bad_dir = None
+    fault = None
+    try:
+        manager.create_topic("a", 1, config)
+        manager.create_topic("b", 1, config)
+        la, lb = manager.get_log("a"), manager.get_log("b")
+        bad_dir = la.directory.parent
+        for i in range(20 if trigger != "roll" else 5):
+            append(la, "a", i)
+            append(lb, "b", i)
+        suffix = None if trigger == "read" else ".snapshot"
+        fault = FaultInjectingFileIO(op, err, path_contains=str(bad_dir), suffix=suffix, torn=trigger == "roll")
+        error = None
+        with injected(fault):
+            if trigger == "read":
+                try:
+                    list(la.records(isolation="log_end"))
+                except KafkaStorageError as e:
+                    error = e
+            elif trigger == "roll":
+                for i in range(5, 200):
+                    try:
+                        append(la, "a", i)
+                    except KafkaStorageError as e:
+                        error = e
+                        break
+            else:
+                manager.shutdown()
+        if trigger != "shutdown":
+            if error is None:
+                fail(f"no {trigger} failed")
+            elif str(bad_dir) not in str(error):
+                fail(f"the error does not name the log dir: {error}")
+        if manager.offline_log_dirs != [bad_dir]:
+            fail(f"offline dirs {manager.offline_log_dirs}, expected [{bad_dir}]")
+        if trigger != "shutdown":
+            for action in (lambda: la.append([(None, b"x")]), lambda: la.read(0)):
+                try:
+                    action()
+                    fail("an offline log served a request")
+                except KafkaStorageError:
+                    pass
+            for i in range(30, 40):  # the other dir keeps serving
+                append(lb, "b", i)
+            if [r.value for r in lb.records(isolation="log_end")] != acked["b"]:
+                fail("the healthy dir's log does not serve its records")
+    finally:
+        manager.shutdown()
+    row.runs = fault.injected if fault is not None else 0
+    marker = ".kafka_cleanshutdown"
+    clean = [(d / marker).exists() for d in dirs]
+    if trigger == "shutdown" and bad_dir is not None and clean != [d != bad_dir for d in dirs]:
+        fail("the clean-shutdown marker is not missing from the failed dir only")
+    if bad_dir is not None:
+        for snapshot in sorted(bad_dir.glob("a-0/*.snapshot")):
+            try:
+                read_snapshot(snapshot)
+            except CorruptSnapshotError as e:
+                fail(f"a half-written snapshot was left behind: {e}")
+    restarted = LogManager(dirs, broker, clock=MockTime())
+    with restarted:
+        if restarted.offline_log_dirs:
+            fail("dirs still offline after a restart")
+        for name in ("a", "b"):
+            lg = restarted.get_log(name)
+            values, problems = _verify_log(lg, [])
+            row.corrupt += len(problems)
+            row.failures += problems
+            row.acked += len(acked[name])
+            row.lost += sum(1 for i, v in enumerate(acked[name]) if i >= len(values) or values[i] != v)
+            if len(values) > len(acked[name]):
+                row.corrupt += 1
+                fail(f"{name}: {len(values) - len(acked[name])} unacknowledged records after restart")
+        restarted.get_log("a").append([(None, make_value(0, 999, 10))])  # writable again
+    row.note = "dir offline, other dir serving, no half snapshot, restart recovers"
+    return row
+
+
 # ----- a real file size limit ------------------------------------------------------------------------
 def rlimit_fsize(root: Path, limit: int = 1 << 20) -> Row:
     row = Row("RLIMIT_FSIZE: real EFBIG from the kernel")
@@ -347,6 +459,31 @@ def rlimit_fsize(root: Path, limit: int = 1 << 20) -> Row:
     return row
 
 
+# ----- load: many partitions and threads, retention and the cleaner, fds / RSS / maps against bounds --
+def load_row(quick: bool, root: Path) -> Row:
+    """The load test (``kafkalog.reliability_load``, in a child process) as a row: runs = appends + reads, the
+    acknowledged records and how many were lost or corrupt, and in the note peak fds, RSS and maps against the
+    bounds predicted from the configuration. A bound exceeded, a deadlock or a leak fails the row."""
+    from .reliability_load import FULL, QUICK, run_load
+
+    result = run_load(QUICK if quick else FULL, root)
+    config, figures = result.config, result.figures
+    counters, verified = figures.get("counters", {}), figures.get("verify", {})
+    row = Row(
+        f"load: {config.partitions:,} partitions, {config.appenders} appenders + {config.readers} readers, "
+        f"retention + cleaner, {config.duration_s:.0f} s",
+        runs=counters.get("appends", 0) + counters.get("reads", 0),
+        acked=verified.get("acked_records", 0),
+        lost=verified.get("lost", 0),
+        corrupt=verified.get("corrupt", 0),
+        failures=list(result.failures),
+        note=result.summary(),
+    )
+    if not verified and not row.failures:
+        row.failures.append("the acknowledged records were not verified")
+    return row
+
+
 # ----- the run and its table -------------------------------------------------------------------------
 def run(quick: bool = False, iterations: int | None = None, seed: int = 1, root: Path | None = None) -> list[Row]:
     iterations = iterations if iterations is not None else (20 if quick else 500)
@@ -360,7 +497,12 @@ def run(quick: bool = False, iterations: int | None = None, seed: int = 1, root:
             for op in ("write", "fsync"):
                 rows.append(fault_case(root, err, op))
         rows.append(fault_case(root, "EIO", "write", then_fail=("truncate",)))
+        rows.append(other_fault_case(root, "EIO", "read"))
+        for err in ("ENOSPC", "EIO"):
+            rows.append(other_fault_case(root, err, "roll"))
+        rows.append(other_fault_case(root, "EIO", "shutdown"))
         rows.append(rlimit_fsize(root))
+        rows.append(load_row(quick, root))
         return rows
     finally:
         if own_root:
@@ -397,13 +539,16 @@ def render(rows: list[Row], elapsed: float) -> None:
     for row in rows:
         status = "" if row.ok else f" [red]FAILED: {'; '.join(row.failures[:3])}[/red]"
         table.add_row(row.check, str(row.runs), str(row.acked), str(row.lost), str(row.corrupt), row.note + status)
-    table.add_row("peak open fds / RSS under load", NOT_MEASURED, "-", "-", "-", "the load test is not built yet")
     Console(width=160).print(table)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m kafkalog.reliability", description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="20 kill -9 iterations instead of 500 (for CI)")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="20 kill -9 iterations instead of 500, and the 1,000-partition load test (for CI)",
+    )
     parser.add_argument("--iterations", type=int, help="kill -9 iterations (split between the two flush modes)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--json", type=Path, help="also write the rows here")
