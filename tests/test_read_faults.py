@@ -256,3 +256,54 @@ def test_a_torn_snapshot_that_stayed_behind_is_deleted_and_the_state_rebuilt(tmp
         assert entry is not None and entry.producer_epoch == 3 and entry.last_seq == 0
     for snapshot in _snapshots(directory):
         read_snapshot(snapshot)
+
+
+# ----- startup -------------------------------------------------------------------------------------------
+def _open_fds_under(directory: Path) -> list[str]:
+    fds = Path("/proc/self/fd")
+    if not fds.is_dir():
+        return []
+    found = []
+    for fd in fds.iterdir():
+        try:
+            target = str(fd.readlink())
+        except OSError:
+            continue
+        if target.startswith(str(directory)):
+            found.append(target)
+    return found
+
+
+def test_a_dir_failing_at_startup_starts_offline_while_the_other_serves(two_dirs):
+    """LogManager.loadLogs: an I/O error while loading one dir leaves that dir offline, the others load."""
+    two_dirs.append("a", 30)
+    two_dirs.append("b", 30)
+    bad = two_dirs.bad_dir
+    two_dirs.manager.shutdown()
+    (bad / CLEAN_SHUTDOWN_FILE).unlink()  # an unclean start: recovery reads every segment of the dir
+    fault = FaultInjectingFileIO("read", "EIO", path_contains=str(bad), suffix=".log", sticky=True)
+    with injected(fault):
+        two_dirs.manager = two_dirs.start()
+    assert fault.injected >= 1
+    assert two_dirs.manager.offline_log_dirs == [bad]
+    assert "Input/output error" in two_dirs.manager.offline_reason(bad)
+    two_dirs.append("b", 5)
+    assert two_dirs.served("b") == two_dirs.acked["b"]
+    two_dirs.restart_and_check()  # the next start recovers the dir with every acknowledged record
+    assert _open_fds_under(bad) == []
+
+
+def test_a_startup_where_every_dir_fails_raises_and_releases_everything(two_dirs):
+    two_dirs.append("a", 10)
+    two_dirs.append("b", 10)
+    two_dirs.manager.shutdown()
+    for directory in two_dirs.dirs:
+        (directory / CLEAN_SHUTDOWN_FILE).unlink()
+    manager = LogManager(two_dirs.dirs, two_dirs.broker, clock=MockTime())
+    fault = FaultInjectingFileIO("read", "EIO", suffix=".log", sticky=True)
+    with injected(fault), pytest.raises(KafkaStorageError, match="None of the log dirs could be loaded"):
+        manager.startup()
+    for directory in two_dirs.dirs:
+        assert _open_fds_under(directory) == []  # logs opened before the failure are closed, locks released
+    two_dirs.manager = two_dirs.start()  # the locks are free again
+    assert [two_dirs.served(n) for n in ("a", "b")] == [two_dirs.acked["a"], two_dirs.acked["b"]]

@@ -8,6 +8,7 @@ its due time, so the whole schedule is testable.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import shutil
@@ -137,11 +138,17 @@ class LogManager:
         self.shutdown()
 
     def startup(self) -> None:
-        """Lock the log dirs, load every partition, and schedule Kafka's background tasks."""
+        """Lock the log dirs, load every partition, and schedule Kafka's background tasks.
+
+        As Kafka's LogManager.loadLogs, a log dir whose loading hits an I/O error starts offline (its loaded
+        logs refuse requests; the next startup recovers it) while the others serve; if every dir fails, the
+        startup fails with KafkaStorageError.
+        """
         with self._lock:
             if self._started:
                 return
             self._offline_dirs.clear()
+            failed: dict[Path, Exception] = {}
             try:
                 for directory in self.log_dirs:
                     directory.mkdir(parents=True, exist_ok=True)
@@ -151,10 +158,23 @@ class LogManager:
                     self._ensure_meta_properties(directory)
                 self._store.load()
                 for directory in self.log_dirs:
-                    self._load_dir(directory)
+                    try:
+                        self._load_dir(directory)
+                    except (OSError, KafkaStorageError) as e:
+                        if not _is_io_error(e):
+                            raise
+                        log.error("Error while loading log dir %s: %s", directory, e)
+                        failed[directory] = e
+                if len(failed) == len(self.log_dirs):
+                    raise KafkaStorageError(
+                        "None of the log dirs could be loaded: " + "; ".join(f"{d}: {e}" for d, e in failed.items())
+                    )
             except BaseException:
+                self._close_loaded_logs()
                 self._release_locks()
                 raise
+            for directory, error in failed.items():
+                self.handle_log_dir_failure(directory, error)
             # Kafka's cleaner manager creates cleaner-offset-checkpoint at startup, empty until a log is cleaned.
             self.cleaner = LogCleaner(self.broker, self._online_logs, self._dir_of.get, self.clock, self.log_dirs)
             if self._owns_scheduler:
@@ -222,16 +242,28 @@ class LogManager:
             return tp, path, log_obj
 
         with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="log-recovery") as pool:
-            for tp, path, log_obj in pool.map(open_one, jobs):
-                if tp in self._logs:
-                    raise KafkaStorageError(
-                        f"Duplicate log directories for {tp} are found in both {self._dir_of[tp]} and {path}."
-                    )
-                self._logs[tp] = log_obj
-                self._dir_of[tp] = directory
-                self._attach(log_obj, directory)
-                if self._store.get(tp.topic) is None:
-                    self._adopt_topic(tp, path)
+            futures = [pool.submit(open_one, job) for job in jobs]
+        # Every job has finished: keep each log that opened (so that it is closed with the others, or marked
+        # offline with its dir), then raise the first error.
+        error: BaseException | None = None
+        for future in futures:
+            if future.exception() is not None:
+                error = error or future.exception()
+                continue
+            tp, path, log_obj = future.result()
+            if tp in self._logs:
+                log_obj.close()
+                error = error or KafkaStorageError(
+                    f"Duplicate log directories for {tp} are found in both {self._dir_of[tp]} and {path}."
+                )
+                continue
+            self._logs[tp] = log_obj
+            self._dir_of[tp] = directory
+            self._attach(log_obj, directory)
+            if self._store.get(tp.topic) is None:
+                self._adopt_topic(tp, path)
+        if error is not None:
+            raise error
 
     def _adopt_topic(self, tp: TopicPartition, path: Path) -> None:
         """A partition directory kafkalog did not create (e.g. a broker's): record its topic."""
@@ -299,6 +331,15 @@ class LogManager:
             self._dir_of.clear()
             self._release_locks()
             self._started = False
+
+    def _close_loaded_logs(self) -> None:
+        """Close the logs a failed startup had opened (their files stay as they are)."""
+        for log_obj in self._logs.values():
+            with contextlib.suppress(Exception):
+                log_obj.mark_offline("the log manager failed to start")
+                log_obj.close()
+        self._logs.clear()
+        self._dir_of.clear()
 
     def _release_locks(self) -> None:
         for lock in self._locks:
@@ -590,6 +631,11 @@ class LogManager:
         self._check_started()
         log_obj = self.get_log(topic, partition)
         return explain_compaction(self.cleaner, TopicPartition(topic, partition), log_obj, estimate=estimate)
+
+
+def _is_io_error(error: BaseException) -> bool:
+    """An I/O error, or Kafka's KafkaStorageError wrapping one (what takes a log dir offline)."""
+    return isinstance(error, OSError) or (isinstance(error, KafkaStorageError) and isinstance(error.__cause__, OSError))
 
 
 def _recovery_point(lg: Log) -> int:

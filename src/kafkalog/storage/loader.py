@@ -133,11 +133,17 @@ def load_segment_files(
     segments = LogSegments()
     try:
         _load_segment_files_into(segments, directory, config, clock, rng, log_start_offset)
-    except LogSegmentOffsetOverflowError:
-        for segment in segments:  # the caller splits the overflowed segment and loads everything again
-            segment.close_handlers()
+    except BaseException:
+        # On an overflow the caller splits the overflowed segment and loads everything again; on any other
+        # error the load fails: either way no descriptor or index map may stay behind.
+        _close_all(segments)
         raise
     return segments
+
+
+def _close_all(segments: LogSegments) -> None:
+    for segment in segments:
+        segment.close_handlers()
 
 
 def _load_segment_files_into(segments, directory: Path, config: LogConfig, clock: Time, rng, log_start_offset: int):
@@ -154,10 +160,16 @@ def _load_segment_files_into(segments, directory: Path, config: LogConfig, clock
             time_index_existed = segment_file(directory, base, TIME_INDEX_SUFFIX).exists()
             segment = open_segment(directory, base, config, clock, rng, existing=True)
             try:
-                segment.sanity_check(not time_index_existed)
-            except (FileNotFoundError, CorruptIndexError, KafkaLogError) as e:
-                log.warning("Could not use the index files of segment %s (%s); rebuilding them", segment, e)
-                recover_segment(directory, segment, segments, config, clock, log_start_offset)
+                try:
+                    segment.sanity_check(not time_index_existed)
+                except (FileNotFoundError, CorruptIndexError, KafkaLogError) as e:
+                    log.warning("Could not use the index files of segment %s (%s); rebuilding them", segment, e)
+                    recover_segment(directory, segment, segments, config, clock, log_start_offset)
+            except LogSegmentOffsetOverflowError:
+                raise  # the caller splits this segment (it carries it), so it stays open
+            except BaseException:
+                segment.close_handlers()
+                raise
             segments.add(segment)
 
 
@@ -313,13 +325,44 @@ def load_log(
     had_clean_shutdown: bool,
 ):
     """Load (and recover) a partition directory; return its segments and LoadedOffsets."""
-    from .log import LoadedOffsets
 
     swaps = remove_temp_files_and_collect_swaps(directory)
     complete_swaps(directory, swaps, config, clock, rng)
     segments = _retry_on_offset_overflow(
         directory, config, clock, rng, None, lambda: load_segment_files(directory, config, clock, rng, log_start_offset)
     )
+    try:
+        return _recover_and_finish(
+            directory,
+            config,
+            clock,
+            producer_state,
+            segments,
+            rng=rng,
+            log_start_offset=log_start_offset,
+            recovery_point=recovery_point,
+            had_clean_shutdown=had_clean_shutdown,
+        )
+    except BaseException:  # a load that fails (an I/O error, say) leaves no descriptor or map behind
+        _close_all(segments)
+        raise
+
+
+def _recover_and_finish(
+    directory: Path,
+    config: LogConfig,
+    clock: Time,
+    producer_state: ProducerStateManager,
+    segments: LogSegments,
+    *,
+    rng: random.Random,
+    log_start_offset: int,
+    recovery_point: int,
+    had_clean_shutdown: bool,
+):
+    """Recovery from the recovery point, then the offsets and producer state of the loaded segments."""
+    from .log import LoadedOffsets
+
     if not had_clean_shutdown and len(segments):
         _retry_on_offset_overflow(
             directory,
