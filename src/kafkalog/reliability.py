@@ -210,83 +210,104 @@ def kill9(iterations: int, flush_messages: int | None, root: Path, seed: int, cy
 
 
 # ----- injected faults -------------------------------------------------------------------------------
+class _TwoDirs:
+    """A LogManager over two log dirs, topic ``a`` in dir 0 (where faults go) and ``b`` in dir 1, with the
+    records acknowledged so far; the checks every fault case makes, before and after a restart."""
+
+    def __init__(self, row: Row, base: Path, config: dict, seed: str) -> None:
+        shutil.rmtree(base, ignore_errors=True)
+        self.row = row
+        self.dirs = [base / "d0", base / "d1"]
+        self.broker = {"log.dirs": ",".join(map(str, self.dirs))}
+        self.rng = random.Random(seed)
+        self.acked: dict[str, list[bytes]] = {"a": [], "b": []}
+        self.manager = LogManager(self.dirs, self.broker, clock=MockTime())
+        self.manager.startup()
+        self.manager.create_topic("a", 1, config)
+        self.manager.create_topic("b", 1, config)
+        self.la, self.lb = self.manager.get_log("a"), self.manager.get_log("b")
+        self.bad_dir = self.la.directory.parent
+
+    def fail(self, message: str) -> None:
+        self.row.failures.append(message)
+
+    def append(self, name: str, seq: int) -> None:
+        value = make_value(0 if name == "a" else 1, seq, self.rng.randint(8, 400))
+        (self.la if name == "a" else self.lb).append([(None, value)])
+        self.acked[name].append(value)
+
+    def check_error(self, error: Exception | None, what: str) -> None:
+        if error is None:
+            self.fail(f"no {what} failed")
+        elif str(self.bad_dir) not in str(error):
+            self.fail(f"the error does not name the log dir: {error}")
+
+    def check_offline(self, serving: bool = True) -> None:
+        """Dir 0 offline; with ``serving``, its log refuses requests while dir 1 keeps serving."""
+        if self.manager.offline_log_dirs != [self.bad_dir]:
+            self.fail(f"offline dirs {self.manager.offline_log_dirs}, expected [{self.bad_dir}]")
+        if not serving:
+            return
+        for action in (lambda: self.la.append([(None, b"x")]), lambda: self.la.read(0)):
+            try:
+                action()
+                self.fail("an offline log served a request")
+            except KafkaStorageError:
+                pass
+        for i in range(100, 110):
+            self.append("b", i)
+        if [r.value for r in self.lb.records(isolation="log_end")] != self.acked["b"]:
+            self.fail("the healthy dir's log does not serve its records")
+
+    def check_restart(self, allowed_extra_in_a: int = 0) -> None:
+        """A restart: no dir offline, every acknowledged record served, no garbage, and at most
+        ``allowed_extra_in_a`` unacknowledged records in ``a``; then ``a`` takes appends again."""
+        row = self.row
+        with LogManager(self.dirs, self.broker, clock=MockTime()) as restarted:
+            if restarted.offline_log_dirs:
+                self.fail("dirs still offline after a restart")
+            for name in ("a", "b"):
+                values, problems = _verify_log(restarted.get_log(name), [])
+                acked = self.acked[name]
+                row.corrupt += len(problems)
+                row.failures += problems
+                row.acked += len(acked)
+                row.lost += sum(1 for i, v in enumerate(acked) if i >= len(values) or values[i] != v)
+                if len(values) > len(acked) + (allowed_extra_in_a if name == "a" else 0):
+                    row.corrupt += 1
+                    self.fail(f"{name}: {len(values) - len(acked)} unacknowledged records after restart")
+            restarted.get_log("a").append([(None, make_value(0, 999, 10))])  # writable again
+
+
 def fault_case(root: Path, err: str, op: str, *, nth: int = 7, torn: bool = True, then_fail=()) -> Row:
     """Two log dirs; a fault in dir 0 while appending to its log; checks before and after a restart."""
     what = {"write": "append", "fsync": "flush"}[op]
     label = f"{err} on {what}" + (", rollback fails too" if then_fail else "")
     row = Row(f"injected {label}")
-    base = root / f"fault-{err}-{op}-{len(then_fail)}"
-    shutil.rmtree(base, ignore_errors=True)
-    dirs = [base / "d0", base / "d1"]
     config = {"segment.bytes": 4096}
     if op == "fsync":
         config["flush.messages"] = 1
-    rng = random.Random(f"{err}{op}")
-    acked: dict[str, list[bytes]] = {"a": [], "b": []}
-
-    def append(lg: Log, name: str, seq: int) -> None:
-        value = make_value(0 if name == "a" else 1, seq, rng.randint(8, 400))
-        lg.append([(None, value)])
-        acked[name].append(value)
-
-    def fail(message: str) -> None:
-        row.failures.append(message)
-
-    manager = LogManager(dirs, {"log.dirs": ",".join(map(str, dirs))}, clock=MockTime())
-    manager.startup()
+    case = _TwoDirs(row, root / f"fault-{err}-{op}-{len(then_fail)}", config, f"{err}{op}")
     try:
-        manager.create_topic("a", 1, config)
-        manager.create_topic("b", 1, config)
-        la, lb = manager.get_log("a"), manager.get_log("b")
-        bad_dir = la.directory.parent
         for i in range(20):
-            append(la, "a", i)
-            append(lb, "b", i)
-        fault = FaultInjectingFileIO(op, err, nth=nth, path_contains=str(bad_dir), torn=torn, then_fail=then_fail)
+            case.append("a", i)
+            case.append("b", i)
+        fault = FaultInjectingFileIO(op, err, nth=nth, path_contains=str(case.bad_dir), torn=torn, then_fail=then_fail)
         error = None
         with injected(fault):
             for i in range(20, 200):
                 try:
-                    append(la, "a", i)
+                    case.append("a", i)
                 except KafkaStorageError as e:
                     error = e
                     break
         row.runs = fault.injected
-        if error is None:
-            fail("no append failed")
-        elif str(bad_dir) not in str(error):
-            fail(f"the error does not name the log dir: {error}")
-        if manager.offline_log_dirs != [bad_dir]:
-            fail(f"offline dirs {manager.offline_log_dirs}, expected [{bad_dir}]")
-        for action in (lambda: la.append([(None, b"x")]), lambda: la.read(0)):
-            try:
-                action()
-                fail("an offline log served a request")
-            except KafkaStorageError:
-                pass
-        for i in range(20, 30):  # the other dir keeps serving
-            append(lb, "b", i)
-        if [r.value for r in lb.records(isolation="log_end")] != acked["b"]:
-            fail("the healthy dir's log does not serve its records")
+        case.check_error(error, "append")
+        case.check_offline()
     finally:
-        manager.shutdown()
-    restarted = LogManager(dirs, {"log.dirs": ",".join(map(str, dirs))}, clock=MockTime())
-    with restarted:
-        if restarted.offline_log_dirs:
-            fail("dirs still offline after a restart")
-        for name in ("a", "b"):
-            lg = restarted.get_log(name)
-            values, problems = _verify_log(lg, [])
-            row.corrupt += len(problems)
-            row.failures += problems
-            row.acked += len(acked[name])
-            row.lost += sum(1 for i, v in enumerate(acked[name]) if i >= len(values) or values[i] != v)
-            # A failed write is rolled back; a failed fsync leaves its (unacknowledged) record in the page cache.
-            allowed = 1 if (op == "fsync" or then_fail) and name == "a" else 0
-            if len(values) > len(acked[name]) + allowed:
-                row.corrupt += 1
-                fail(f"{name}: {len(values) - len(acked[name])} unacknowledged records after restart")
-        restarted.get_log("a").append([(None, make_value(0, 999, 10))])  # writable again
+        case.manager.shutdown()
+    # A failed write is rolled back; a failed fsync leaves its (unacknowledged) record in the page cache.
+    case.check_restart(allowed_extra_in_a=1 if (op == "fsync" or then_fail) else 0)
     row.note = "dir offline, other dir serving, restart recovers"
     return row
 
@@ -304,98 +325,44 @@ def other_fault_case(root: Path, err: str, trigger: str) -> Row:
         "shutdown": ("fsync", "producer snapshot fsync (shutdown)"),
     }[trigger]
     row = Row(f"injected {err} on {what}")
-    base = root / f"fault-{err}-{trigger}"
-    shutil.rmtree(base, ignore_errors=True)
-    dirs = [base / "d0", base / "d1"]
-    broker = {"log.dirs": ",".join(map(str, dirs))}
-    config = {"segment.bytes": 4096}
-    rng = random.Random(f"{err}{trigger}")
-    acked: dict[str, list[bytes]] = {"a": [], "b": []}
-
-    def append(lg: Log, name: str, seq: int) -> None:
-        value = make_value(0 if name == "a" else 1, seq, rng.randint(8, 400))
-        lg.append([(None, value)])
-        acked[name].append(value)
-
-    def fail(message: str) -> None:
-        row.failures.append(message)
-
-    manager = LogManager(dirs, broker, clock=MockTime())
-    manager.startup()
-    bad_dir = None
-    fault = None
+    case = _TwoDirs(row, root / f"fault-{err}-{trigger}", {"segment.bytes": 4096}, f"{err}{trigger}")
     try:
-        manager.create_topic("a", 1, config)
-        manager.create_topic("b", 1, config)
-        la, lb = manager.get_log("a"), manager.get_log("b")
-        bad_dir = la.directory.parent
         for i in range(20 if trigger != "roll" else 5):
-            append(la, "a", i)
-            append(lb, "b", i)
+            case.append("a", i)
+            case.append("b", i)
         suffix = None if trigger == "read" else ".snapshot"
-        fault = FaultInjectingFileIO(op, err, path_contains=str(bad_dir), suffix=suffix, torn=trigger == "roll")
+        fault = FaultInjectingFileIO(op, err, path_contains=str(case.bad_dir), suffix=suffix, torn=trigger == "roll")
         error = None
         with injected(fault):
             if trigger == "read":
                 try:
-                    list(la.records(isolation="log_end"))
+                    list(case.la.records(isolation="log_end"))
                 except KafkaStorageError as e:
                     error = e
             elif trigger == "roll":
                 for i in range(5, 200):
                     try:
-                        append(la, "a", i)
+                        case.append("a", i)
                     except KafkaStorageError as e:
                         error = e
                         break
             else:
-                manager.shutdown()
+                case.manager.shutdown()
         if trigger != "shutdown":
-            if error is None:
-                fail(f"no {trigger} failed")
-            elif str(bad_dir) not in str(error):
-                fail(f"the error does not name the log dir: {error}")
-        if manager.offline_log_dirs != [bad_dir]:
-            fail(f"offline dirs {manager.offline_log_dirs}, expected [{bad_dir}]")
-        if trigger != "shutdown":
-            for action in (lambda: la.append([(None, b"x")]), lambda: la.read(0)):
-                try:
-                    action()
-                    fail("an offline log served a request")
-                except KafkaStorageError:
-                    pass
-            for i in range(30, 40):  # the other dir keeps serving
-                append(lb, "b", i)
-            if [r.value for r in lb.records(isolation="log_end")] != acked["b"]:
-                fail("the healthy dir's log does not serve its records")
+            case.check_error(error, trigger)
+        case.check_offline(serving=trigger != "shutdown")
     finally:
-        manager.shutdown()
-    row.runs = fault.injected if fault is not None else 0
-    marker = ".kafka_cleanshutdown"
-    clean = [(d / marker).exists() for d in dirs]
-    if trigger == "shutdown" and bad_dir is not None and clean != [d != bad_dir for d in dirs]:
-        fail("the clean-shutdown marker is not missing from the failed dir only")
-    if bad_dir is not None:
-        for snapshot in sorted(bad_dir.glob("a-0/*.snapshot")):
-            try:
-                read_snapshot(snapshot)
-            except CorruptSnapshotError as e:
-                fail(f"a half-written snapshot was left behind: {e}")
-    restarted = LogManager(dirs, broker, clock=MockTime())
-    with restarted:
-        if restarted.offline_log_dirs:
-            fail("dirs still offline after a restart")
-        for name in ("a", "b"):
-            lg = restarted.get_log(name)
-            values, problems = _verify_log(lg, [])
-            row.corrupt += len(problems)
-            row.failures += problems
-            row.acked += len(acked[name])
-            row.lost += sum(1 for i, v in enumerate(acked[name]) if i >= len(values) or values[i] != v)
-            if len(values) > len(acked[name]):
-                row.corrupt += 1
-                fail(f"{name}: {len(values) - len(acked[name])} unacknowledged records after restart")
-        restarted.get_log("a").append([(None, make_value(0, 999, 10))])  # writable again
+        case.manager.shutdown()
+    row.runs = fault.injected
+    clean = [(d / ".kafka_cleanshutdown").exists() for d in case.dirs]
+    if trigger == "shutdown" and clean != [d != case.bad_dir for d in case.dirs]:
+        case.fail("the clean-shutdown marker is not missing from the failed dir only")
+    for snapshot in sorted(case.bad_dir.glob("a-0/*.snapshot")):
+        try:
+            read_snapshot(snapshot)
+        except CorruptSnapshotError as e:
+            case.fail(f"a half-written snapshot was left behind: {e}")
+    case.check_restart()
     row.note = "dir offline, other dir serving, no half snapshot, restart recovers"
     return row
 
