@@ -52,12 +52,10 @@ import cProfile
 import gc
 import json
 import os
-import platform
 import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from dataclasses import asdict, dataclass
@@ -452,20 +450,16 @@ def run_child(spec: dict[str, Any]) -> dict[str, Any]:
 # ----- scratch copies, baselines ---------------------------------------------------------------------
 
 
-class Scratch:
-    """A temp directory for the run's files: $KAFKALOG_BENCH_DIR if set, else the system temp dir."""
+class Scratch(common.Scratch):
+    """The run's temp directory, handing out a fresh directory per copy or clean."""
 
     def __init__(self) -> None:
-        parent = os.environ.get("KAFKALOG_BENCH_DIR") or tempfile.gettempdir()
-        self.root = Path(tempfile.mkdtemp(prefix="kafkalog-bench-cleaner-", dir=parent))
+        super().__init__("cleaner")
         self._n = 0
 
     def fresh(self, name: str) -> Path:
         self._n += 1
         return self.root / f"{name}{self._n}"
-
-    def cleanup(self) -> None:
-        shutil.rmtree(self.root, ignore_errors=True)
 
 
 def working_copy(source: Path, dest: Path, active_base: int) -> bool:
@@ -782,19 +776,13 @@ def _size_label(nbytes: int) -> str:
     return f"{value:.0f} {name}" if value.is_integer() else f"{value:.2f} {name}"
 
 
-def _ok(ok: bool) -> str:
-    return "[green]yes[/]" if ok else "[bold red]no[/]"
+_ok = common.ok_mark
 
 
 def machine_info(scratch: Scratch) -> dict[str, Any]:
     from importlib import metadata
 
-    return {
-        "python": sys.version.split()[0],
-        "implementation": platform.python_implementation(),
-        "platform": platform.platform(),
-        "machine": platform.machine(),
-        "cpu_count": os.cpu_count(),
+    return common.platform_info() | {
         "scratch_dir": str(scratch.root.parent),
         "numpy": np.__version__,
         "numba": metadata.version("numba"),
@@ -981,9 +969,7 @@ def run(*, quick: bool = False, results_dir: Path, console: Console | None = Non
         "profile": profile,
         "elapsed_s": time.perf_counter() - started,
     }
-    results_dir.mkdir(parents=True, exist_ok=True)
-    path = results_dir / "cleaner.json"
-    path.write_text(json.dumps(result, indent=2) + "\n")
+    path = common.save_result(results_dir, "cleaner", result)
     print_tables(result, console)
     console.print(f"[dim]wrote {path} in {result['elapsed_s']:.1f} s (scratch files under {machine['scratch_dir']})[/]")
     return result
