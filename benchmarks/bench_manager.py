@@ -41,6 +41,7 @@ import shutil
 import statistics
 import time
 from collections.abc import Callable, Iterable
+from concurrent.futures import Future
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -168,6 +169,15 @@ class InThreadExecutor:
 
     def map(self, fn: Callable[[Any], Any], iterable: Iterable[Any]):
         return map(fn, iterable)
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> Future:
+        """Run ``fn`` now; a finished Future holds its result or its exception."""
+        future: Future = Future()
+        try:
+            future.set_result(fn(*args))
+        except Exception as e:
+            future.set_exception(e)
+        return future
 
 
 def profile_rows(profiler: cProfile.Profile, top: int = 12) -> dict[str, list[dict[str, Any]]]:
