@@ -118,6 +118,7 @@ class LogManager:
         self._lock = threading.RLock()
         self._logs: dict[TopicPartition, Log] = {}
         self._dir_of: dict[TopicPartition, Path] = {}
+        self._partition_counts: dict[str, int] = {}  # logs per topic, kept with _logs (produce needs it per call)
         self._locks: list[LogDirLock] = []
         self._tasks: list[object] = []
         self._store = TopicConfigStore(self.log_dirs)
@@ -257,9 +258,7 @@ class LogManager:
                     f"Duplicate log directories for {tp} are found in both {self._dir_of[tp]} and {path}."
                 )
                 continue
-            self._logs[tp] = log_obj
-            self._dir_of[tp] = directory
-            self._attach(log_obj, directory)
+            self._register_log(tp, log_obj, directory)
             if self._store.get(tp.topic) is None:
                 self._adopt_topic(tp, path)
         if error is not None:
@@ -327,8 +326,7 @@ class LogManager:
             for directory in self.log_dirs:
                 if directory not in self._offline_dirs:  # an offline dir is recovered at the next start
                     CleanShutdownFile(directory).write(0)
-            self._logs.clear()
-            self._dir_of.clear()
+            self._forget_logs()
             self._release_locks()
             self._started = False
 
@@ -338,8 +336,18 @@ class LogManager:
             with contextlib.suppress(Exception):
                 log_obj.mark_offline("the log manager failed to start")
                 log_obj.close()
+        self._forget_logs()
+
+    def _register_log(self, tp: TopicPartition, log_obj: Log, directory: Path) -> None:
+        self._logs[tp] = log_obj
+        self._dir_of[tp] = directory
+        self._partition_counts[tp.topic] = self._partition_counts.get(tp.topic, 0) + 1
+        self._attach(log_obj, directory)
+
+    def _forget_logs(self) -> None:
         self._logs.clear()
         self._dir_of.clear()
+        self._partition_counts.clear()
 
     def _release_locks(self) -> None:
         for lock in self._locks:
@@ -469,28 +477,29 @@ class LogManager:
             if self._store.get(name) is not None:
                 raise TopicExistsError(f"Topic '{name}' already exists.")
             topic_id = new_uuid()
+            counts = self._partitions_per_dir()
             for p in range(partitions):
-                directory = self._next_log_dir()
+                directory = self._next_log_dir(counts)
+                counts[directory] += 1
                 path = directory / f"{name}-{p}"
                 path.mkdir(parents=True, exist_ok=False)
                 PartitionMetadataFile(path).write(topic_id)
-                tp = TopicPartition(name, p)
-                self._logs[tp] = Log.open(
-                    path, log_config, self.clock, scheduler=self.scheduler, had_clean_shutdown=True
-                )
-                self._dir_of[tp] = directory
-                self._attach(self._logs[tp], directory)
+                log_obj = Log.open(path, log_config, self.clock, scheduler=self.scheduler, had_clean_shutdown=True)
+                self._register_log(TopicPartition(name, p), log_obj, directory)
             self._store.put(name, TopicState(topic_id, partitions, overrides))
             return self.describe_topic(name)
 
-    def _next_log_dir(self) -> Path:
-        """The log dir with the fewest partitions (Kafka's nextLogDirs)."""
-        online = self.online_log_dirs
-        if not online:
-            raise KafkaStorageError(f"No log directory is online: {', '.join(map(str, self.log_dirs))} are offline")
+    def _partitions_per_dir(self) -> dict[Path, int]:
         counts = {d: 0 for d in self.log_dirs}
         for directory in self._dir_of.values():
             counts[directory] += 1
+        return counts
+
+    def _next_log_dir(self, counts: dict[Path, int]) -> Path:
+        """The online log dir with the fewest partitions in ``counts`` (Kafka's nextLogDirs)."""
+        online = self.online_log_dirs
+        if not online:
+            raise KafkaStorageError(f"No log directory is online: {', '.join(map(str, self.log_dirs))} are offline")
         return min(online, key=lambda d: (counts[d], self.log_dirs.index(d)))
 
     def delete_topic(self, name: str) -> None:
@@ -503,6 +512,7 @@ class LogManager:
                 # As Kafka's asyncDelete: out of the map first, so that neither the cleaner nor a retention pass
                 # can pick the log up again once its clean has been aborted.
                 log_obj = self._logs.pop(tp)
+                self._partition_counts[tp.topic] -= 1
                 directory = self._dir_of[tp]
                 self.cleaner.remove_partition(tp, directory)
                 del self._dir_of[tp]
@@ -584,7 +594,9 @@ class LogManager:
     ) -> tuple[int, int]:
         """Append one record; return (partition, offset). A key picks the partition as Kafka's default
         partitioner does (murmur2); without a key or partition, partitions take turns."""
-        count = len(self._partitions_of(topic))
+        count = self._partition_counts.get(topic, 0)
+        if not count:
+            raise UnknownTopicOrPartitionError(f"Topic '{topic}' does not exist.")
         if partition is None:
             partition = default_partition(key, count) if key is not None else next(self._round_robin) % count
         elif not 0 <= partition < count:
