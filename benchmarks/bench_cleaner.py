@@ -855,10 +855,7 @@ def print_tables(result: dict[str, Any], console: Console) -> None:
         f"{part['mb_per_s_read']:,.1f} MB/s read[/]"
     )
 
-    goals = Table(title="Goals")
-    goals.add_column("goal")
-    goals.add_column("measured", justify="right")
-    goals.add_column("met")
+    goals = common.goals_table()
     g = result["goals_measured"]
     goals.add_row(
         f"clean (MB/s read) >= {RATE_GOAL:g}x shutil.copyfile of the same bytes ({result['main_log']})",
@@ -873,20 +870,11 @@ def print_tables(result: dict[str, Any], console: Console) -> None:
     console.print(goals)
 
     prof = result["profile"]
-    table = Table(
-        title=f"cProfile: one clean of the {result['main_log']} log, top by own time",
+    table = common.profile_table(
+        f"cProfile: one clean of the {result['main_log']} log, top by own time",
+        prof["by_own_time"],
         caption=f"total {prof['total_s']:.2f} s under cProfile (map phase {prof['map_s_under_profile']:.2f} s)",
     )
-    for col in ("function", "calls", "own s", "own share", "cum s"):
-        table.add_column(col, justify="left" if col == "function" else "right")
-    for row in prof["by_own_time"][:12]:
-        table.add_row(
-            row["function"],
-            f"{row['calls']:,}",
-            f"{row['tottime_s']:.3f}",
-            f"{row['tottime_share']:.0%}",
-            f"{row['cumtime_s']:.3f}",
-        )
     table.add_section()
     for row in prof["kafkalog_by_cumulative_time"][:8]:
         table.add_row(

@@ -491,10 +491,7 @@ def print_tables(result: dict[str, Any], console) -> None:
     )
     console.print(f"[dim]correctness guard (untimed, both outputs compared line by line): {checks}[/]")
 
-    goals = Table(title="Goals")
-    goals.add_column("goal")
-    goals.add_column("measured", justify="right")
-    goals.add_column("met")
+    goals = common.goals_table()
     g, met = result["goals_measured"], result["goals_met"]
     goals.add_row(
         f"dump of the largest segment >= {SPEED_GOAL:g}x kafka-python's speed",
@@ -517,21 +514,9 @@ def print_tables(result: dict[str, Any], console) -> None:
     console.print(goals)
 
     prof = result["profile"]
-    ptable = Table(
-        title=f"cProfile: kafkalog dump of the {_label(prof['segment_bytes'])} segment, top by own time",
-        caption=f"in-process, profiler on: {prof['total_s']:.1f} s in all",
-    )
-    for col in ("function", "calls", "own s", "share", "cumulative s"):
-        ptable.add_column(col, justify="left" if col == "function" else "right")
-    for row in prof["by_own_time"][:10]:
-        ptable.add_row(
-            row["function"],
-            f"{row['calls']:,}",
-            f"{row['tottime_s']:.2f}",
-            f"{row['tottime_share']:.0%}",
-            f"{row['cumtime_s']:.2f}",
-        )
-    console.print(ptable)
+    title = f"cProfile: kafkalog dump of the {_label(prof['segment_bytes'])} segment, top by own time"
+    caption = f"in-process, profiler on: {prof['total_s']:.1f} s in all"
+    console.print(common.profile_table(title, prof["by_own_time"], caption=caption, top=10))
 
 
 _ok = common.ok_mark

@@ -882,10 +882,7 @@ def print_tables(result: dict[str, Any], console: Console) -> None:
         )
     console.print(table)
 
-    goals = Table(title="Goals")
-    goals.add_column("goal")
-    goals.add_column("measured", justify="right")
-    goals.add_column("met")
+    goals = common.goals_table()
     g = result["goals_measured"]
     goals.add_row(
         f"data source scan (aggregate, rows/s) >= {RATE_GOAL:g}x Parquet ({p['parquet_codecs'][0]}), same records",
@@ -898,21 +895,10 @@ def print_tables(result: dict[str, Any], console: Console) -> None:
     console.print(goals)
 
     prof = ip["profile"]
-    table = Table(
-        title=f"cProfile: KafkaLogBatchReader.read of {ip['partition']} in this process, top by own time",
-        caption=f"total {prof['total_s']:.2f} s under cProfile",
+    title = f"cProfile: KafkaLogBatchReader.read of {ip['partition']} in this process, top by own time"
+    console.print(
+        common.profile_table(title, prof["by_own_time"], caption=f"total {prof['total_s']:.2f} s under cProfile")
     )
-    for col in ("function", "calls", "own s", "own share", "cum s"):
-        table.add_column(col, justify="left" if col == "function" else "right")
-    for row in prof["by_own_time"][:12]:
-        table.add_row(
-            row["function"],
-            f"{row['calls']:,}",
-            f"{row['tottime_s']:.3f}",
-            f"{row['tottime_share']:.0%}",
-            f"{row['cumtime_s']:.3f}",
-        )
-    console.print(table)
 
 
 def run(*, quick: bool = False, results_dir: Path, console: Console | None = None) -> dict[str, Any]:

@@ -531,10 +531,7 @@ def print_tables(result: dict[str, Any], console: Console) -> None:
     )
     console.print(table)
 
-    goals = Table(title="Goals")
-    goals.add_column("goal")
-    goals.add_column("measured", justify="right")
-    goals.add_column("met")
+    goals = common.goals_table()
     g = result["goals_measured"]
     goals.add_row(
         f"1 MiB batches: Log.append >= {APPEND_GOAL_1MIB_VS_RAW:g}x raw write rate",

@@ -16,6 +16,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from rich.table import Table
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -58,6 +60,31 @@ def ok_mark(ok: bool | None) -> str:
     if ok is None:
         return "[yellow]not assessed[/]"
     return "[green]yes[/]" if ok else "[bold red]no[/]"
+
+
+def goals_table() -> Table:
+    """The empty "Goals" table every benchmark prints: goal, measured, met."""
+    table = Table(title="Goals")
+    table.add_column("goal")
+    table.add_column("measured", justify="right")
+    table.add_column("met")
+    return table
+
+
+def profile_table(title: str, rows: list[dict[str, Any]], caption: str | None = None, top: int = 12) -> Table:
+    """The top ``rows`` of a profile (see ``profile_rows``) by own time: function, calls, own s, share, cum s."""
+    table = Table(title=title, caption=caption)
+    for col in ("function", "calls", "own s", "own share", "cum s"):
+        table.add_column(col, justify="left" if col == "function" else "right")
+    for row in rows[:top]:
+        table.add_row(
+            row["function"],
+            f"{row['calls']:,}",
+            f"{row['tottime_s']:.3f}",
+            f"{row['tottime_share']:.0%}",
+            f"{row['cumtime_s']:.3f}",
+        )
+    return table
 
 
 def save_result(results_dir: Path, name: str, result: dict[str, Any]) -> Path:
