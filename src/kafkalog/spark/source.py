@@ -197,8 +197,14 @@ def _positive_option(opts: Mapping[str, str], name: str) -> int | None:
 
 
 def _paths(opts: Mapping[str, str]) -> tuple[str, ...]:
+    return log_dir_paths(opts, "kafkalog reads", "for the kafkalog source: one or more log dirs, comma-separated.")
+
+
+def log_dir_paths(opts: Mapping[str, str], verb: str, requirement: str) -> tuple[str, ...]:
+    """The log dirs of the ``path`` option (comma-separated) and of ``paths`` (the JSON array Spark passes for
+    ``load([...])`` / ``save([...])``), in order without repeats; a clear error naming ``requirement`` if none."""
     paths: list[str] = []
-    if "paths" in opts:  # DataFrameReader.load([...]) passes a JSON array
+    if "paths" in opts:
         try:
             listed = json.loads(opts["paths"])
         except ValueError:
@@ -209,13 +215,11 @@ def _paths(opts: Mapping[str, str]) -> tuple[str, ...]:
     paths = [p.strip() for p in paths if p.strip()]
     if not paths:
         hint = (
-            " kafkalog reads log directories, not a broker: give them in 'path' instead of 'kafka.bootstrap.servers'."
+            f" {verb} log directories, not a broker: give them in 'path' instead of 'kafka.bootstrap.servers'."
             if "kafka.bootstrap.servers" in opts
             else ""
         )
-        raise InvalidConfigurationError(
-            f"Option 'path' must be specified for the kafkalog source: one or more log dirs, comma-separated.{hint}"
-        )
+        raise InvalidConfigurationError(f"Option 'path' must be specified {requirement}{hint}")
     return tuple(dict.fromkeys(paths))
 
 

@@ -142,6 +142,7 @@ from ..storage.config import LogConfig
 from ..storage.files import fsync_dir
 from ..storage.log import Log
 from . import logfiles
+from .source import log_dir_paths
 
 log = logging.getLogger(__name__)
 
@@ -196,26 +197,7 @@ class WriteOptions:
 
 
 def _write_paths(opts: Mapping[str, str]) -> tuple[str, ...]:
-    paths: list[str] = []
-    if "paths" in opts:  # DataFrameWriter.save() of a list passes a JSON array
-        try:
-            listed = json.loads(opts["paths"])
-        except ValueError:
-            listed = [opts["paths"]]
-        paths += [str(p) for p in (listed if isinstance(listed, list) else [listed])]
-    if "path" in opts:
-        paths += opts["path"].split(",")
-    paths = [p.strip() for p in paths if p.strip()]
-    if not paths:
-        hint = (
-            " kafkalog writes log directories, not a broker: give them in 'path' instead of 'kafka.bootstrap.servers'."
-            if "kafka.bootstrap.servers" in opts
-            else ""
-        )
-        raise InvalidConfigurationError(
-            "Option 'path' must be specified for the kafkalog sink: the topic's log dir(s), comma-separated." + hint
-        )
-    return tuple(dict.fromkeys(paths))
+    return log_dir_paths(opts, "kafkalog writes", "for the kafkalog sink: the topic's log dir(s), comma-separated.")
 
 
 def _option(opts: Mapping[str, str], name: str) -> str | None:
