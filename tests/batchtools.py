@@ -1,4 +1,5 @@
-"""Small helpers for tests that take record batches apart: header field offsets, CRC rewriting."""
+"""Small helpers for tests that take record batches apart (header field offsets, CRC rewriting) and read
+logs back as a consumer would (fold, read_committed)."""
 
 from __future__ import annotations
 
@@ -33,3 +34,19 @@ def replace_records(batch: bytes, records: bytes, count: int | None = None) -> b
     if count is not None:
         struct.pack_into(">i", out, RECORDS_COUNT, count)
     return with_crc(out)
+
+
+def fold(records) -> dict[bytes, bytes]:
+    """Last write wins per key; a tombstone (value None) deletes the key."""
+    state: dict[bytes, bytes] = {}
+    for key, value in records:
+        if value is None:
+            state.pop(key, None)
+        else:
+            state[key] = value
+    return state
+
+
+def read_committed(log) -> list:
+    """Every record a read_committed consumer gets from the log start (aborted and control batches dropped)."""
+    return list(log.records(isolation="read_committed"))

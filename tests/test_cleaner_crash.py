@@ -28,11 +28,11 @@ from pathlib import Path
 import pytest
 
 import kafkalog
+from batchtools import fold, read_committed
 from kafkalog import LogManager
 from kafkalog.manager import TopicPartition
 from kafkalog.record import ControlRecordType, RecordBatchBuilder
 from kafkalog.storage.cleaner import Cleaner
-from kafkalog.storage.log import filter_aborted
 from kafkalog.testing import MockTime
 
 T0 = 1_700_000_000_000
@@ -163,33 +163,6 @@ class Expected:
     @property
     def tainted(self) -> set[bytes]:
         return {self.writes[o][0] for o in self.aborted}
-
-
-def fold(records) -> dict[bytes, bytes]:
-    state: dict[bytes, bytes] = {}
-    for key, value in records:
-        if value is None:
-            state.pop(key, None)
-        else:
-            state[key] = value
-    return state
-
-
-def read_committed(log) -> list:
-    """A read_committed consumer's records from the log start (aborted and control batches dropped, the
-    position moved past every fetched batch). Log.records(read_committed) is not used: it stops at a fetch
-    made only of aborted batches (see test_cleaner_model.py)."""
-    offset, out = log.log_start_offset, []
-    while True:
-        fetch = log.read(offset, isolation="read_committed")
-        batches = list(fetch.records.batches())
-        if not batches:
-            return out
-        for batch in filter_aborted(batches, fetch.aborted_transactions or []):
-            if not batch.is_control:
-                out.extend(r for r in batch if r.offset >= offset)
-        assert batches[-1].next_offset > offset
-        offset = batches[-1].next_offset
 
 
 def assert_matches_model(log, expected: Expected, cleaned_below: int | None = None) -> None:

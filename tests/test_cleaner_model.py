@@ -37,6 +37,7 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from batchtools import fold, read_committed
 from kafkalog import LogManager
 from kafkalog.record import ControlRecordType, RecordBatchBuilder
 from kafkalog.testing import MockTime
@@ -144,22 +145,6 @@ class Model:
         """A clean covering ``offset`` ran at or after that tombstone's delete horizon."""
         horizon = self.horizon_of(offset)
         return horizon is not None and any(ms >= horizon and end > offset for ms, end in self.cleans)
-
-
-def fold(records) -> dict[bytes, bytes]:
-    """Last write wins per key; a tombstone (value None) deletes the key."""
-    state: dict[bytes, bytes] = {}
-    for key, value in records:
-        if value is None:
-            state.pop(key, None)
-        else:
-            state[key] = value
-    return state
-
-
-def read_committed(log) -> list:
-    """Every record a read_committed consumer gets from the log start (aborted and control batches dropped)."""
-    return list(log.records(isolation="read_committed"))
 
 
 # ----- the harness ----------------------------------------------------------------------------------------
