@@ -7,6 +7,7 @@ Log dirs are written by a live LogManager, which stays open while Spark reads th
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import shutil
 from pathlib import Path
@@ -18,6 +19,7 @@ from kafkalog.errors import InvalidConfigurationError
 from kafkalog.manager import LogManager
 from kafkalog.record import ControlRecordType, RecordBatchBuilder, build_batch, iter_file_batches
 from kafkalog.spark import parse_options
+from sparkrows import expected_rows
 
 pyspark = pytest.importorskip("pyspark")
 from pyspark.sql.types import (  # noqa: E402
@@ -104,26 +106,7 @@ def rows(df):
     return sorted(out, key=lambda r: (r["topic"], r["partition"], r["offset"]))
 
 
-def oracle(logs, topic, headers=True, start=None, end=None):
-    """The records of ``topic`` as Log.records (read_uncommitted) gives them, in the source's row shape."""
-    out = []
-    for p in range(len(logs.describe_topic(topic).partitions)):
-        for r in logs.consume(topic, p):
-            if (start is not None and r.offset < start.get(p, 0)) or (end is not None and r.offset >= end[p]):
-                continue
-            row = {
-                "key": r.key,
-                "value": r.value,
-                "topic": topic,
-                "partition": p,
-                "offset": r.offset,
-                "timestamp": r.timestamp,
-                "timestampType": 0,
-            }
-            if headers:
-                row["headers"] = [{"key": k, "value": v} for k, v in r.headers]
-            out.append(row)
-    return out
+oracle = functools.partial(expected_rows, headers=True)
 
 
 # ----- schema and options -------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ minOffsetsPerTrigger, startingOffsets JSON).
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import itertools
 import json
 import time
@@ -21,6 +22,7 @@ import pytest
 from kafkalog.errors import InvalidConfigurationError, OffsetOutOfRangeError, UnknownTopicOrPartitionError
 from kafkalog.manager import LogManager
 from kafkalog.record import ControlRecordType, RecordBatchBuilder
+from sparkrows import expected_rows
 
 pyspark = pytest.importorskip("pyspark")
 from pyspark.errors import StreamingQueryException  # noqa: E402
@@ -66,26 +68,7 @@ def produce(logs, topic, partition, count, tag="v", headers=False):
         log.append(builder)
 
 
-def oracle(logs, topic, headers=False, start=None):
-    """The records of every partition of ``topic`` as Log.records gives them, in the source's row shape."""
-    out = []
-    for p in range(len(logs.describe_topic(topic).partitions)):
-        for r in logs.consume(topic, p):
-            if start is not None and r.offset < start.get(p, 0):
-                continue
-            row = {
-                "key": r.key,
-                "value": r.value,
-                "topic": topic,
-                "partition": p,
-                "offset": r.offset,
-                "timestamp": r.timestamp,
-                "timestampType": 0,
-            }
-            if headers:
-                row["headers"] = [{"key": k, "value": v} for k, v in r.headers]
-            out.append(row)
-    return out
+oracle = functools.partial(expected_rows, headers=False)
 
 
 def as_rows(table: pa.Table) -> list[dict]:
