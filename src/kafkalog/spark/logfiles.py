@@ -266,6 +266,24 @@ def partition_offsets(
     return PartitionOffsets(log_start, log_end, latest)
 
 
+class CheckpointedOffsets:
+    """``partition_offsets`` for many partitions, reading each log dir's log-start and high-watermark
+    checkpoints once (one planning pass: a batch's partitions, or a stream trigger's latest offsets)."""
+
+    def __init__(self) -> None:
+        self._log_starts: dict[str, dict] = {}
+        self._watermarks: dict[str, tuple[dict, int | None]] = {}
+
+    def __call__(self, part: PartitionDir) -> PartitionOffsets:
+        log_dir = part.log_dir
+        if log_dir not in self._log_starts:
+            self._log_starts[log_dir] = read_checkpoint(log_dir, LOG_START_OFFSET_CHECKPOINT)
+            mtime = checkpoint_mtime_ns(log_dir, REPLICATION_OFFSET_CHECKPOINT)
+            self._watermarks[log_dir] = (read_checkpoint(log_dir, REPLICATION_OFFSET_CHECKPOINT), mtime)
+        hw, hw_mtime = self._watermarks[log_dir]
+        return partition_offsets(part, self._log_starts[log_dir], hw, hw_mtime)
+
+
 def checkpoint_mtime_ns(log_dir: str, name: str) -> int | None:
     try:
         return os.stat(os.path.join(log_dir, name)).st_mtime_ns

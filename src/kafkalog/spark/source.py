@@ -775,20 +775,13 @@ class KafkaLogBatchReader(DataSourceReader):
         if options.ending_by_timestamp is not None:
             _check_by_timestamp("endingOffsetsByTimestamp", "end", options.ending_by_timestamp, selected)
         pushed = self.pushed
-        log_starts: dict[str, dict] = {}
-        watermarks: dict[str, tuple[dict, int | None]] = {}
+        offsets_of = logfiles.CheckpointedOffsets()
         planned: list[KafkaLogInputPartition] = []
         for tp in selected:
             if not pushed.keeps_partition(*tp):
                 continue
             part = found[tp]
-            if part.log_dir not in log_starts:
-                log_starts[part.log_dir] = logfiles.read_checkpoint(part.log_dir, logfiles.LOG_START_OFFSET_CHECKPOINT)
-                name = logfiles.REPLICATION_OFFSET_CHECKPOINT
-                mtime = logfiles.checkpoint_mtime_ns(part.log_dir, name)
-                watermarks[part.log_dir] = (logfiles.read_checkpoint(part.log_dir, name), mtime)
-            hw, hw_mtime = watermarks[part.log_dir]
-            offsets = logfiles.partition_offsets(part, log_starts[part.log_dir], hw, hw_mtime)
+            offsets = offsets_of(part)
             latest = offsets.latest
             if options.read_committed:
                 latest = logfiles.last_stable_offset(part.directory, offsets.log_start, latest)

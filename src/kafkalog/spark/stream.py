@@ -295,18 +295,11 @@ class KafkaLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             selected = sorted(tp for tp in found if tp[0] in options.topics)
         else:
             selected = sorted(tp for tp in options.assign if tp in found)
-        log_starts: dict[str, dict] = {}
-        watermarks: dict[str, tuple[dict, int | None]] = {}
+        offsets_of = logfiles.CheckpointedOffsets()
         scanned: dict[TopicPartition, _Scanned] = {}
         for tp in selected:
             part = found[tp]
-            if part.log_dir not in log_starts:
-                log_starts[part.log_dir] = logfiles.read_checkpoint(part.log_dir, logfiles.LOG_START_OFFSET_CHECKPOINT)
-                name = logfiles.REPLICATION_OFFSET_CHECKPOINT
-                mtime = logfiles.checkpoint_mtime_ns(part.log_dir, name)
-                watermarks[part.log_dir] = (logfiles.read_checkpoint(part.log_dir, name), mtime)
-            hw, hw_mtime = watermarks[part.log_dir]
-            offsets = logfiles.partition_offsets(part, log_starts[part.log_dir], hw, hw_mtime)
+            offsets = offsets_of(part)
             if getattr(options, "read_committed", False):  # a read_committed consumer's end: the LSO
                 lso = logfiles.last_stable_offset(part.directory, offsets.log_start, offsets.latest)
                 offsets = dataclasses.replace(offsets, latest=lso)
