@@ -7,9 +7,10 @@ like Kafka's FileRecords.slice.
 
 from __future__ import annotations
 
+import errno
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -97,8 +98,13 @@ class FileRecords:
     def file_length(self) -> int:
         return os.fstat(self._fd).st_size
 
-    def append(self, data, size: int | None = None) -> int:
-        """Write ``data`` (a buffer, or a list of buffers written in order) at the logical end; return its size."""
+    def append(self, data, size: int | None = None, before_commit: Callable[[], bytes | None] | None = None) -> int:
+        """Write ``data`` (a buffer, or a list of buffers written in order) at the logical end; return its size.
+
+        ``before_commit()`` runs after the write and before the logical size moves, so readers never see the
+        bytes until it returns. Bytes it returns are written over the start of the append (a batch's real
+        header over a placeholder). If it raises, the write is cut off again and the exception propagates.
+        """
         parts = data if isinstance(data, list) else [data]
         n = sum(map(len, parts)) if size is None else size  # bytes or byte memoryviews: len counts bytes
         with self._lock:
@@ -121,10 +127,25 @@ class FileRecords:
                         step = io.pwrite(self._fd, rest, self._size + written, self.path)
                         written += step
                         rest = rest[step:]
+                if before_commit is not None:
+                    head = before_commit()
+                    if head and io.pwrite(self._fd, head, self._size, self.path) < len(head):
+                        raise OSError(errno.EIO, "short write of a batch header")
             except OSError as e:
                 raise self._failed_append(e, n) from e
+            except BaseException:
+                self._cut_uncommitted(n)
+                raise
             self._size += n
             return n
+
+    def _cut_uncommitted(self, n: int) -> None:
+        """Cut off bytes written past the logical size by an append that was then refused."""
+        try:
+            if self.file_length() > self._size:
+                file_io().ftruncate(self._fd, self._size, self.path)
+        except OSError as e:
+            raise self._failed_append(e, n) from e
 
     def _failed_append(self, error: OSError, n: int) -> KafkaStorageError:
         """An append that hit an I/O error: cut the file back to the logical size so that no partial batch

@@ -24,6 +24,7 @@ from ..errors import (
     RecordTooLargeError,
 )
 from ..record import RecordBatchBuilder, control_batch
+from ..record.batch import RECORDS_OFFSET
 from ..record.types import ControlRecordType, Record
 from .config import LogConfig
 from .files import (
@@ -38,6 +39,7 @@ from .files import (
     parse_partition_dir,
     segment_file,
 )
+from .overlap import OVERLAP_MIN_BYTES, Check, checker
 from .producer_state import ProducerStateManager, sync_snapshot_if_exists
 from .segment import EMPTY_SLICE, FetchDataInfo, LogOffsetMetadata, LogSegment, TimestampAndOffset
 from .segments import LogSegments
@@ -47,13 +49,23 @@ from .validator import (
     COORDINATOR,
     REPLICATION,
     LogAppendInfo,
+    PlainBatch,
     analyze,
     check_follower_offsets,
+    check_plain_batch,
+    plain_batch_append,
+    plan_single_plain_batch,
     validate_and_assign_offsets,
-    validate_single_plain_batch,
 )
 
 log = logging.getLogger(__name__)
+
+_PLACEHOLDER_HEADER = bytes(RECORDS_OFFSET)  # what an overlapped append writes until its check passes
+
+
+class _Refused(Exception):
+    """An overlapped append whose check failed: cut off and retried on the general path."""
+
 
 INT32_MAX = (1 << 31) - 1
 EARLIEST_TIMESTAMP = -2
@@ -277,19 +289,68 @@ class Log:
     def _append(self, records: bytes, *, origin: str, leader_epoch: int, assign_offsets: bool) -> LogAppendInfo:
         if assign_offsets and origin == CLIENT:
             with self._lock:
-                now = self.clock.milliseconds()
-                fast = validate_single_plain_batch(records, self._log_end_offset, now, self.config, leader_epoch)
-                if fast is not None:
-                    return self._append_validated(*fast, now)
+                plan = plan_single_plain_batch(records, self.config)
+                if plan is not None:
+                    appended = self._append_plain(plan, self.clock.milliseconds(), leader_epoch)
+                    if appended is not None:
+                        return appended
         return self._append_general(records, origin=origin, leader_epoch=leader_epoch, assign_offsets=assign_offsets)
 
-    def _append_validated(self, parts: list, size: int, info: LogAppendInfo, now: int) -> LogAppendInfo:
-        """Write an append that ``validate_single_plain_batch`` validated (no producer state involved)."""
+    def _append_plain(self, plan: PlainBatch, now: int, leader_epoch: int) -> LogAppendInfo | None:
+        """The common client append: one uncompressed v2 batch without a producer id. None hands it to the
+        general path, which raises Kafka's exact error. A large batch is checked while it is written."""
+        check = checker.start(check_plain_batch, plan, now, self.config) if plan.size >= OVERLAP_MIN_BYTES else None
+        if check is None:
+            max_ts = check_plain_batch(plan, now, self.config)
+        else:
+            parts, size, info = plain_batch_append(plan, plan.header_max_ts, self._log_end_offset, leader_epoch)
+            self._check_open()
+            segment = self.segments.last()
+            if size <= self.config.segment_bytes and not self._roll_due(segment, size, info, now):
+                return self._append_overlapped(segment, parts, size, info, now, check)
+            max_ts = check.result()  # Kafka rolls only for a valid batch: check it first
+        if max_ts is None:
+            return None
+        return self._append_validated(*plain_batch_append(plan, max_ts, self._log_end_offset, leader_epoch), now)
+
+    def _append_overlapped(
+        self, segment: LogSegment, parts: list, size: int, info: LogAppendInfo, now: int, check: Check
+    ) -> LogAppendInfo | None:
+        """Write a batch under a placeholder header while ``check`` runs; only a batch that passes gets
+        its real header and becomes visible. One that fails (or whose header's max timestamp was wrong)
+        is cut off and goes to the general path. A crash in between leaves a zero header, which recovery
+        truncates, as Kafka's would."""
+        header = parts[0]
+
+        def before_commit() -> bytes:
+            if check.result() != info.max_timestamp:
+                raise _Refused
+            return header
+
+        try:
+            return self._append_validated([_PLACEHOLDER_HEADER, parts[1]], size, info, now, segment, before_commit)
+        except _Refused:
+            return None
+
+    def _append_validated(
+        self,
+        parts: list,
+        size: int,
+        info: LogAppendInfo,
+        now: int,
+        segment: LogSegment | None = None,
+        before_commit: Callable[[], bytes | None] | None = None,
+    ) -> LogAppendInfo:
+        """Write a validated append with no producer state involved, rolling first unless ``segment`` is
+        given (``before_commit``: see ``FileRecords.append``)."""
         self._check_open()
         self._check_fits_segment(size)
         try:
-            segment = self._maybe_roll(size, info, now)
-            segment.append(info.last_offset, info.max_timestamp, info.shallow_offset_of_max_timestamp, parts, size)
+            if segment is None:
+                segment = self._maybe_roll(size, info, now)
+            segment.append(
+                info.last_offset, info.max_timestamp, info.shallow_offset_of_max_timestamp, parts, size, before_commit
+            )
         except (OSError, KafkaStorageError) as e:
             raise self._io_failure("appending records to", e) from e
         self._log_end_offset = info.last_offset + 1
@@ -411,18 +472,16 @@ class Log:
     # ----- rolling -------------------------------------------------------------------------
     def _maybe_roll(self, messages_size: int, info: LogAppendInfo, now: int | None = None) -> LogSegment:
         segment = self.segments.last()
-        config = self.config
-        if segment.should_roll_for(
-            config.max_segment_ms,
-            config.segment_bytes,
-            info.max_timestamp,
-            info.last_offset,
-            messages_size,
-            self.clock.milliseconds() if now is None else now,
-        ):
+        if self._roll_due(segment, messages_size, info, self.clock.milliseconds() if now is None else now):
             expected = info.first_offset if info.first_offset >= 0 else info.last_offset - INT32_MAX
             return self.roll(expected)
         return segment
+
+    def _roll_due(self, segment: LogSegment, messages_size: int, info: LogAppendInfo, now: int) -> bool:
+        config = self.config
+        return segment.should_roll_for(
+            config.max_segment_ms, config.segment_bytes, info.max_timestamp, info.last_offset, messages_size, now
+        )
 
     def roll(self, expected_next_offset: int | None = None) -> LogSegment:
         """Start a new active segment at max(expected, log end) (LocalLog.roll, UnifiedLog.roll).

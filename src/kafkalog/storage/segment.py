@@ -255,9 +255,11 @@ class LogSegment:
         shallow_offset_of_max_timestamp: int,
         records,
         size: int | None = None,
+        before_commit=None,
     ) -> None:
         """Append validated batches (bytes, or a list of buffers written in order) whose last offset is
-        ``largest_offset`` (LogSegment.append). ``size`` saves recounting when the caller knows it."""
+        ``largest_offset`` (LogSegment.append). ``size`` saves recounting when the caller knows it;
+        ``before_commit`` is ``FileRecords.append``'s (a last check that can still refuse the write)."""
         if size is None:
             size = sum(map(len, records)) if isinstance(records, list) else len(records)
         if size == 0:
@@ -265,7 +267,8 @@ class LogSegment:
         position = self.log.size
         if not 0 <= largest_offset - self.base_offset <= INT32_MAX:
             self._ensure_offset_in_range(largest_offset)
-        self.log.append(records, size)  # an I/O error leaves the segment as it was (FileRecords rolls back)
+        # an I/O error, or a refusal from before_commit, leaves the segment as it was (FileRecords rolls back)
+        self.log.append(records, size, before_commit)
         if position == 0:
             self.rolling_based_timestamp = largest_timestamp
         current = self._max_ts_and_offset if self._max_ts_and_offset is not None else self._max_timestamp_and_offset()

@@ -406,15 +406,28 @@ def check_valid_size(records: bytes, what: str) -> None:
 _FAST_ATTRIBUTES_MASK = 0x7F  # codec, timestamp type, transactional, control, delete horizon: all must be clear
 
 
-def validate_single_plain_batch(
-    records: bytes, first_offset: int, now: int, config: LogConfig, leader_epoch: int
-) -> tuple[list, int, LogAppendInfo] | None:
-    """The common client append in one pass: a lone uncompressed v2 batch with no producer id.
+@dataclass(slots=True)
+class PlainBatch:
+    """A lone uncompressed v2 client batch whose header passed the cheap checks: what the record checks
+    and the final header need. ``check_plain_batch`` needs no lock, so it can run beside the write."""
 
-    Returns (buffers to write, size, info). It applies the checks of ``analyze`` and
-    ``validate_and_assign_offsets`` and returns None whenever the append is anything else, or anything is
-    wrong, so that the general path handles it and raises Kafka's exact error.
-    """
+    records: bytes
+    size: int
+    batch_length: int
+    partition_leader_epoch: int
+    crc: int
+    attributes: int
+    delta: int
+    base_ts: int
+    header_max_ts: int
+    producer_epoch: int
+    base_sequence: int
+    count: int
+
+
+def plan_single_plain_batch(records: bytes, config: LogConfig) -> PlainBatch | None:
+    """The header checks of the common client append (one uncompressed v2 batch, no producer id), or
+    None when the append is anything else, so that the general path handles it."""
     size = len(records)
     if size < RECORDS_OFFSET or records[16] != 2:
         return None
@@ -445,13 +458,32 @@ def validate_single_plain_batch(
         or config.compression_type not in ("producer", "uncompressed")
     ):
         return None
-    view = memoryview(records)
-    body = view[RECORDS_OFFSET:]
-    if crc32c(view[ATTRIBUTES_OFFSET:]) != crc:
+    return PlainBatch(
+        records,
+        size,
+        batch_length,
+        epoch,
+        crc,
+        attributes,
+        delta,
+        base_ts,
+        header_max_ts,
+        producer_epoch,
+        base_sequence,
+        count,
+    )
+
+
+def check_plain_batch(plan: PlainBatch, now: int, config: LogConfig) -> int | None:
+    """The CRC and record checks of ``plan`` (analyze's and LogValidator's): the batch's true max
+    timestamp, or None when anything is wrong, so that the general path raises Kafka's exact error."""
+    records = plan.records
+    if crc32c(memoryview(records)[ATTRIBUTES_OFFSET:]) != plan.crc:
         return None
     # numba reads the bytes object as a buffer directly (no numpy wrapper needed on this path)
-    code, _, _, min_ts, max_ts, null_keys = _kernels.summarize_records(records, RECORDS_OFFSET, size, count, base_ts)
-
+    code, _, _, min_ts, max_ts, null_keys = _kernels.summarize_records(
+        records, RECORDS_OFFSET, plan.size, plan.count, plan.base_ts
+    )
     if code != _kernels.OK or (null_keys and config.compact):
         return None
     max_ts = int(max_ts)
@@ -460,37 +492,68 @@ def validate_single_plain_batch(
         or (min_ts != LONG_MAX and now - min_ts > config.message_timestamp_before_max_ms)
     ):
         return None
-    last = first_offset + delta
-    if max_ts != header_max_ts:  # setMaxTimestamp: the CRC covers the max timestamp
-        new_tail = _TAIL.pack(attributes, delta, base_ts, max_ts, producer_id, producer_epoch, base_sequence, count)
+    return max_ts
+
+
+def plain_batch_append(
+    plan: PlainBatch, max_ts: int, first_offset: int, leader_epoch: int
+) -> tuple[list, int, LogAppendInfo]:
+    """(buffers to write, size, info) for a checked ``plan`` whose records' max timestamp is ``max_ts``:
+    its header gets the offsets and leader epoch in place, and the CRC is recomputed only when the max
+    timestamp changes (setMaxTimestamp: the CRC covers it)."""
+    body = memoryview(plan.records)[RECORDS_OFFSET:]
+    crc = plan.crc
+    if max_ts != plan.header_max_ts:
+        new_tail = _TAIL.pack(
+            plan.attributes, plan.delta, plan.base_ts, max_ts, -1, plan.producer_epoch, plan.base_sequence, plan.count
+        )
         crc = crc32c(body, crc32c(new_tail))
     header = HEADER_STRUCT.pack(
         first_offset,
-        batch_length,
+        plan.batch_length,
         leader_epoch,
         2,
         crc,
-        attributes,
-        delta,
-        base_ts,
+        plan.attributes,
+        plan.delta,
+        plan.base_ts,
         max_ts,
-        producer_id,
-        producer_epoch,
-        base_sequence,
-        count,
+        -1,
+        plan.producer_epoch,
+        plan.base_sequence,
+        plan.count,
     )
+    last = first_offset + plan.delta
     info = LogAppendInfo(
         first_offset=first_offset,
         last_offset=last,
         max_timestamp=max_ts,
         shallow_offset_of_max_timestamp=last if max_ts > NO_TIMESTAMP else -1,  # as LogValidator: only a real max
-        valid_bytes=size,
+        valid_bytes=plan.size,
         shallow_count=1,
-        num_records=count,
-        last_leader_epoch=epoch,
+        num_records=plan.count,
+        last_leader_epoch=plan.partition_leader_epoch,  # the client's, as analyzeAndValidateRecords
         last_offset_of_first_batch=last,
     )
-    return [header, body], size, info
+    return [header, body], plan.size, info
+
+
+def validate_single_plain_batch(
+    records: bytes, first_offset: int, now: int, config: LogConfig, leader_epoch: int
+) -> tuple[list, int, LogAppendInfo] | None:
+    """The common client append in one pass: a lone uncompressed v2 batch with no producer id.
+
+    Returns (buffers to write, size, info). It applies the checks of ``analyze`` and
+    ``validate_and_assign_offsets`` and returns None whenever the append is anything else, or anything is
+    wrong, so that the general path handles it and raises Kafka's exact error.
+    """
+    plan = plan_single_plain_batch(records, config)
+    if plan is None:
+        return None
+    max_ts = check_plain_batch(plan, now, config)
+    if max_ts is None:
+        return None
+    return plain_batch_append(plan, max_ts, first_offset, leader_epoch)
 
 
 _ZERO_OFFSET = bytes(8)
