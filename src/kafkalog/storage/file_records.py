@@ -107,20 +107,20 @@ class FileRecords:
         """
         parts = data if isinstance(data, list) else [data]
         n = sum(map(len, parts)) if size is None else size  # bytes or byte memoryviews: len counts bytes
+        if len(parts) > 1 and n < _JOIN_BELOW:
+            parts = [b"".join(parts)]  # one small copy is cheaper than a vectored write
         with self._lock:
             if self._size > INT32_MAX - n:
                 raise KafkaStorageError(
                     f"Append of size {n} bytes is too large for segment with current file position at {self._size}",
                     path=str(self.path),
                 )
-            if len(parts) > 1 and n < _JOIN_BELOW:
-                parts = [b"".join(parts)]  # one small copy is cheaper than a vectored write
             io = file_io()
             try:
-                if len(parts) > 1:
-                    written = io.pwritev(self._fd, parts, self._size, self.path)
-                else:
+                if len(parts) == 1:
                     written = io.pwrite(self._fd, parts[0], self._size, self.path)
+                else:
+                    written = io.pwritev(self._fd, parts, self._size, self.path)
                 if written < n:  # a short write: finish the rest from where it stopped
                     rest = memoryview(b"".join(parts))[written:]
                     while rest:

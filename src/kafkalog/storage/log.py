@@ -47,15 +47,16 @@ from .txn_index import AbortedTxn
 from .validator import (
     CLIENT,
     COORDINATOR,
+    MAX_TS_FIELD,
     REPLICATION,
     LogAppendInfo,
-    PlainBatch,
     analyze,
     check_follower_offsets,
     check_plain_batch,
     plain_batch_append,
-    plan_single_plain_batch,
+    plain_batch_header,
     validate_and_assign_offsets,
+    validate_single_plain_batch,
 )
 
 log = logging.getLogger(__name__)
@@ -289,21 +290,31 @@ class Log:
     def _append(self, records: bytes, *, origin: str, leader_epoch: int, assign_offsets: bool) -> LogAppendInfo:
         if assign_offsets and origin == CLIENT:
             with self._lock:
-                plan = plan_single_plain_batch(records, self.config)
-                if plan is not None:
-                    appended = self._append_plain(plan, self.clock.milliseconds(), leader_epoch)
+                now = self.clock.milliseconds()
+                if len(records) < OVERLAP_MIN_BYTES:
+                    fast = validate_single_plain_batch(records, self._log_end_offset, now, self.config, leader_epoch)
+                    if fast is not None:
+                        return self._append_validated(*fast, now)
+                else:
+                    appended = self._append_large(records, now, leader_epoch)
                     if appended is not None:
                         return appended
         return self._append_general(records, origin=origin, leader_epoch=leader_epoch, assign_offsets=assign_offsets)
 
-    def _append_plain(self, plan: PlainBatch, now: int, leader_epoch: int) -> LogAppendInfo | None:
-        """The common client append: one uncompressed v2 batch without a producer id. None hands it to the
-        general path, which raises Kafka's exact error. A large batch is checked while it is written."""
-        check = checker.start(check_plain_batch, plan, now, self.config) if plan.size >= OVERLAP_MIN_BYTES else None
-        if check is None:
-            max_ts = check_plain_batch(plan, now, self.config)
+    def _append_large(self, records: bytes, now: int, leader_epoch: int) -> LogAppendInfo | None:
+        """The common client append (see ``validate_single_plain_batch``) of a large batch, checked on the
+        background thread while it is written. None hands it to the general path, which raises Kafka's
+        exact error."""
+        header = plain_batch_header(records, self.config)
+        if header is None:
+            return None
+        check = checker.start(check_plain_batch, records, header, now, self.config)
+        if check is None:  # the background thread is busy with another log's append
+            max_ts = check_plain_batch(records, header, now, self.config)
         else:
-            parts, size, info = plain_batch_append(plan, plan.header_max_ts, self._log_end_offset, leader_epoch)
+            parts, size, info = plain_batch_append(
+                records, header, header[MAX_TS_FIELD], self._log_end_offset, leader_epoch
+            )
             self._check_open()
             segment = self.segments.last()
             if size <= self.config.segment_bytes and not self._roll_due(segment, size, info, now):
@@ -311,7 +322,9 @@ class Log:
             max_ts = check.result()  # Kafka rolls only for a valid batch: check it first
         if max_ts is None:
             return None
-        return self._append_validated(*plain_batch_append(plan, max_ts, self._log_end_offset, leader_epoch), now)
+        return self._append_validated(
+            *plain_batch_append(records, header, max_ts, self._log_end_offset, leader_epoch), now
+        )
 
     def _append_overlapped(
         self, segment: LogSegment, parts: list, size: int, info: LogAppendInfo, now: int, check: Check

@@ -406,46 +406,15 @@ def check_valid_size(records: bytes, what: str) -> None:
 _FAST_ATTRIBUTES_MASK = 0x7F  # codec, timestamp type, transactional, control, delete horizon: all must be clear
 
 
-@dataclass(slots=True)
-class PlainBatch:
-    """A lone uncompressed v2 client batch whose header passed the cheap checks: what the record checks
-    and the final header need. ``check_plain_batch`` needs no lock, so it can run beside the write."""
-
-    records: bytes
-    size: int
-    batch_length: int
-    partition_leader_epoch: int
-    crc: int
-    attributes: int
-    delta: int
-    base_ts: int
-    header_max_ts: int
-    producer_epoch: int
-    base_sequence: int
-    count: int
-
-
-def plan_single_plain_batch(records: bytes, config: LogConfig) -> PlainBatch | None:
-    """The header checks of the common client append (one uncompressed v2 batch, no producer id), or
-    None when the append is anything else, so that the general path handles it."""
+def plain_batch_header(records: bytes, config: LogConfig) -> tuple | None:
+    """The unpacked header (``HEADER_STRUCT`` fields) of the common client append, a lone uncompressed v2
+    batch without a producer id, once its header checks pass; None when the append is anything else, so
+    that the general path handles it."""
     size = len(records)
     if size < RECORDS_OFFSET or records[16] != 2:
         return None
-    (
-        _,
-        batch_length,
-        epoch,
-        _,
-        crc,
-        attributes,
-        delta,
-        base_ts,
-        header_max_ts,
-        producer_id,
-        producer_epoch,
-        base_sequence,
-        count,
-    ) = HEADER_STRUCT.unpack_from(records)
+    header = HEADER_STRUCT.unpack_from(records)
+    _, batch_length, _, _, _, attributes, delta, _, _, producer_id, _, _, count = header
     if (
         batch_length + 12 != size
         or attributes & _FAST_ATTRIBUTES_MASK
@@ -458,31 +427,18 @@ def plan_single_plain_batch(records: bytes, config: LogConfig) -> PlainBatch | N
         or config.compression_type not in ("producer", "uncompressed")
     ):
         return None
-    return PlainBatch(
-        records,
-        size,
-        batch_length,
-        epoch,
-        crc,
-        attributes,
-        delta,
-        base_ts,
-        header_max_ts,
-        producer_epoch,
-        base_sequence,
-        count,
-    )
+    return header
 
 
-def check_plain_batch(plan: PlainBatch, now: int, config: LogConfig) -> int | None:
-    """The CRC and record checks of ``plan`` (analyze's and LogValidator's): the batch's true max
-    timestamp, or None when anything is wrong, so that the general path raises Kafka's exact error."""
-    records = plan.records
-    if crc32c(memoryview(records)[ATTRIBUTES_OFFSET:]) != plan.crc:
+def check_plain_batch(records: bytes, header: tuple, now: int, config: LogConfig) -> int | None:
+    """The CRC and record checks (analyze's and LogValidator's) of a batch ``plain_batch_header`` passed:
+    its records' max timestamp, or None when anything is wrong, so that the general path raises Kafka's
+    exact error. It takes no lock, so a large batch is checked while it is written."""
+    if crc32c(memoryview(records)[ATTRIBUTES_OFFSET:]) != header[_CRC]:
         return None
     # numba reads the bytes object as a buffer directly (no numpy wrapper needed on this path)
     code, _, _, min_ts, max_ts, null_keys = _kernels.summarize_records(
-        records, RECORDS_OFFSET, plan.size, plan.count, plan.base_ts
+        records, RECORDS_OFFSET, len(records), header[_COUNT], header[_BASE_TS]
     )
     if code != _kernels.OK or (null_keys and config.compact):
         return None
@@ -496,46 +452,42 @@ def check_plain_batch(plan: PlainBatch, now: int, config: LogConfig) -> int | No
 
 
 def plain_batch_append(
-    plan: PlainBatch, max_ts: int, first_offset: int, leader_epoch: int
+    records: bytes, header: tuple, max_ts: int, first_offset: int, leader_epoch: int
 ) -> tuple[list, int, LogAppendInfo]:
-    """(buffers to write, size, info) for a checked ``plan`` whose records' max timestamp is ``max_ts``:
-    its header gets the offsets and leader epoch in place, and the CRC is recomputed only when the max
+    """(buffers to write, size, info) for a checked batch whose records' max timestamp is ``max_ts``: the
+    header gets the offsets and leader epoch in place, and the CRC is recomputed only when the max
     timestamp changes (setMaxTimestamp: the CRC covers it)."""
-    body = memoryview(plan.records)[RECORDS_OFFSET:]
-    crc = plan.crc
-    if max_ts != plan.header_max_ts:
-        new_tail = _TAIL.pack(
-            plan.attributes, plan.delta, plan.base_ts, max_ts, -1, plan.producer_epoch, plan.base_sequence, plan.count
-        )
+    _, batch_length, epoch, _, crc, attributes, delta, base_ts, header_max_ts, _, producer_epoch, sequence, count = (
+        header
+    )
+    body = memoryview(records)[RECORDS_OFFSET:]
+    if max_ts != header_max_ts:
+        new_tail = _TAIL.pack(attributes, delta, base_ts, max_ts, -1, producer_epoch, sequence, count)
         crc = crc32c(body, crc32c(new_tail))
-    header = HEADER_STRUCT.pack(
+    new_header = HEADER_STRUCT.pack(
         first_offset,
-        plan.batch_length,
+        batch_length,
         leader_epoch,
         2,
         crc,
-        plan.attributes,
-        plan.delta,
-        plan.base_ts,
+        attributes,
+        delta,
+        base_ts,
         max_ts,
         -1,
-        plan.producer_epoch,
-        plan.base_sequence,
-        plan.count,
+        producer_epoch,
+        sequence,
+        count,
     )
-    last = first_offset + plan.delta
+    last = first_offset + delta
+    size = batch_length + 12
+    # LogAppendInfo's fields in order (positional: this runs on every single-record append): the shallow offset
+    # of the max timestamp is set only for a real max, as LogValidator does; the leader epoch is the client's.
     info = LogAppendInfo(
-        first_offset=first_offset,
-        last_offset=last,
-        max_timestamp=max_ts,
-        shallow_offset_of_max_timestamp=last if max_ts > NO_TIMESTAMP else -1,  # as LogValidator: only a real max
-        valid_bytes=plan.size,
-        shallow_count=1,
-        num_records=plan.count,
-        last_leader_epoch=plan.partition_leader_epoch,  # the client's, as analyzeAndValidateRecords
-        last_offset_of_first_batch=last,
-    )
-    return [header, body], plan.size, info
+        first_offset, last, max_ts, last if max_ts > NO_TIMESTAMP else -1, NO_TIMESTAMP, 0, "none", size, 1, count,
+        epoch, True, last, False,
+    )  # fmt: skip
+    return [new_header, body], size, info
 
 
 def validate_single_plain_batch(
@@ -547,14 +499,15 @@ def validate_single_plain_batch(
     ``validate_and_assign_offsets`` and returns None whenever the append is anything else, or anything is
     wrong, so that the general path handles it and raises Kafka's exact error.
     """
-    plan = plan_single_plain_batch(records, config)
-    if plan is None:
+    header = plain_batch_header(records, config)
+    if header is None:
         return None
-    max_ts = check_plain_batch(plan, now, config)
+    max_ts = check_plain_batch(records, header, now, config)
     if max_ts is None:
         return None
-    return plain_batch_append(plan, max_ts, first_offset, leader_epoch)
+    return plain_batch_append(records, header, max_ts, first_offset, leader_epoch)
 
 
+_CRC, _BASE_TS, MAX_TS_FIELD, _COUNT = 4, 7, 8, 12  # positions in HEADER_STRUCT's fields
 _ZERO_OFFSET = bytes(8)
 _TAIL = struct.Struct(">hiqqqhii")
