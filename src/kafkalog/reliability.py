@@ -46,6 +46,22 @@ TOPIC = "acks"
 MAX_BATCH = 5
 
 
+@dataclass(frozen=True)
+class AppendShape:
+    """What the kill -9 child appends: records per batch, value sizes, and the topic's segment size."""
+
+    records: tuple[int, int] = (1, MAX_BATCH)
+    value_bytes: tuple[int, int] = (8, 300)
+    segment_bytes: int = 16384
+    cycle: int = 25  # runs between fresh log dirs
+    label: str = "1-5 small records per batch"
+
+
+SMALL_BATCHES = AppendShape()
+# ~270-440 KB batches: above OVERLAP_MIN_BYTES, so each is checked on the background thread while it is written
+LARGE_BATCHES = AppendShape((900, 1100), (300, 400), 8 << 20, 5, "~350 KB batches, checked while written")
+
+
 # ----- values that check themselves ----------------------------------------------------------------
 def make_value(run: int, seq: int, length: int) -> bytes:
     head = b"%d:%d:%d:" % (run, seq, length)
@@ -113,7 +129,7 @@ def _broker(log_dir: Path) -> dict:
     return {"log.dirs": str(log_dir), "log.flush.offset.checkpoint.interval.ms": 25, "log.initial.task.delay.ms": 0}
 
 
-def _child_append_forever(log_dir: Path, run: int, wfd: int, seed: int) -> None:
+def _child_append_forever(log_dir: Path, run: int, wfd: int, seed: int, shape: AppendShape) -> None:
     """In the forked child: a real-clock LogManager, appends forever, one ack line per returned append."""
     code = 0
     try:
@@ -122,8 +138,8 @@ def _child_append_forever(log_dir: Path, run: int, wfd: int, seed: int) -> None:
             lg = manager.get_log(TOPIC)
             seq = 0
             while True:
-                n = rng.randint(1, MAX_BATCH)
-                values = [make_value(run, seq + i, rng.randint(8, 300)) for i in range(n)]
+                n = rng.randint(*shape.records)
+                values = [make_value(run, seq + i, rng.randint(*shape.value_bytes)) for i in range(n)]
                 info = lg.append([(None, v) for v in values])
                 os.write(wfd, b"A %d %d %d\n" % (info.first_offset, n, seq))  # < PIPE_BUF: atomic
                 seq += n
@@ -134,9 +150,9 @@ def _child_append_forever(log_dir: Path, run: int, wfd: int, seed: int) -> None:
         os._exit(code)
 
 
-def _setup_dir(log_dir: Path, flush_messages: int | None) -> None:
+def _setup_dir(log_dir: Path, flush_messages: int | None, shape: AppendShape) -> None:
     shutil.rmtree(log_dir, ignore_errors=True)
-    config = {"segment.bytes": 16384}
+    config = {"segment.bytes": shape.segment_bytes}
     if flush_messages is not None:
         config["flush.messages"] = flush_messages
     with LogManager([log_dir], _broker(log_dir), clock=MockTime()) as manager:
@@ -147,12 +163,14 @@ def _setup_dir(log_dir: Path, flush_messages: int | None) -> None:
         manager.delete_topic("warm-up")
 
 
-def _run_child(log_dir: Path, run: int, rng: random.Random, max_delay: float) -> tuple[list[bytes], str | None]:
+def _run_child(
+    log_dir: Path, run: int, rng: random.Random, max_delay: float, shape: AppendShape
+) -> tuple[list[bytes], str | None]:
     rfd, wfd = os.pipe()
     pid = os.fork()
     if pid == 0:
         os.close(rfd)
-        _child_append_forever(log_dir, run, wfd, rng.randrange(1 << 30))
+        _child_append_forever(log_dir, run, wfd, rng.randrange(1 << 30), shape)
     os.close(wfd)
     deadline = time.monotonic() + rng.uniform(0.0, max_delay)
     data = bytearray()
@@ -173,17 +191,21 @@ def _run_child(log_dir: Path, run: int, rng: random.Random, max_delay: float) ->
     return [line for line in lines if line.startswith(b"A ")], error
 
 
-def kill9(iterations: int, flush_messages: int | None, root: Path, seed: int, cycle: int = 25) -> Row:
+def kill9(
+    iterations: int, flush_messages: int | None, root: Path, seed: int, shape: AppendShape = SMALL_BATCHES
+) -> Row:
     label = "flush.messages=1 (fsync per append)" if flush_messages == 1 else "default flush policy"
+    if shape is not SMALL_BATCHES:
+        label += f", {shape.label}"
     row = Row(f"kill -9 while appending, {label}")
     rng = random.Random(seed)
-    log_dir = root / f"kill9-{flush_messages or 'default'}"
+    log_dir = root / f"kill9-{flush_messages or 'default'}-{shape.segment_bytes}"
     known: list[bytes] = []
     for run in range(iterations):
-        if run % cycle == 0:
-            _setup_dir(log_dir, flush_messages)
+        if run % shape.cycle == 0:
+            _setup_dir(log_dir, flush_messages, shape)
             known = []
-        acks, error = _run_child(log_dir, run, rng, 0.4)
+        acks, error = _run_child(log_dir, run, rng, 0.4, shape)
         if error is not None:
             row.failures.append(f"run {run}: child failed: {error}")
         with LogManager([log_dir], _broker(log_dir), clock=MockTime()) as manager:  # unclean restart
@@ -201,7 +223,7 @@ def kill9(iterations: int, flush_messages: int | None, root: Path, seed: int, cy
                     row.lost += 1
             acked_end = max(acked_end, first + n)
         extra = len(values) - acked_end
-        if extra > MAX_BATCH or any(value_key(v)[0] != run for v in values[acked_end:]):
+        if extra > shape.records[1] or any(value_key(v)[0] != run for v in values[acked_end:]):
             row.corrupt += 1
             row.failures.append(f"run {run}: {extra} unacknowledged records served, more than one batch in flight")
         known = values
@@ -460,6 +482,7 @@ def run(quick: bool = False, iterations: int | None = None, seed: int = 1, root:
     try:
         per_mode = max(1, iterations // 2)
         rows = [kill9(per_mode, None, root, seed), kill9(iterations - per_mode, 1, root, seed + 1)]
+        rows.append(kill9(max(2, iterations // 20), None, root, seed + 2, LARGE_BATCHES))
         for err in ("ENOSPC", "EIO", "EFBIG"):
             for op in ("write", "fsync"):
                 rows.append(fault_case(root, err, op))
