@@ -294,6 +294,50 @@ def _fmt_tps(tps) -> str:
     return "{" + ", ".join(f"{t}-{p}" for t, p in sorted(tps)) + "}"
 
 
+@dataclass(frozen=True)
+class _RangeEnd:
+    """The options of one end of a batch query's range, and the offset Spark refuses there."""
+
+    timestamp: str
+    by_timestamp: str
+    offsets: str
+    default: str
+    refused: str  # 'latest' for the start, 'earliest' for the end
+    refused_offset: int
+    whole: str  # how Spark's messages name this end as a whole, then per partition
+    per_partition: str
+
+
+_STARTING = _RangeEnd(
+    "startingTimestamp", "startingOffsetsByTimestamp", "startingOffsets", "earliest", "latest", LATEST,
+    "starting offset", "startingOffsets",
+)  # fmt: skip
+_ENDING = _RangeEnd(
+    "endingTimestamp", "endingOffsetsByTimestamp", "endingOffsets", "latest", "earliest", EARLIEST,
+    "ending offset", "ending offset",
+)  # fmt: skip
+
+
+def _parse_limit(opts: Mapping[str, str], end: _RangeEnd) -> tuple[str | dict, int | None, dict | None]:
+    """(offsets, global timestamp, timestamps by partition) of one end of the range, with Spark's precedence
+    (KafkaSourceProvider.getKafkaOffsetRangeLimit): the global timestamp, then the one by partition, then
+    the offsets; the options that do not apply are not looked at. validateBatchOptions' checks and wording."""
+    if end.timestamp.lower() in opts:
+        return end.default, _parse_timestamp(end.timestamp, opts[end.timestamp.lower()]), None
+    if end.by_timestamp.lower() in opts:
+        return end.default, None, _parse_timestamps(end.by_timestamp, opts[end.by_timestamp.lower()])
+    offsets = _parse_offsets(end.offsets, opts.get(end.offsets.lower(), end.default))
+    if offsets == end.refused:
+        raise InvalidConfigurationError(f"{end.whole} can't be {end.refused} for batch queries on kafkalog")
+    if isinstance(offsets, dict):
+        for (topic, partition), offset in offsets.items():
+            if offset == end.refused_offset:
+                raise InvalidConfigurationError(
+                    f"{end.per_partition} for {topic}-{partition} can't be {end.refused} for batch queries on kafkalog"
+                )
+    return offsets, None, None
+
+
 def parse_options(options: Mapping[str, str]) -> ReadOptions:
     """Validate the options as the Kafka source does for a batch query, with its wording where it fits."""
     opts = {str(k).lower(): str(v) for k, v in options.items() if v is not None}
@@ -351,40 +395,8 @@ def parse_options(options: Mapping[str, str]) -> ReadOptions:
             f"Option 'startingOffsetsByTimestampStrategy' must be one of {', '.join(TIMESTAMP_STRATEGIES)}, "
             f"not '{opts['startingoffsetsbytimestampstrategy']}'"
         )
-    # Spark's precedence (KafkaSourceProvider.getKafkaOffsetRangeLimit): global timestamp, timestamp by
-    # partition, then offsets; the options that do not apply are not looked at.
-    starting: str | dict = "earliest"
-    starting_timestamp = starting_by_timestamp = None
-    if "startingtimestamp" in opts:
-        starting_timestamp = _parse_timestamp("startingTimestamp", opts["startingtimestamp"])
-    elif "startingoffsetsbytimestamp" in opts:
-        starting_by_timestamp = _parse_timestamps("startingOffsetsByTimestamp", opts["startingoffsetsbytimestamp"])
-    else:
-        starting = _parse_offsets("startingOffsets", opts.get("startingoffsets", "earliest"))
-        if starting == "latest":
-            raise InvalidConfigurationError("starting offset can't be latest for batch queries on kafkalog")
-        if isinstance(starting, dict):
-            for (topic, partition), offset in starting.items():
-                if offset == LATEST:
-                    raise InvalidConfigurationError(
-                        f"startingOffsets for {topic}-{partition} can't be latest for batch queries on kafkalog"
-                    )
-    ending: str | dict = "latest"
-    ending_timestamp = ending_by_timestamp = None
-    if "endingtimestamp" in opts:
-        ending_timestamp = _parse_timestamp("endingTimestamp", opts["endingtimestamp"])
-    elif "endingoffsetsbytimestamp" in opts:
-        ending_by_timestamp = _parse_timestamps("endingOffsetsByTimestamp", opts["endingoffsetsbytimestamp"])
-    else:
-        ending = _parse_offsets("endingOffsets", opts.get("endingoffsets", "latest"))
-        if ending == "earliest":
-            raise InvalidConfigurationError("ending offset can't be earliest for batch queries on kafkalog")
-        if isinstance(ending, dict):
-            for (topic, partition), offset in ending.items():
-                if offset == EARLIEST:
-                    raise InvalidConfigurationError(
-                        f"ending offset for {topic}-{partition} can't be earliest for batch queries on kafkalog"
-                    )
+    starting, starting_timestamp, starting_by_timestamp = _parse_limit(opts, _STARTING)
+    ending, ending_timestamp, ending_by_timestamp = _parse_limit(opts, _ENDING)
     if starting_by_timestamp is not None and ending_by_timestamp is not None:  # checkOffsetLimitValidity
         if set(starting_by_timestamp) != set(ending_by_timestamp):
             raise InvalidConfigurationError(
