@@ -6,7 +6,8 @@ batch per append, with ``index.interval.bytes`` 4096 (150 for ``interval-150``) 
 
 - recovering a copy of the ``.log`` alone rebuilds Kafka's ``.index`` and ``.timeindex`` byte for byte;
 - appending the same batches follower-style (keeping their offsets) into an empty log gives Kafka's
-  ``.log``, ``.index`` and ``.timeindex`` after close;
+  ``.log``, ``.index`` and ``.timeindex`` after close, and so does appending them as a producer sent them
+  (the client path, checked inline and checked while written) where no producer id is involved;
 - the producer snapshot written on close equals Kafka's (``idempotent``, ``transactional-commit``).
 
 Part 2, ``fixtures/broker-logs``: every partition directory, copied and opened after a clean and after an
@@ -292,6 +293,37 @@ def test_follower_appends_write_kafka_bytes(folder: str, tmp_path: Path) -> None
     _assert_same_index_files(ours, log_path)
     txn_index = directory / _name(base, ".txnindex")
     assert not txn_index.exists() or txn_index.stat().st_size == 0, "no transaction was aborted"
+
+
+CLIENT_REPLAYABLE = ["codec-none", "interval-150", "base-offset-1000000"]  # no producer ids, so a replay is exact
+
+
+@pytest.mark.parametrize("overlap", [False, True], ids=["checked-then-written", "checked-while-written"])
+@pytest.mark.parametrize("folder", CLIENT_REPLAYABLE)
+def test_client_appends_write_kafka_bytes(folder: str, overlap: bool, tmp_path: Path, monkeypatch) -> None:
+    """(b') the same batches as a producer sends them (base offset 0, partition leader epoch -1) through
+    Log.append with the leader epoch Kafka stamped: LogValidator's in-place path gives Kafka's .log, .index
+    and .timeindex. ``checked-while-written`` sends every batch through the overlapped path (threshold 0)."""
+    if overlap:
+        monkeypatch.setattr("kafkalog.storage.log.OVERLAP_MIN_BYTES", 0)
+    log_path, base, interval = _segment_files(folder)
+    data = log_path.read_bytes()
+    batches = scan_log(log_path)
+    clock = MockTime(start_ms=max(b.max_timestamp for b in batches) + 1)
+    directory = tmp_path / "client-0"
+    log = Log.open(directory, _config(interval), clock=clock, log_start_offset=base)
+    for batch in batches:
+        sent = bytearray(data[batch.position : batch.position + batch.size])
+        epoch = int.from_bytes(sent[12:16], "big", signed=True)
+        sent[0:8] = bytes(8)  # neither field is under the CRC, so the producer's CRC still holds
+        sent[12:16] = (-1).to_bytes(4, "big", signed=True)
+        info = log.append(bytes(sent), leader_epoch=epoch)
+        assert (info.first_offset, info.last_offset) == (batch.base_offset, batch.last_offset)
+    assert [s.base_offset for s in log.segments] == [base]
+    log.close()
+    ours = directory / _name(base, ".log")
+    assert ours.read_bytes() == data
+    _assert_same_index_files(ours, log_path)
 
 
 # ----- part 1 (c): producer snapshots ----------------------------------------------------------------
