@@ -213,6 +213,16 @@ def test_the_checker_returns_results_and_raises_errors() -> None:
     assert own.start(len, b"abc").result() == 3  # a failure leaves the thread serving
 
 
+def test_a_checker_whose_thread_is_gone_starts_another() -> None:
+    """A thread that died between checks (it cannot in normal running) is replaced, not waited on forever."""
+    own = BackgroundChecker()
+    assert own.start(int, "1").result() == 1
+    first = own._thread
+    own._thread = threading.Thread()  # never started: not alive, as a thread that has died
+    assert own.start(int, "2").result() == 2
+    assert own._thread is not first and own._thread.is_alive()
+
+
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 def test_the_checker_serves_a_forked_child() -> None:
     """A fork copies no threads: the child starts its own checker thread on first use."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import queue
+import sys
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -61,14 +62,19 @@ class BackgroundChecker:
         self._start_lock = threading.Lock()
 
     def start(self, fn: Callable[..., Any], *args: Any) -> Check | None:
-        """Run ``fn(*args)`` on the background thread, or return None when it is busy with another check."""
-        if not self._idle.acquire(blocking=False):
+        """Run ``fn(*args)`` on the background thread, or return None when it is busy with another check, or
+        cannot run one (the interpreter is shutting down): then the caller checks the batch itself."""
+        if sys.is_finalizing() or not self._idle.acquire(blocking=False):
             return None
         try:
-            if self._thread is None:
+            thread = self._thread
+            if thread is None or not thread.is_alive():
                 self._start_thread()
             check = Check(fn, args)
             self._jobs.put(check)
+        except RuntimeError:  # "can't create new thread at interpreter shutdown"
+            self._idle.release()
+            return None
         except BaseException:
             self._idle.release()
             raise
@@ -76,7 +82,7 @@ class BackgroundChecker:
 
     def _start_thread(self) -> None:
         with self._start_lock:
-            if self._thread is None:
+            if self._thread is None or not self._thread.is_alive():
                 thread = threading.Thread(target=self._serve, args=(self._jobs,), name="kafkalog-check", daemon=True)
                 thread.start()
                 self._thread = thread
