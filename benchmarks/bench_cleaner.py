@@ -364,6 +364,22 @@ def _warm_up(scratch: Path, codec: str) -> None:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
+def _primer_clean(cleaner, directory: Path, spec: dict[str, Any]) -> float:
+    """Clean ``directory`` with ``cleaner`` (untimed for the figures): its map and buffers are then in use,
+    as a long-running cleaner thread's are. Returns the primer's own wall time."""
+    from kafkalog.clock import SYSTEM_TIME
+    from kafkalog.storage.cleaner import LogToClean, cleanable_offsets
+
+    log = _open_log(directory, spec["segment_bytes"], spec["leo"])
+    try:
+        offsets = cleanable_offsets(log, None, SYSTEM_TIME.milliseconds())
+        t0 = time.perf_counter()
+        cleaner.clean(LogToClean(None, log, offsets.first_dirty_offset, offsets.first_uncleanable_dirty_offset))
+        return time.perf_counter() - t0
+    finally:
+        log.close()
+
+
 def clean_child(spec: dict[str, Any]) -> dict[str, Any]:
     """One clean of the log in spec["dir"], in this (fresh) process: stats, map geometry, RSS, profile."""
     from kafkalog.clock import SYSTEM_TIME
@@ -377,6 +393,9 @@ def clean_child(spec: dict[str, Any]) -> dict[str, Any]:
         to_clean = LogToClean(None, log, offsets.first_dirty_offset, offsets.first_uncleanable_dirty_offset)
         offset_map = SkimpyOffsetMap(spec["budget"], LOAD_FACTOR)
         cleaner = Cleaner(offset_map, SYSTEM_TIME, io_buffer_size=IO_BUFFER, max_io_buffer_size=MAX_IO_BUFFER)
+        primer_s = None
+        if spec.get("primer_dir"):  # steady state: this cleaner has cleaned (another copy of) the log before
+            primer_s = _primer_clean(cleaner, Path(spec["primer_dir"]), spec)
         profiler = cProfile.Profile() if spec["profile"] else None
         gc.collect()
         before = _proc_status()
@@ -395,6 +414,7 @@ def clean_child(spec: dict[str, Any]) -> dict[str, Any]:
     finally:
         log.close()
     result: dict[str, Any] = {
+        "primer_s": primer_s,
         "first_dirty_offset": offsets.first_dirty_offset,
         "uncleanable_offset": offsets.first_uncleanable_dirty_offset,
         "end_offset": end_offset,
@@ -603,10 +623,14 @@ def verify_clean(directory: Path, wl: Workload, info: dict[str, Any], child: dic
 
 
 def clean_once(scratch: Scratch, pristine: Path, info: dict[str, Any], wl: Workload, *, budget: int, profile: bool,
-               codec: str) -> dict[str, Any]:  # fmt: skip
-    """A fresh working copy of the log, cleaned in a child process, then checked."""
+               codec: str, steady: bool = False) -> dict[str, Any]:  # fmt: skip
+    """A fresh working copy of the log, cleaned in a child process, then checked. ``steady``: the child's
+    cleaner first cleans another copy (its first clean), and the second clean is the one measured."""
     work = scratch.fresh("work-") / LOG_DIR_NAME
     linked = working_copy(pristine, work, info["active_base"])
+    primer = scratch.fresh("primer-") / LOG_DIR_NAME if steady else None
+    if primer is not None:
+        working_copy(pristine, primer, info["active_base"])
     try:
         spec = {
             "dir": str(work),
@@ -616,12 +640,15 @@ def clean_once(scratch: Scratch, pristine: Path, info: dict[str, Any], wl: Workl
             "profile": profile,
             "codec": codec,
             "warm_dir": str(scratch.fresh("warm-")),
+            "primer_dir": str(primer) if primer is not None else None,
         }
         child = run_child(spec)
         child["correctness"] = verify_clean(work, wl, info, child)
         child["hard_linked_sources"] = linked
     finally:
         shutil.rmtree(work.parent, ignore_errors=True)
+        if primer is not None:
+            shutil.rmtree(primer.parent, ignore_errors=True)
     return child
 
 
@@ -756,6 +783,22 @@ def bench_log(scratch: Scratch, p: Params, codec: str, console: Console, *, main
             "dirty_range_covered": partial["end_offset"] / info["active_base"],
             "segments_cleaned": sum(1 for b in info["segment_bases"] if b < partial["end_offset"]),
         }
+        console.print(f"[dim]cleaner: {label}: steady state, {repeats} second cleans by the same cleaner...[/]")
+        steady = [
+            clean_once(scratch, pristine, info, wl, budget=p.budget, profile=False, codec=codec, steady=True)
+            for _ in range(repeats)
+        ]
+        summary = summarize_cleans(steady, nbytes)
+        out["steady_state"] = {
+            "runs": summary["runs"],
+            "median_wall_s": summary["median_wall_s"],
+            "median_map_s": summary["median_map_s"],
+            "mb_per_s_read": summary["mb_per_s_read"],
+            "wall_times_s": summary["wall_times_s"],
+            "first_clean_in_process_s": [c["primer_s"] for c in steady],
+            "clean_vs_copyfile": summary["mb_per_s_read"] / copies["copyfile"]["mb_per_s"],
+            "correctness_ok": all(c["correctness"]["ok"] for c in steady),
+        }
         console.print(f"[dim]cleaner: {label}: clean under cProfile...[/]")
         profiled = clean_once(scratch, pristine, info, wl, budget=p.budget, profile=True, codec=codec)
         out["profile"] = {
@@ -854,6 +897,14 @@ def print_tables(result: dict[str, Any], console: Console) -> None:
         f"({part['dirty_range_covered']:.1%} of the dirty range), {part['segments_cleaned']} segment(s) cleaned, "
         f"{part['mb_per_s_read']:,.1f} MB/s read[/]"
     )
+    steady = result["logs"]["none"].get("steady_state")
+    if steady:
+        console.print(
+            f"[dim]steady state (the same cleaner's second clean in its process, map and buffers in use, as a "
+            f"long-running cleaner thread's): median {steady['median_wall_s']:.2f} s, {steady['mb_per_s_read']:,.1f} "
+            f"MB/s read, {steady['clean_vs_copyfile']:.3f}x copyfile; that process's first clean took "
+            f"{statistics.median(steady['first_clean_in_process_s']):.2f} s (median)[/]"
+        )
 
     goals = common.goals_table()
     g = result["goals_measured"]
@@ -906,6 +957,7 @@ def run(*, quick: bool = False, results_dir: Path, console: Console | None = Non
     measured = {
         "clean_vs_copyfile": main["clean_vs_copyfile"],
         "clean_vs_copyfile_cpu_time": main["clean_vs_copyfile_cpu"],
+        "clean_vs_copyfile_steady_state": main.get("steady_state", {}).get("clean_vs_copyfile"),
         "map_memory_max_share_of_budget": max(
             c["memory"]["map_memory_bytes"] / c["memory"]["budget_bytes"] for c in cleans
         ),

@@ -260,6 +260,13 @@ def test_cleaner_json_shape(quick_cleaner_run):
             assert len(r["copy"][how]["times_s"]) == params["copy_repeats"], (codec, how)
         assert _positive(r["clean_vs_copyfile"]) and _positive(r["clean_vs_read_write_loop"]), codec
 
+    steady = data["logs"]["none"]["steady_state"]  # a second clean by the same cleaner, in the same child
+    assert steady["runs"] == params["repeats"] == len(steady["first_clean_in_process_s"]) and steady["correctness_ok"]
+    assert _positive(steady["median_wall_s"]) and _positive(steady["clean_vs_copyfile"])
+    assert all(_positive(t) for t in steady["first_clean_in_process_s"])
+    assert data["goals_measured"]["clean_vs_copyfile_steady_state"] == steady["clean_vs_copyfile"]
+    assert "steady state" in proc.stdout
+
     partial = data["partial"]
     assert partial["memory"]["budget_bytes"] == params["small_budget"] and partial["memory"]["within_budget"]
     assert partial["memory"]["entries"] == partial["memory"]["max_entries"]  # the map filled up
