@@ -41,8 +41,8 @@ class Check:
 
     def result(self) -> Any:
         """The check's return value (or its exception), once it has finished."""
-        with self._done:
-            pass
+        self._done.acquire()  # released by the background thread once the check has finished
+        self._done.release()  # and left released, so that result() can be asked again
         if self._error is not None:
             raise self._error
         return self._value
