@@ -364,17 +364,23 @@ def _warm_up(scratch: Path, codec: str) -> None:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _primer_clean(cleaner, directory: Path, spec: dict[str, Any]) -> float:
-    """Clean ``directory`` with ``cleaner`` (untimed for the figures): its map and buffers are then in use,
-    as a long-running cleaner thread's are. Returns the primer's own wall time."""
+def _whole_dirty_range(log):
+    """(cleanable offsets, LogToClean) for a clean of ``log``'s whole dirty range, as the cleaner would pick."""
     from kafkalog.clock import SYSTEM_TIME
     from kafkalog.storage.cleaner import LogToClean, cleanable_offsets
 
+    offsets = cleanable_offsets(log, None, SYSTEM_TIME.milliseconds())
+    return offsets, LogToClean(None, log, offsets.first_dirty_offset, offsets.first_uncleanable_dirty_offset)
+
+
+def _primer_clean(cleaner, directory: Path, spec: dict[str, Any]) -> float:
+    """Clean ``directory`` with ``cleaner`` (untimed for the figures): its map and buffers are then in use,
+    as a long-running cleaner thread's are. Returns the primer's own wall time."""
     log = _open_log(directory, spec["segment_bytes"], spec["leo"])
     try:
-        offsets = cleanable_offsets(log, None, SYSTEM_TIME.milliseconds())
+        _, to_clean = _whole_dirty_range(log)
         t0 = time.perf_counter()
-        cleaner.clean(LogToClean(None, log, offsets.first_dirty_offset, offsets.first_uncleanable_dirty_offset))
+        cleaner.clean(to_clean)
         return time.perf_counter() - t0
     finally:
         log.close()
@@ -383,14 +389,13 @@ def _primer_clean(cleaner, directory: Path, spec: dict[str, Any]) -> float:
 def clean_child(spec: dict[str, Any]) -> dict[str, Any]:
     """One clean of the log in spec["dir"], in this (fresh) process: stats, map geometry, RSS, profile."""
     from kafkalog.clock import SYSTEM_TIME
-    from kafkalog.storage.cleaner import Cleaner, LogToClean, cleanable_offsets
+    from kafkalog.storage.cleaner import Cleaner
     from kafkalog.storage.offset_map import SkimpyOffsetMap
 
     _warm_up(Path(spec["warm_dir"]), spec["codec"])
     log = _open_log(Path(spec["dir"]), spec["segment_bytes"], spec["leo"])
     try:
-        offsets = cleanable_offsets(log, None, SYSTEM_TIME.milliseconds())
-        to_clean = LogToClean(None, log, offsets.first_dirty_offset, offsets.first_uncleanable_dirty_offset)
+        offsets, to_clean = _whole_dirty_range(log)
         offset_map = SkimpyOffsetMap(spec["budget"], LOAD_FACTOR)
         cleaner = Cleaner(offset_map, SYSTEM_TIME, io_buffer_size=IO_BUFFER, max_io_buffer_size=MAX_IO_BUFFER)
         primer_s = None

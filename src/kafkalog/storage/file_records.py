@@ -142,8 +142,7 @@ class FileRecords:
     def _cut_uncommitted(self, n: int) -> None:
         """Cut off bytes written past the logical size by an append that was then refused."""
         try:
-            if self.file_length() > self._size:
-                file_io().ftruncate(self._fd, self._size, self.path)
+            self.trim()
         except OSError as e:
             raise self._failed_append(e, n) from e
 
@@ -152,8 +151,7 @@ class FileRecords:
         stays behind, and say whether that worked (``rolled_back``) on the returned KafkaStorageError."""
         rolled_back = True
         try:
-            if self.file_length() > self._size:
-                file_io().ftruncate(self._fd, self._size, self.path)
+            self.trim()
         except OSError:
             rolled_back = False
         exc = KafkaStorageError(
