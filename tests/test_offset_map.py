@@ -336,6 +336,50 @@ def test_put_records_equals_reference(seed):
     assert (fast.lookups, fast.probes) == (ref.lookups, ref.probes)
 
 
+@pytest.mark.parametrize("seed", range(8))
+def test_put_digests_of_digest_records_equals_put_records_and_reference(seed):
+    """The cleaner hashes a run's keys on a read-ahead thread (digest_records) and puts them afterwards
+    (put_digests): the same stop, table and counters as put_records in one step, and as Kafka's map."""
+    rng = np.random.default_rng(300 + seed)
+    slots = int(rng.integers(5, 3000))
+    load_factor = float(rng.choice([0.5, 0.9, 1.0]))
+    n = int(rng.integers(0, 3 * slots))
+    keys = [None if rng.random() < 0.1 else k for k in _random_keys(rng, n, int(rng.integers(1, 2 * slots)))]
+    arena, pos, length = pack(keys)
+    offsets = np.cumsum(rng.integers(0, 3, n)).astype(np.int64) + 1000
+    start = 1000 + n // 4
+    split, whole = SkimpyOffsetMap(slots * 24, load_factor), SkimpyOffsetMap(slots * 24, load_factor)
+    ref = ReferenceOffsetMap(slots * 24, load_factor)
+    digests = SkimpyOffsetMap.digest_records(arena, pos, length, offsets, start)
+    taken = [i for i in range(n) if keys[i] is not None and offsets[i] >= start]
+    assert [digests[16 * i : 16 * i + 16].tobytes() for i in taken] == [hashlib.md5(keys[i]).digest() for i in taken]
+    got = split.put_digests(digests, length, offsets, start)
+    assert got == whole.put_records(arena, pos, length, offsets, start) == ref.put_records(arena, pos, length, offsets,
+                                                                                           start)  # fmt: skip
+    assert split.table_bytes() == whole.table_bytes() == ref.table_bytes()
+    assert (split.size, split.lookups, split.probes, split.latest_offset) == (ref.size, ref.lookups, ref.probes,
+                                                                              ref.latest_offset)  # fmt: skip
+
+
+def test_digest_records_and_put_digests_check_their_arguments():
+    m = SkimpyOffsetMap(240)
+    arena, pos, length = pack([b"a", b"b"])
+    with pytest.raises(ValueError, match="key 1"):
+        SkimpyOffsetMap.digest_records(arena, pos, np.array([1, 5]), np.arange(2), 0)
+    with pytest.raises(ValueError, match="out must be 32"):
+        SkimpyOffsetMap.digest_records(arena, pos, length, np.arange(2), 0, out=np.empty(31, np.uint8))
+    out = np.zeros(32, np.uint8)
+    assert SkimpyOffsetMap.digest_records(arena, pos, length, np.arange(2), 0, out=out) is out
+    assert out.tobytes() == hashlib.md5(b"a").digest() + hashlib.md5(b"b").digest()
+    with pytest.raises(ValueError, match="digests must be 32"):
+        m.put_digests(out[:16], length, np.arange(2), 0)
+    assert (m.size, m.lookups, m.table_bytes()) == (0, 0, bytes(240))
+    tight = SkimpyOffsetMap(24, load_factor=2.0)  # one slot, max_entries 2: the second key finds no slot
+    with pytest.raises(OffsetMapFullError, match="entries: 1, slots: 1"):
+        tight.put_digests(out, length, np.arange(2), 0)
+    assert (tight.size, tight.get(b"a")) == (1, 0)
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # put_records / get_records: Cleaner.buildOffsetMapForSegment's loop
 

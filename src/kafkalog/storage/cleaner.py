@@ -13,11 +13,13 @@ once per record (legacy v0/v1 batches aside).
 
 from __future__ import annotations
 
+import functools
 import heapq
 import logging
 import struct
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
@@ -385,6 +387,13 @@ _INT32 = struct.Struct(">I")
 _NO_MARKS = np.zeros(0, np.uint8)
 
 
+# Runs of plain batches read ahead of the one being put in the map or written, each walked (and prepared) by one of
+# the read-ahead workers: the kernels release the GIL, so two runs are read on two cores while this thread works.
+_AHEAD_RUNS = 6
+_READ_AHEAD_WORKERS = 2
+_FIRST_RUN_BYTES = 512 * 1024
+
+
 @dataclass
 class _PlainRun:
     """A run of plain v2 batches (magic 2, uncompressed, neither transactional nor control) read by
@@ -398,98 +407,229 @@ class _PlainRun:
     chunk_limit: np.ndarray
     end: int  # the position after the run
     records: _Records | None = None
+    prepared: object = None  # what the pass's prepare step made of the walked run (on a read-ahead worker)
+    scratch: _Scratch | None = None  # the run's work arrays, back to the pool once the pass is done with it
 
     def last_offsets(self) -> np.ndarray:
         return self.hdr[kernels.H_BASE, : self.batches] + self.hdr[kernels.H_LAST_DELTA, : self.batches]
 
 
-def _scan_plain(arena: np.ndarray, position: int, size: int, run_bytes: int, buffer_size: int,
-                capacity: int) -> _PlainRun | None:  # fmt: skip
-    """The run of plain batches at ``position`` with its records walked (``buffer_size`` > 0: in read buffers of
-    that size, as the copy pass reads); None when the run holds anything else, or anything the reference path would
-    reject or treat specially (then that path handles the run). Thread-safe: it only reads ``arena``."""
-    chunk_first = np.empty(1025, np.int64)
-    chunk_limit = np.empty(1024, np.int64)
+class _Scratch:
+    """The work arrays of one run of the fast path (batch headers, the walked records, key digests, verdicts), taken
+    from and given back to a pool: a new array is zero pages until first written, and touching fresh memory for
+    every run costs more than the walk itself."""
+
+    def __init__(self) -> None:
+        self.hdr = np.empty((kernels.HEADER_COLUMNS, 4096), np.int64)
+        self.chunk_first = np.empty(1025, np.int64)
+        self.chunk_limit = np.empty(1024, np.int64)
+        self.records = np.empty((8, 0), np.int64)
+        self.digests = np.empty(0, np.uint8)
+        self.verdict = np.empty(0, np.uint8)
+
+    def record_arrays(self, n: int) -> list[np.ndarray]:
+        """Eight int64 arrays of ``n`` records (_Records' per-record fields)."""
+        if self.records.shape[1] < n:
+            self.records = np.empty((8, n + n // 4), np.int64)
+        return [self.records[k, :n] for k in range(8)]
+
+    def digest_array(self, n: int) -> np.ndarray:
+        if self.digests.shape[0] < 16 * n:
+            self.digests = np.empty(20 * n, np.uint8)
+        return self.digests[: 16 * n]
+
+    def verdict_array(self, n: int) -> np.ndarray:
+        if self.verdict.shape[0] < n:
+            self.verdict = np.empty(n + n // 4, np.uint8)
+        return self.verdict[:n]
+
+
+def _scan_headers(arena: np.ndarray, position: int, size: int, run_bytes: int, buffer_size: int,
+                  scratch: _Scratch) -> _PlainRun | None:  # fmt: skip
+    """The batch headers of the run of plain batches at ``position`` (``buffer_size`` > 0: in read buffers of that
+    size, as the copy pass reads), in ``scratch``; None when the run holds anything else, or anything the reference
+    path would reject or treat specially (then that path handles the run)."""
     while True:
-        hdr = np.empty((kernels.HEADER_COLUMNS, capacity), np.int64)
         status, nb, nc, end = kernels.scan_batches(arena, position, size, run_bytes, max(buffer_size, 1),
-                                                   buffer_size > 0, hdr, chunk_first, chunk_limit)  # fmt: skip
+                                                   buffer_size > 0, scratch.hdr, scratch.chunk_first,
+                                                   scratch.chunk_limit)  # fmt: skip
         if status != kernels.SCAN_FULL:
             break
-        capacity *= 2
+        scratch.hdr = np.empty((kernels.HEADER_COLUMNS, 2 * scratch.hdr.shape[1]), np.int64)
     if status != kernels.SCAN_DONE or (buffer_size > 0 and nb == 0 and position < size):
         return None
-    run = _PlainRun(arena, hdr, nb, nc, chunk_first, chunk_limit, end)
-    if nb:
-        run.records = _walk_plain(arena, hdr, nb)
+    return _PlainRun(arena, scratch.hdr, nb, nc, scratch.chunk_first, scratch.chunk_limit, end, scratch=scratch)
+
+
+def _walk_run(run: _PlainRun, prepare: Callable[[_PlainRun], object] | None) -> _PlainRun | None:
+    """Walk the records of a scanned run and prepare it; None on a malformed record (the reference path raises).
+    Thread-safe as long as ``prepare`` is: it only reads the arena."""
+    if run.batches:
+        run.records = _walk_plain(run.arena, run.hdr, run.batches, run.scratch)
         if run.records is None:
             return None
+        if prepare is not None:
+            run.prepared = prepare(run)
     return run
 
 
 class _PlainRuns:
-    """Reads runs of plain batches for the fast path, one run ahead on a second thread (the kernels release the
-    GIL, so the next run is read and walked while this one is put in the map or written), and keeps the output
-    buffer. Used as a context manager per segment: leaving it waits for the read ahead (the segment's map stays
-    open until then)."""
+    """Reads runs of plain batches for the fast path of one pass over a list of segments, up to ``_AHEAD_RUNS``
+    ahead on worker threads (across segment boundaries too), and keeps the output buffers.
+
+    The batch headers are scanned here (it is quick and fixes where each run ends); walking the records and the
+    pass's ``prepare`` step (hashing keys, or deciding and writing what a run keeps) run on the workers. A run is
+    known by (segment index, position, read buffer size), so whatever the pass does in between, a run read ahead
+    is only used where the pass reads that very run. Used as a context manager per pass (:meth:`over`); leaving it
+    waits for the reads ahead, and the segments' maps close once nothing refers to them.
+    """
 
     def __init__(self) -> None:
-        self._out = np.empty(0, np.uint8)
-        self._capacity = 4096
         self._pool: ThreadPoolExecutor | None = None
-        self._ahead: tuple[tuple, Future] | None = None
-        self._arena: np.ndarray | None = None
+        self._scratch: list[_Scratch] = []  # work arrays to reuse
+        self._ahead: deque[tuple[tuple[int, int, int], Future]] = deque()
+        self._segments: list[LogSegment] = []
+        self._index: dict[int, int] = {}
+        self._spare: list[np.ndarray] = []  # output buffers to reuse
+        self._spare_lock = threading.Lock()
 
-    def __call__(self, arena: np.ndarray, size: int, run_bytes: int) -> _PlainRuns:
-        self._arena, self._size, self._run_bytes = arena, size, run_bytes
+    def over(self, segments: list[LogSegment], starts: list[int], run_bytes: int, buffer_size: int,
+             prepare: Callable[[_PlainRun], object] | None) -> _PlainRuns:  # fmt: skip
+        """Start a pass over ``segments``, each read from its ``starts`` position, the first read buffer of each
+        ``buffer_size`` (0: unchunked, as the map pass reads)."""
+        self._segments, self._starts, self._run_bytes, self._buffer_size = segments, starts, run_bytes, buffer_size
+        self._prepare = prepare
+        self._index = {id(segment): i for i, segment in enumerate(segments)}
+        self._sizes = [segment.log.size for segment in segments]
+        self._views: dict[int, tuple[memoryview, np.ndarray]] = {}
         return self
 
     def __enter__(self) -> _PlainRuns:
         return self
 
     def __exit__(self, *exc) -> None:
-        if self._ahead is not None:
-            self._ahead[1].cancel()
-            wait([self._ahead[1]])
-        self._ahead = None
-        self._arena = None
+        self._drop_ahead()
+        self._views = {}
+        self._segments, self._index, self._prepare = [], {}, None
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None
 
-    def scan(self, position: int, buffer_size: int) -> _PlainRun | None:
-        """The run at ``position`` (see _scan_plain); starts reading the one after it."""
-        key = (position, buffer_size)
-        if self._ahead is not None and self._ahead[0] == key:
-            run = self._ahead[1].result()
-        else:
-            if self._ahead is not None:
-                self._ahead[1].cancel()
-                wait([self._ahead[1]])
-            run = _scan_plain(self._arena, position, self._size, self._run_bytes, buffer_size, self._capacity)
-        self._ahead = None
-        if run is not None and run.batches and run.end < self._size:
-            self._capacity = max(self._capacity, run.hdr.shape[1])
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(1, thread_name_prefix="cleaner-read-ahead")
-            args = (self._arena, run.end, self._size, self._run_bytes, buffer_size, self._capacity)
-            self._ahead = ((run.end, buffer_size), self._pool.submit(_scan_plain, *args))
+    @property
+    def index(self) -> dict[int, int]:
+        """id(segment) -> its index in the pass under way (empty between passes)."""
+        return self._index
+
+    def index_of(self, segment: LogSegment) -> int | None:
+        """The segment's index in this pass, or None when the pass does not read it."""
+        return self._index.get(id(segment))
+
+    def view(self, i: int) -> tuple[memoryview, np.ndarray]:
+        """Segment ``i``'s bytes (its size when the pass started), mapped on first use; the maps of the segments
+        before it are let go (the pass reads in order; runs read ahead hold their own reference)."""
+        for j in [j for j in self._views if j < i]:
+            del self._views[j]
+        return self._mapped(i)
+
+    def _mapped(self, i: int) -> tuple[memoryview, np.ndarray]:
+        if i not in self._views:
+            size = self._sizes[i]
+            view = map_file(self._segments[i].log.path)[:size] if size else memoryview(b"")
+            self._views[i] = view, np.frombuffer(view, np.uint8)
+        return self._views[i]
+
+    def size(self, i: int) -> int:
+        return self._sizes[i]
+
+    def _drop_ahead(self) -> None:
+        for _, future in self._ahead:
+            future.cancel()
+        wait([future for _, future in self._ahead])
+        self._ahead.clear()
+
+    def _headers(self, i: int, position: int, buffer_size: int, run_bytes: int | None = None) -> _PlainRun | None:
+        with self._spare_lock:
+            scratch = self._scratch.pop() if self._scratch else _Scratch()
+        run = _scan_headers(self._mapped(i)[1], position, self._sizes[i], run_bytes or self._run_bytes, buffer_size,
+                            scratch)  # fmt: skip
+        if run is None or not run.batches:
+            self._give_back(scratch)
         return run
 
+    def _give_back(self, scratch: _Scratch | None) -> None:
+        with self._spare_lock:
+            if scratch is not None and len(self._scratch) <= _AHEAD_RUNS:
+                self._scratch.append(scratch)
+
+    def done(self, run: _PlainRun) -> None:
+        """The pass is done with ``run``: its work arrays (and output buffer) go back to the pools."""
+        if isinstance(run.prepared, _EmittedRun):
+            self.reuse(run.prepared.out)
+        self._give_back(run.scratch)
+        run.scratch = run.records = run.prepared = None
+
+    def scan(self, i: int, position: int, buffer_size: int) -> _PlainRun | None:
+        """The run at ``position`` of segment ``i``, walked and prepared (see _scan_headers); keeps the runs after
+        it read ahead."""
+        self.view(i)
+        key = (i, position, buffer_size)
+        if position >= self._sizes[i]:  # the segment's end: what is read ahead (in the next segment) stays
+            return self._headers(i, position, buffer_size)
+        if self._ahead and self._ahead[0][0] == key:
+            run = self._ahead.popleft()[1].result()
+        else:  # the pass's first run (or the first after the reference path): a short one, read here while nothing
+            # is read ahead yet, so that the workers start sooner
+            self._drop_ahead()
+            run = self._headers(i, position, buffer_size, min(self._run_bytes, _FIRST_RUN_BYTES))
+            if run is not None:
+                run = _walk_run(run, self._prepare)
+            self._tail = (i, run.end if run is not None else position, buffer_size)
+        if run is not None and run.batches:
+            self._read_ahead()
+        return run
+
+    def _read_ahead(self) -> None:
+        """Read ahead from where the last run read (or read ahead) ended, into the next segments too."""
+        i, position, buffer_size = self._tail
+        while len(self._ahead) < _AHEAD_RUNS:
+            if position >= self._sizes[i]:
+                if i + 1 == len(self._segments):
+                    return
+                i, position, buffer_size = i + 1, self._starts[i + 1], self._buffer_size
+                continue
+            run = self._headers(i, position, buffer_size)
+            if run is None or not run.batches:
+                return  # the reference path's, or the end: left for when the pass gets there
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(_READ_AHEAD_WORKERS, thread_name_prefix="cleaner-read-ahead")
+            future = self._pool.submit(_walk_run, run, self._prepare)
+            self._ahead.append(((i, position, buffer_size), future))
+            position = run.end
+            self._tail = (i, position, buffer_size)
+
     def output(self, nbytes: int) -> np.ndarray:
-        if self._out.shape[0] < nbytes:
-            self._out = np.empty(max(nbytes, 2 * self._out.shape[0]), np.uint8)
-        return self._out
+        """An output buffer of at least ``nbytes`` (thread-safe); hand it back with :meth:`reuse` once written."""
+        with self._spare_lock:
+            for i, buffer in enumerate(self._spare):
+                if buffer.shape[0] >= nbytes:
+                    return self._spare.pop(i)
+        return np.empty(max(nbytes, FILTER_RUN_BYTES + FILTER_RUN_BYTES // 4), np.uint8)
+
+    def reuse(self, buffer: np.ndarray) -> None:
+        with self._spare_lock:
+            if len(self._spare) <= _AHEAD_RUNS:
+                self._spare.append(buffer)
 
 
-def _walk_plain(arena: np.ndarray, hdr: np.ndarray, nb: int) -> _Records | None:
-    """_decode for plain batches from their header table; None on a malformed record (the reference path raises)."""
+def _walk_plain(arena: np.ndarray, hdr: np.ndarray, nb: int, scratch: _Scratch) -> _Records | None:
+    """_decode for plain batches from their header table, into ``scratch``; None on a malformed record (the
+    reference path raises)."""
     counts = hdr[kernels.H_COUNT, :nb]
     starts = hdr[kernels.H_POS, :nb] + RECORDS_OFFSET
     ends = hdr[kernels.H_POS, :nb] + hdr[kernels.H_SIZE, :nb]
     n = int(counts.sum())
     append = (hdr[kernels.H_ATTR, :nb] & 0x08) != 0
-    out = [np.empty(n, np.int64) for _ in range(8)]
+    out = scratch.record_arrays(n)
     base, base_ts, max_ts = hdr[kernels.H_BASE, :nb], hdr[kernels.H_BASE_TS, :nb], hdr[kernels.H_MAX_TS, :nb]
     code, _, _ = kernels.walk_records(arena, starts, ends, counts, base, base_ts, max_ts, append, *out)
     if code != kernels.OK:
@@ -497,6 +637,17 @@ def _walk_plain(arena: np.ndarray, hdr: np.ndarray, nb: int) -> _Records | None:
     first = np.zeros(nb + 1, np.int64)
     np.cumsum(counts, out=first[1:])
     return _Records(arena, None, first, *out)
+
+
+@dataclass
+class _EmittedRun:
+    """A run of plain batches filtered and written out by Cleaner._emit_plain, ready to append."""
+
+    out: np.ndarray  # the kept batches back to back, CRCs filled in
+    chunk_out: np.ndarray  # per read buffer (see _cleaner_kernels.emit_run): output end, offsets, timestamp, count
+    records: int  # records read
+    bytes_read: int
+    invalid: int  # records read without a key below the map's latest offset
 
 
 # ----- the cleaner ----------------------------------------------------------------------------
@@ -534,6 +685,7 @@ class Cleaner:
         self._marks_base = 0
         self._last_put = -1
         self._runs = _PlainRuns()
+        self._map_lock = threading.Lock()  # a copy pass's read-ahead workers ask the map in turn
         self.clock = clock
         self.io_buffer_size = io_buffer_size
         self.max_io_buffer_size = max(max_io_buffer_size, io_buffer_size)
@@ -567,9 +719,10 @@ class Cleaner:
             log_obj.config.segment_index_bytes,
             cleanable.first_uncleanable_offset,
         )
-        for group in groups:
-            self.clean_segments(cleanable.topic_partition, log_obj, group, now, stats, txn, legacy_delete_horizon,
-                                upper_bound)  # fmt: skip
+        with self._copy_pass(log_obj, [s for group in groups for s in group], upper_bound, now):
+            for group in groups:
+                self.clean_segments(cleanable.topic_partition, log_obj, group, now, stats, txn, legacy_delete_horizon,
+                                    upper_bound)  # fmt: skip
         self._marks = None
         stats.buffer_utilization = self.offset_map.utilization
         stats.end_ms = self.clock.milliseconds()
@@ -590,12 +743,13 @@ class Cleaner:
         txn = CleanedTransactionMetadata()
         covered = log_obj.log_segments(0, end_offset)
         active_producers = log_obj.last_records_of_active_producers()
-        for i, segment in enumerate(covered):
-            upper = covered[i + 1].base_offset if i + 1 < len(covered) else segment.read_next_offset()
-            txn.add_aborted_transactions(log_obj.collect_aborted_transactions(segment.base_offset, upper))
-            self.clean_into(cleanable.topic_partition, log_obj, segment, None,
-                            segment.last_modified_ms() > legacy_delete_horizon, txn, active_producers, upper_bound,
-                            stats, now)  # fmt: skip
+        with self._copy_pass(log_obj, covered, upper_bound, now):
+            for i, segment in enumerate(covered):
+                upper = covered[i + 1].base_offset if i + 1 < len(covered) else segment.read_next_offset()
+                txn.add_aborted_transactions(log_obj.collect_aborted_transactions(segment.base_offset, upper))
+                self.clean_into(cleanable.topic_partition, log_obj, segment, None,
+                                segment.last_modified_ms() > legacy_delete_horizon, txn, active_producers, upper_bound,
+                                stats, now)  # fmt: skip
         self._marks = None
         untouched = sum(s.size for s in log_obj.segments if s not in covered)
         stats.buffer_utilization = self.offset_map.utilization
@@ -618,39 +772,39 @@ class Cleaner:
             # put, and which of them it still holds, so the copy pass need not hash their keys again.
             self._marks = np.zeros(min(end - start, max(offset_map.memory // 8, 1 << 20)), np.uint8)
             self._marks_base, self._last_put = start, start - 1
+        digest = getattr(offset_map, "digest_records", None)
+
+        def hash_keys(run: _PlainRun) -> np.ndarray:  # on a read-ahead worker, while the map takes a run before
+            records = run.records
+            out = run.scratch.digest_array(len(records.offsets))
+            return digest(run.arena, records.key_pos, records.key_len, records.offsets, start, out=out)
+
+        starts = [segment.offset_index.lookup(start).position for segment in dirty]
         try:
-            for i, segment in enumerate(dirty):
-                self._check_done(tp)
-                next_start = dirty[i + 1].base_offset if i + 1 < len(dirty) else end
-                if self._map_segment(tp, segment, start, next_start, txn, stats):
-                    log.debug("Offset map is full, %d segments fully mapped, segment %d partially", i,
-                              segment.base_offset)  # fmt: skip
-                    return
+            with self._runs.over(dirty, starts, MAP_RUN_BYTES, 0, hash_keys if digest is not None else None) as runs:
+                for i, segment in enumerate(dirty):
+                    self._check_done(tp)
+                    next_start = dirty[i + 1].base_offset if i + 1 < len(dirty) else end
+                    view = runs.view(i)[0]
+                    if self._map_runs(tp, view, runs, i, starts[i], runs.size(i), start, next_start, txn, stats,
+                                      segment):  # fmt: skip
+                        log.debug("Offset map is full, %d segments fully mapped, segment %d partially", i,
+                                  segment.base_offset)  # fmt: skip
+                        return
         finally:
             if self._marks is not None:
                 offset_map.mark_held(self._marks, self._marks_base, kernels.MARK_PUT, kernels.MARK_LATEST)
 
-    def _map_segment(self, tp, segment: LogSegment, start: int, next_segment_start: int, txn, stats) -> bool:
-        """Map one segment's keyed records at or after ``start``; True when the map filled up."""
-        size = segment.log.size
-        position = segment.offset_index.lookup(start).position
-        view = map_file(segment.log.path)[:size] if size else memoryview(b"")
-        arena = np.frombuffer(view, np.uint8)
-        try:
-            with self._runs(arena, size, MAP_RUN_BYTES) as runs:
-                return self._map_runs(tp, view, runs, position, size, start, next_segment_start, txn, stats,
-                                      segment)  # fmt: skip
-        finally:
-            del arena, view
-
-    def _map_runs(self, tp, view, runs, position, size, start, next_segment_start, txn, stats, segment) -> bool:
+    def _map_runs(self, tp, view, runs, i, position, size, start, next_segment_start, txn, stats, segment) -> bool:
+        """Map segment ``i`` of the pass's keyed records at or after ``start``; True when the map filled up."""
         offset_map = self.offset_map
         while True:
-            plain = runs.scan(position, 0) if self.fast else None
+            plain = runs.scan(i, position, 0) if self.fast else None
             if plain is not None:
                 if plain.batches == 0:
                     break
                 full = self._map_plain_run(tp, plain, position, start, txn, stats)
+                runs.done(plain)
                 if full:
                     return True
                 stats.map_bytes_read += plain.end - position
@@ -724,7 +878,10 @@ class Cleaner:
         txn.consume_aborted_up_to(int(lasts.max()))  # what on_batch_read does for a non-transactional batch
         records = plain.records
         offset_map = self.offset_map
-        done = offset_map.put_records(plain.arena, records.key_pos, records.key_len, records.offsets, start)
+        if plain.prepared is not None:
+            done = offset_map.put_digests(plain.prepared, records.key_len, records.offsets, start)
+        else:
+            done = offset_map.put_records(plain.arena, records.key_pos, records.key_len, records.offsets, start)
         stats.map_messages_read += done
         if self._marks is not None:
             self._last_put = int(kernels.mark_puts(self._marks, self._marks_base, records.offsets, records.key_len,
@@ -773,30 +930,43 @@ class Cleaner:
         buffer boundaries decide where the cleaned segment's index entries go. Here several buffers are
         filtered in one vectorised pass, and what each buffer kept is still appended on its own.
         """
-        size = source.log.size
+        runs = self._runs
+        i = runs.index_of(source)
+        if i is None:  # outside a copy pass: a pass of its own
+            if runs.index:
+                raise RuntimeError(f"segment {source} is not in the copy pass under way")
+            with self._copy_pass(log_obj, [source], upper_bound, now, active_producers):
+                return self.clean_into(tp, log_obj, source, dest, retain_legacy_deletes, txn, active_producers,
+                                       upper_bound, stats, now)  # fmt: skip
+        size = runs.size(i)
         if size == 0:
             return
-        view = map_file(source.log.path)[:size]
+        view = runs.view(i)[0]
         state = {"buffer": self.io_buffer_size}
         max_buffer = max(log_obj.config.max_message_bytes, self.max_io_buffer_size)
-        retention_ms = log_obj.config.delete_retention_ms
-        arena = np.frombuffer(view, np.uint8)
-        try:
-            with self._runs(arena, size, FILTER_RUN_BYTES) as runs:
-                self._clean_runs(tp, view, runs, size, state, max_buffer, source, dest, txn, active_producers,
-                                 upper_bound, retain_legacy_deletes, retention_ms, now, stats)  # fmt: skip
-        finally:
-            del arena, view
+        self._clean_runs(tp, view, runs, i, size, state, max_buffer, source, dest, txn, active_producers, upper_bound,
+                         retain_legacy_deletes, log_obj.config.delete_retention_ms, now, stats)  # fmt: skip
 
-    def _clean_runs(self, tp, view, runs, size, state, max_buffer, source, dest, txn, active_producers, upper_bound,
-                    retain_legacy_deletes, retention_ms, now, stats) -> None:  # fmt: skip
+    def _copy_pass(self, log_obj, segments: list[LogSegment], upper_bound: int, now: int,
+                   active_producers: dict | None = None) -> _PlainRuns:  # fmt: skip
+        """The read-ahead context of a copy pass over ``segments``: its workers filter and write out runs of plain
+        batches (_emit_plain) for clean_into. The producers' last records are read once for the pass: the clean
+        changes none, and a producer's newer record only makes an empty batch kept here needless."""
+        if active_producers is None:
+            active_producers = log_obj.last_records_of_active_producers()
+        emit = functools.partial(self._emit_plain, active_producers=active_producers, upper_bound=upper_bound,
+                                 retention_ms=log_obj.config.delete_retention_ms, now=now)  # fmt: skip
+        return self._runs.over(segments, [0] * len(segments), FILTER_RUN_BYTES, self.io_buffer_size, emit)
+
+    def _clean_runs(self, tp, view, runs, i, size, state, max_buffer, source, dest, txn, active_producers,
+                    upper_bound, retain_legacy_deletes, retention_ms, now, stats) -> None:  # fmt: skip
         position = 0
         while position < size:
             self._check_done(tp)
             if self.fast:
-                plain = runs.scan(position, state["buffer"])
+                plain = runs.scan(i, position, state["buffer"])
                 if plain is not None and plain.batches:
-                    self._filter_plain(plain, dest, txn, active_producers, upper_bound, retention_ms, now, stats)
+                    self._filter_plain(plain, dest, txn, stats)
                     position = plain.end
                     continue
             batches, chunks, position = self._read_chunks(view, position, size, state, max_buffer, source)
@@ -806,19 +976,16 @@ class Cleaner:
             stats.bytes_read += result.bytes_read
             self._append_chunks(dest, result.entries, chunks, stats)
 
-    def _filter_plain(self, plain: _PlainRun, dest, txn, active_producers, upper_bound: int, retention_ms: int,
-                      now: int, stats: CleanerStats) -> None:  # fmt: skip
-        """The copy pass over a run of plain batches: the fast twin of _read_chunks, _filter and _append_chunks.
+    def _emit_plain(self, plain: _PlainRun, active_producers, upper_bound: int, retention_ms: int,
+                    now: int) -> _EmittedRun:  # fmt: skip
+        """What a run of plain batches keeps, written out (the fast twin of _filter), on a read-ahead worker.
 
-        Retention is decided from the map pass's marks (the map is asked only about records they do not cover),
-        and the kept batches of the whole run are written by one kernel call; each read buffer's share is appended
-        on its own, as Kafka does.
+        Retention is decided from the map pass's marks (the map is asked only about records they do not cover), and
+        the kept batches of the whole run are written by one kernel call, their CRCs filled in. Reads the map and the
+        marks, which the copy pass no longer changes.
         """
         hdr, nb, records = plain.hdr, plain.batches, plain.records
-        for c in range(plain.chunks):
-            self.throttler.maybe_throttle(int(plain.chunk_limit[c] - hdr[kernels.H_POS, plain.chunk_first[c]]))
         lasts = plain.last_offsets()
-        txn.consume_aborted_up_to(int(lasts.max()))  # what on_batch_read does for a non-transactional batch
         retain_empty = lasts + 1 == upper_bound
         pids = hdr[kernels.H_PID, :nb]
         if active_producers and pids.max() >= 0:
@@ -828,19 +995,19 @@ class Cleaner:
                     retain_empty |= (pids == pid) & (lasts == last[0])
         n = len(records.offsets)
         marks = self._marks if self._marks is not None else _NO_MARKS
-        verdict = np.empty(n, np.uint8)
-        stats.invalid_messages_read += int(kernels.decide_records(
+        verdict = plain.scratch.verdict_array(n)
+        invalid = int(kernels.decide_records(
             hdr, records.first, records.offsets, records.key_len, records.val_len, self.offset_map.latest_offset,
             marks, self._marks_base, now, verdict,
         ))  # fmt: skip
         lookup = np.flatnonzero(verdict == kernels.V_LOOKUP)
         if lookup.size:
-            found = self.offset_map.get_records(plain.arena, records.key_pos[lookup], records.key_len[lookup])
+            with self._map_lock:  # a get counts its lookups and probes in the map
+                found = self.offset_map.get_records(plain.arena, records.key_pos[lookup], records.key_len[lookup])
             verdict[lookup] = np.where(records.offsets[lookup] >= found, kernels.V_KEEP, kernels.V_DROP)
         keep = verdict == kernels.V_KEEP
-        stats.messages_read += n
-        stats.bytes_read += int(hdr[kernels.H_SIZE, :nb].sum())
-        out = self._runs.output(int(hdr[kernels.H_SIZE, :nb].sum()) + 20 * n + 61 * nb)
+        bytes_read = int(hdr[kernels.H_SIZE, :nb].sum())
+        out = self._runs.output(bytes_read + 20 * n + 61 * nb)
         crc_at = np.empty(nb, np.int64)
         chunk_out = np.empty((5, plain.chunks), np.int64)
         _, ncrc = kernels.emit_run(
@@ -852,9 +1019,26 @@ class Cleaner:
         for at in crc_at[:ncrc].tolist():
             end = at + 12 + _INT32.unpack_from(data, at + 8)[0]
             _INT32.pack_into(data, at + 17, crc32c(data[at + 21 : end]))
+        return _EmittedRun(out, chunk_out, n, bytes_read, invalid)
+
+    def _filter_plain(self, plain: _PlainRun, dest, txn, stats: CleanerStats) -> None:
+        """The copy pass over a run of plain batches: the fast twin of _read_chunks, _filter and _append_chunks.
+
+        The run was filtered and written out by _emit_plain; each read buffer's share is appended on its own, as
+        Kafka does.
+        """
+        hdr = plain.hdr
+        for c in range(plain.chunks):
+            self.throttler.maybe_throttle(int(plain.chunk_limit[c] - hdr[kernels.H_POS, plain.chunk_first[c]]))
+        txn.consume_aborted_up_to(int(plain.last_offsets().max()))  # on_batch_read for a non-transactional batch
+        emitted: _EmittedRun = plain.prepared
+        stats.invalid_messages_read += emitted.invalid
+        stats.messages_read += emitted.records
+        stats.bytes_read += emitted.bytes_read
+        data = emitted.out.data
         lo = 0
         for c in range(plain.chunks):
-            hi, max_offset, max_ts, shallow, written = chunk_out[:, c].tolist()
+            hi, max_offset, max_ts, shallow, written = emitted.chunk_out[:, c].tolist()
             if hi == lo:
                 continue
             stats.messages_written += written
@@ -863,6 +1047,7 @@ class Cleaner:
                 dest.append(max_offset, max_ts, shallow, data[lo:hi], hi - lo)
                 self.throttler.maybe_throttle(hi - lo)
             lo = hi
+        self._runs.done(plain)
 
     def _read_chunks(self, view, position: int, size: int, state: dict, max_buffer: int, source):
         """Whole read buffers of batches from ``position``, about FILTER_RUN_BYTES in all: (batches, the

@@ -608,14 +608,48 @@ def _probe_passes(table, slots, digests, going, count, out, lo):
     return count, probes
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _chunk_takes(key_len, offsets, start_offset, lo, hi, take, going):
+    """Which records of lo..hi-1 a put takes (keyed, at or after ``start_offset``): ``take[k]``, and their chunk
+    indices in ``going``; returns how many."""
+    count = np.int64(0)  # not the literal 0: numba would compile _probe_passes for that type too
+    for k in range(hi - lo):
+        take[k] = key_len[lo + k] >= 0 and offsets[lo + k] >= start_offset
+        if take[k]:
+            going[count] = k
+            count += 1
+    return count
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _put_chunk(table, slots, max_entries, digests, take, going, count, found, offsets, lo, hi, counters):
+    """The puts of records lo..hi-1 whose digests are ``digests[16 * (i - lo):]``: the read-only lookups first
+    (:func:`_probe_passes`, which bring every slot the puts examine into the cache with prefetched reads), then the
+    checks and puts record by record, in order. ``counters`` is laid out as the map's state; returns
+    (status, the record where a put was refused or ``hi``)."""
+    _probe_passes(table, slots, digests, going, count, found, np.int64(0))
+    for k in range(hi - lo):
+        if take[k]:
+            if counters[_ENTRIES] >= max_entries:
+                return _REACHED_MAX, lo + k
+            if counters[_ENTRIES] >= slots:
+                return _NO_SLOT, lo + k
+            offset = offsets[lo + k]
+            used, taken = _put_slot(table, slots, digests, 16 * k, _swap_be64(offset))
+            counters[_ENTRIES] += taken
+            counters[_LOOKUPS] += 1
+            counters[_PROBES] += used
+            counters[_LATEST] = offset
+    return _DONE, hi
+
+
 @njit(cache=True, nogil=True)
 def _put_records(table, slots, state, max_entries, arena, key_pos, key_len, offsets, start_offset):
     """Cleaner.buildOffsetMapForSegment's record loop over one run; returns (index, status).
 
-    A chunk of records is hashed, then its lookups are run read-only (:func:`_probe_passes`), which brings every
-    slot the puts will examine into the cache with prefetched reads; then the checks and the puts happen record by
-    record, in order, on cached slots. Neither step changes the map (a put between two records of a chunk can change
-    what the later one finds; then it probes a slot that was not warmed, which costs time, not correctness).
+    A chunk of records is hashed, then put (:func:`_put_chunk`). Neither the hashing nor the read-only lookups
+    change the map (a put between two records of a chunk can change what the later one finds; then it probes a
+    slot that was not warmed, which costs time, not correctness).
     """
     n = offsets.shape[0]
     bad = _first_bad_key(arena.shape[0], key_pos, key_len)
@@ -625,39 +659,54 @@ def _put_records(table, slots, state, max_entries, arena, key_pos, key_len, offs
     take = np.empty(_CHUNK, np.bool_)
     going = np.empty(_CHUNK, np.int64)
     found = np.empty(_CHUNK, np.int64)  # what the read-only lookups find, not used
-    entries, lookups, probes, latest = state[_ENTRIES], state[_LOOKUPS], state[_PROBES], state[_LATEST]
-    status = _DONE
-    stop = n
+    counters = state[:4].copy()
+    status, stop = _DONE, n
     for lo in range(0, n, _CHUNK):
         hi = min(lo + _CHUNK, n)
-        m = hi - lo
-        count = np.int64(0)  # not the literal 0: numba would compile _probe_passes for that type too
-        for k in range(m):
-            take[k] = key_len[lo + k] >= 0 and offsets[lo + k] >= start_offset
-            if take[k]:
-                going[count] = k
-                count += 1
+        count = _chunk_takes(key_len, offsets, start_offset, lo, hi, take, going)
         _md5_records(arena, key_pos, key_len, take, lo, hi, digests)
-        _probe_passes(table, slots, digests, going, count, found, np.int64(0))
-        for k in range(m):
-            if take[k]:
-                if entries >= max_entries:
-                    status = _REACHED_MAX
-                elif entries >= slots:
-                    status = _NO_SLOT
-                else:
-                    offset = offsets[lo + k]
-                    used, taken = _put_slot(table, slots, digests, 16 * k, _swap_be64(offset))
-                    entries += taken
-                    lookups += 1
-                    probes += used
-                    latest = offset
-                    continue
-                stop = lo + k
-                break
+        status, stop = _put_chunk(table, slots, max_entries, digests, take, going, count, found, offsets, lo, hi,
+                                  counters)  # fmt: skip
         if status != _DONE:
             break
-    state[_ENTRIES], state[_LOOKUPS], state[_PROBES], state[_LATEST] = entries, lookups, probes, latest
+    state[:4] = counters
+    return stop, status
+
+
+@njit(cache=True, nogil=True)
+def _digest_records(arena, key_pos, key_len, offsets, start_offset, out):
+    """MD5 of the key of every record a put takes (see :func:`_chunk_takes`) into ``out[16 * i:]``; the digests
+    of the others are left as they were. Returns the first key outside the arena, or -1 (nothing hashed then)."""
+    n = offsets.shape[0]
+    bad = _first_bad_key(arena.shape[0], key_pos, key_len)
+    if bad >= 0:
+        return bad
+    take = np.empty(_CHUNK, np.bool_)
+    going = np.empty(_CHUNK, np.int64)
+    for lo in range(0, n, _CHUNK):
+        hi = min(lo + _CHUNK, n)
+        _chunk_takes(key_len, offsets, start_offset, lo, hi, take, going)
+        _md5_records(arena, key_pos, key_len, take, lo, hi, out[16 * lo : 16 * hi])
+    return np.int64(-1)
+
+
+@njit(cache=True, nogil=True)
+def _put_digests(table, slots, state, max_entries, digests, key_len, offsets, start_offset):
+    """:func:`_put_records` with the digests made beforehand by :func:`_digest_records`; returns (index, status)."""
+    n = offsets.shape[0]
+    take = np.empty(_CHUNK, np.bool_)
+    going = np.empty(_CHUNK, np.int64)
+    found = np.empty(_CHUNK, np.int64)
+    counters = state[:4].copy()
+    status, stop = _DONE, n
+    for lo in range(0, n, _CHUNK):
+        hi = min(lo + _CHUNK, n)
+        count = _chunk_takes(key_len, offsets, start_offset, lo, hi, take, going)
+        status, stop = _put_chunk(table, slots, max_entries, digests[16 * lo : 16 * hi], take, going, count, found,
+                                  offsets, lo, hi, counters)  # fmt: skip
+        if status != _DONE:
+            break
+    state[:4] = counters
     return stop, status
 
 
@@ -873,6 +922,45 @@ class SkimpyOffsetMap:
         )
         if status == _BAD_KEY:
             raise _bad_key_error(index, key_pos, key_len, arena.shape[0])
+        return self._put_result(index, status)
+
+    @staticmethod
+    def digest_records(
+        arena: np.ndarray,
+        key_pos: np.ndarray,
+        key_len: np.ndarray,
+        offsets: np.ndarray,
+        start_offset: int,
+        out: np.ndarray | None = None,
+    ) -> np.ndarray:
+        """The MD5 digests :meth:`put_records` would make for these records, for :meth:`put_digests`: uint8, 16
+        bytes per record (those of records it would skip are undefined), into ``out`` when given. It reads no map
+        state, so another thread can hash the next run while this map takes the current one. A key outside the arena
+        raises ValueError."""
+        arena, key_pos, key_len, offsets = _key_arrays(arena, key_pos, key_len, offsets)
+        n = offsets.shape[0] * HASH_BYTES
+        if out is None:
+            out = np.empty(n, np.uint8)
+        elif out.dtype != np.uint8 or out.shape != (n,) or not out.flags.c_contiguous:
+            raise ValueError(f"out must be {n} contiguous uint8 bytes, 16 per record")
+        bad = _digest_records(arena, key_pos, key_len, offsets, np.int64(_check_offset(start_offset)), out)
+        if bad >= 0:
+            raise _bad_key_error(bad, key_pos, key_len, arena.shape[0])
+        return out
+
+    def put_digests(self, digests: np.ndarray, key_len: np.ndarray, offsets: np.ndarray, start_offset: int) -> int:
+        """:meth:`put_records` of the records whose digests :meth:`digest_records` made (with the same
+        ``key_len``, ``offsets`` and ``start_offset``); same result, counters and table."""
+        key_len = _as_int64("key_len", key_len)
+        offsets = _as_int64("offsets", offsets, key_len.shape[0])
+        if digests.dtype != np.uint8 or digests.shape != (offsets.shape[0] * HASH_BYTES,):
+            raise ValueError(f"digests must be {offsets.shape[0] * HASH_BYTES} uint8 bytes, 16 per record")
+        start = np.int64(_check_offset(start_offset))
+        index, status = _put_digests(self._table, self.slots, self._state, self.max_entries,
+                                     np.ascontiguousarray(digests), key_len, offsets, start)  # fmt: skip
+        return self._put_result(index, status)
+
+    def _put_result(self, index: int, status: int) -> int:
         if status == _NO_SLOT:
             raise OffsetMapFullError(_full_message(self.size, self.slots))
         return int(index)
