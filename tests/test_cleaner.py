@@ -1177,6 +1177,71 @@ def test_aborted_clean_leaves_the_log_untouched(tmp_path, clock):
     assert not any(p.name.endswith((".cleaned", ".swap", ".deleted")) for p in log.directory.iterdir())
 
 
+def groups_log(tmp_path: Path, clock: MockTime) -> tuple[Log, list[list[int]]]:
+    """A log of several 1 KiB segments, one cleaning group each (two would overflow segment.bytes); returns it
+    with the base offsets of its groups."""
+    log = open_log(tmp_path, clock)
+    while len(log.segments) < 5:
+        append(log, log.log_end_offset % 3, b"v%04d" % log.log_end_offset + b"x" * 300)
+    upper = log.active_segment.base_offset
+    groups = group_segments_by_size(log.log_segments(0, upper), 1024, 1024, upper)
+    assert len(groups) >= 3, "the test needs one group per segment"
+    return log, [[s.base_offset for s in g] for g in groups]
+
+
+def test_a_failure_in_a_later_group_keeps_the_groups_cleaned_before_it(tmp_path, clock, monkeypatch):
+    """A group is swapped in once the next one is cleaned (its flush runs meanwhile). When cleaning the next group
+    fails, the one cleaned before still goes in, as in Kafka, where it was swapped in before the next was begun;
+    the failing group stays as it was."""
+    log, groups = groups_log(tmp_path, clock)
+    before = {r.offset: (r.key, r.value) for r in log.records()}
+    real = Cleaner.clean_into
+
+    def failing(self, tp, log_obj, source, dest, *args, **kwargs):
+        if source.base_offset == groups[1][0]:
+            raise OSError("injected failure in the second group")
+        return real(self, tp, log_obj, source, dest, *args, **kwargs)
+
+    monkeypatch.setattr(Cleaner, "clean_into", failing)
+    cleaner = Cleaner(SkimpyOffsetMap(MAP_MEMORY), clock)
+    upper = log.active_segment.base_offset
+    with pytest.raises(OSError, match="injected"):
+        cleaner.clean(LogToClean(TP, log, 0, upper))
+    assert not any(p.name.endswith((".cleaned", ".swap")) for p in log.directory.iterdir())
+    after = {r.offset: (r.key, r.value) for r in log.records()}
+    # The first group now holds only each key's latest record in the whole dirty range (none: every key is written
+    # again later), so it is empty; everything from the second group on is untouched.
+    assert {o for o in before if o < groups[1][0]} - set(after) == {o for o in before if o < groups[1][0]}
+    assert {o: v for o, v in after.items() if o >= groups[1][0]} == {o: v for o, v in before.items()
+                                                                      if o >= groups[1][0]}  # fmt: skip
+    assert [s.base_offset for s in log.segments][1:] == [g[0] for g in groups[1:]] + [upper]
+    reopened = reopen(log, clock, recover=True)
+    try:
+        assert {r.offset: (r.key, r.value) for r in reopened.records()} == after
+    finally:
+        reopened.close()
+
+
+def test_a_failed_flush_swaps_nothing_in_and_leaves_no_cleaned_files(tmp_path, clock, monkeypatch):
+    log, groups = groups_log(tmp_path, clock)
+    before = {r.offset: (r.key, r.value) for r in log.records()}
+    from kafkalog.storage.segment import LogSegment
+
+    real = LogSegment.flush
+
+    def failing_flush(self, *args, **kwargs):
+        if self.log.path.name.endswith(".cleaned"):
+            raise OSError("injected fsync failure")
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(LogSegment, "flush", failing_flush)
+    with pytest.raises(OSError, match="injected fsync"):
+        Cleaner(SkimpyOffsetMap(MAP_MEMORY), clock).clean(LogToClean(TP, log, 0, log.active_segment.base_offset))
+    assert not any(p.name.endswith((".cleaned", ".swap", ".deleted")) for p in log.directory.iterdir())
+    assert {r.offset: (r.key, r.value) for r in log.records()} == before
+    assert [s.base_offset for s in log.segments][:-1] == [g[0] for g in groups]
+
+
 def test_preallocated_cleaned_segment_is_trimmed(tmp_path, clock):
     # Kafka's testSizeTrimmedForPreallocatedAndCompactedTopic.
     log = open_log(tmp_path, clock, preallocate="true")

@@ -12,6 +12,9 @@ import numpy as np
 from numba import njit
 
 from ..record._kernels import (
+    ERR_BAD_VARINT,
+    ERR_BODY_SIZE,
+    ERR_FIELD_OVERRUN,
     ERR_PREMATURE_EOF,
     ERR_REMAINING,
     OK,
@@ -19,6 +22,8 @@ from ..record._kernels import (
     _put_uvarint,
     _read_record,
     _size_uvarint,
+    _varint,
+    _varlong,
     _zz32,
     _zz64,
 )
@@ -55,6 +60,42 @@ def walk_records(
             key_pos[r] = kp
             key_len[r] = kl
             val_len[r] = vl
+            r += 1
+        if pos != end:
+            return ERR_REMAINING, b, counts[b]
+    return OK, 0, 0
+
+
+@njit(cache=True, nogil=True)
+def walk_keys(arena, sec_start, sec_end, counts, base_offset, offsets, key_pos, key_len):
+    """The map pass's walk: each record's offset and key, read without walking its value and headers (the record's
+    length gives the next one). Checks the lengths, the varints it reads and that the key lies inside the record;
+    the copy pass, which walks every one of these records in full, checks the rest. Returns (code, batch, record).
+    """
+    r = 0
+    for b in range(sec_start.shape[0]):
+        pos = sec_start[b]
+        end = sec_end[b]
+        for i in range(counts[b]):
+            if pos >= end:
+                return ERR_PREMATURE_EOF, b, i
+            body, pos, ok = _varint(arena, pos, end)
+            if not ok:
+                return ERR_BAD_VARINT, b, i
+            if body < 0 or end - pos < body:
+                return ERR_BODY_SIZE, b, i
+            record_end = pos + body
+            _tsd, p, ok = _varlong(arena, pos + 1, record_end)
+            od, p, ok2 = _varint(arena, p, record_end)
+            kl, p, ok3 = _varint(arena, p, record_end)
+            if not (ok and ok2 and ok3) or body < 1:
+                return ERR_BAD_VARINT, b, i
+            if kl > record_end - p:
+                return ERR_FIELD_OVERRUN, b, i
+            offsets[r] = base_offset[b] + od
+            key_pos[r] = p
+            key_len[r] = kl
+            pos = record_end
             r += 1
         if pos != end:
             return ERR_REMAINING, b, counts[b]

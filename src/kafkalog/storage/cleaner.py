@@ -461,11 +461,11 @@ def _scan_headers(arena: np.ndarray, position: int, size: int, run_bytes: int, b
     return _PlainRun(arena, scratch.hdr, nb, nc, scratch.chunk_first, scratch.chunk_limit, end, scratch=scratch)
 
 
-def _walk_run(run: _PlainRun, prepare: Callable[[_PlainRun], object] | None) -> _PlainRun | None:
+def _walk_run(run: _PlainRun, prepare: Callable[[_PlainRun], object] | None, keys_only: bool) -> _PlainRun | None:
     """Walk the records of a scanned run and prepare it; None on a malformed record (the reference path raises).
     Thread-safe as long as ``prepare`` is: it only reads the arena."""
     if run.batches:
-        run.records = _walk_plain(run.arena, run.hdr, run.batches, run.scratch)
+        run.records = _walk_plain(run.arena, run.hdr, run.batches, run.scratch, keys_only)
         if run.records is None:
             return None
         if prepare is not None:
@@ -494,11 +494,11 @@ class _PlainRuns:
         self._spare_lock = threading.Lock()
 
     def over(self, segments: list[LogSegment], starts: list[int], run_bytes: int, buffer_size: int,
-             prepare: Callable[[_PlainRun], object] | None) -> _PlainRuns:  # fmt: skip
+             prepare: Callable[[_PlainRun], object] | None, keys_only: bool = False) -> _PlainRuns:  # fmt: skip
         """Start a pass over ``segments``, each read from its ``starts`` position, the first read buffer of each
-        ``buffer_size`` (0: unchunked, as the map pass reads)."""
+        ``buffer_size`` (0: unchunked, as the map pass reads); ``keys_only`` as _walk_plain's."""
         self._segments, self._starts, self._run_bytes, self._buffer_size = segments, starts, run_bytes, buffer_size
-        self._prepare = prepare
+        self._prepare, self._keys_only = prepare, keys_only
         self._index = {id(segment): i for i, segment in enumerate(segments)}
         self._sizes = [segment.log.size for segment in segments]
         self._views: dict[int, tuple[memoryview, np.ndarray]] = {}
@@ -582,7 +582,7 @@ class _PlainRuns:
             self._drop_ahead()
             run = self._headers(i, position, buffer_size, min(self._run_bytes, _FIRST_RUN_BYTES))
             if run is not None:
-                run = _walk_run(run, self._prepare)
+                run = _walk_run(run, self._prepare, self._keys_only)
             self._tail = (i, run.end if run is not None else position, buffer_size)
         if run is not None and run.batches:
             self._read_ahead()
@@ -602,7 +602,7 @@ class _PlainRuns:
                 return  # the reference path's, or the end: left for when the pass gets there
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(_READ_AHEAD_WORKERS, thread_name_prefix="cleaner-read-ahead")
-            future = self._pool.submit(_walk_run, run, self._prepare)
+            future = self._pool.submit(_walk_run, run, self._prepare, self._keys_only)
             self._ahead.append(((i, position, buffer_size), future))
             position = run.end
             self._tail = (i, position, buffer_size)
@@ -621,17 +621,25 @@ class _PlainRuns:
                 self._spare.append(buffer)
 
 
-def _walk_plain(arena: np.ndarray, hdr: np.ndarray, nb: int, scratch: _Scratch) -> _Records | None:
+def _walk_plain(arena: np.ndarray, hdr: np.ndarray, nb: int, scratch: _Scratch,
+                keys_only: bool = False) -> _Records | None:  # fmt: skip
     """_decode for plain batches from their header table, into ``scratch``; None on a malformed record (the
-    reference path raises)."""
+    reference path raises). ``keys_only`` (the map pass): only the offsets and keys (_cleaner_kernels.walk_keys).
+    """
     counts = hdr[kernels.H_COUNT, :nb]
     starts = hdr[kernels.H_POS, :nb] + RECORDS_OFFSET
     ends = hdr[kernels.H_POS, :nb] + hdr[kernels.H_SIZE, :nb]
     n = int(counts.sum())
-    append = (hdr[kernels.H_ATTR, :nb] & 0x08) != 0
     out = scratch.record_arrays(n)
-    base, base_ts, max_ts = hdr[kernels.H_BASE, :nb], hdr[kernels.H_BASE_TS, :nb], hdr[kernels.H_MAX_TS, :nb]
-    code, _, _ = kernels.walk_records(arena, starts, ends, counts, base, base_ts, max_ts, append, *out)
+    base = hdr[kernels.H_BASE, :nb]
+    if keys_only:
+        offsets, key_pos, key_len = out[3], out[5], out[6]  # the rest stay unset (None)
+        code, _, _ = kernels.walk_keys(arena, starts, ends, counts, base, offsets, key_pos, key_len)
+        out = [None, None, None, offsets, None, key_pos, key_len, None]
+    else:
+        append = (hdr[kernels.H_ATTR, :nb] & 0x08) != 0
+        base_ts, max_ts = hdr[kernels.H_BASE_TS, :nb], hdr[kernels.H_MAX_TS, :nb]
+        code, _, _ = kernels.walk_records(arena, starts, ends, counts, base, base_ts, max_ts, append, *out)
     if code != kernels.OK:
         return None
     first = np.zeros(nb + 1, np.int64)
@@ -686,6 +694,8 @@ class Cleaner:
         self._last_put = -1
         self._runs = _PlainRuns()
         self._map_lock = threading.Lock()  # a copy pass's read-ahead workers ask the map in turn
+        self._flush_pool: ThreadPoolExecutor | None = None  # flushes a cleaned segment while the next is cleaned
+        self._pending_swap: tuple | None = None  # (log, cleaned segment, its group, its flush) not yet swapped in
         self.clock = clock
         self.io_buffer_size = io_buffer_size
         self.max_io_buffer_size = max(max_io_buffer_size, io_buffer_size)
@@ -719,10 +729,14 @@ class Cleaner:
             log_obj.config.segment_index_bytes,
             cleanable.first_uncleanable_offset,
         )
-        with self._copy_pass(log_obj, [s for group in groups for s in group], upper_bound, now):
-            for group in groups:
-                self.clean_segments(cleanable.topic_partition, log_obj, group, now, stats, txn, legacy_delete_horizon,
-                                    upper_bound)  # fmt: skip
+        try:
+            with self._copy_pass(log_obj, [s for group in groups for s in group], upper_bound, now):
+                for group in groups:
+                    self.clean_segments(cleanable.topic_partition, log_obj, group, now, stats, txn,
+                                        legacy_delete_horizon, upper_bound)  # fmt: skip
+                self._swap_pending()
+        finally:
+            self._end_swaps()
         self._marks = None
         stats.buffer_utilization = self.offset_map.utilization
         stats.end_ms = self.clock.milliseconds()
@@ -781,7 +795,8 @@ class Cleaner:
 
         starts = [segment.offset_index.lookup(start).position for segment in dirty]
         try:
-            with self._runs.over(dirty, starts, MAP_RUN_BYTES, 0, hash_keys if digest is not None else None) as runs:
+            prepare = hash_keys if digest is not None else None
+            with self._runs.over(dirty, starts, MAP_RUN_BYTES, 0, prepare, keys_only=True) as runs:
                 for i, segment in enumerate(dirty):
                     self._check_done(tp)
                     next_start = dirty[i + 1].base_offset if i + 1 < len(dirty) else end
@@ -899,7 +914,12 @@ class Cleaner:
 
     # ----- copying ------------------------------------------------------------------------------
     def clean_segments(self, tp, log_obj, group, now, stats, txn, legacy_delete_horizon, upper_bound) -> None:
-        """Copy a group of segments into one ``.cleaned`` segment and swap it in (cleanSegments)."""
+        """Copy a group of segments into one ``.cleaned`` segment and swap it in (cleanSegments).
+
+        The swap waits for the segment's flush, which runs on another thread while the next group is cleaned: the
+        group is swapped in when the next one has been cleaned (or at the end of the clean), in order, and never
+        before its files are on disk.
+        """
         cleaned = log_obj.new_cleaned_segment(group[0].base_offset)
         txn.cleaned_index = cleaned.txn_index
         try:
@@ -911,16 +931,51 @@ class Cleaner:
                 self.clean_into(tp, log_obj, segment, cleaned, retain_legacy_deletes, txn, active_producers,
                                 upper_bound, stats, now)  # fmt: skip
             cleaned.on_become_inactive_segment()
-            cleaned.flush()
+            flushing = self._flusher().submit(cleaned.flush)
+        except BaseException:
+            _delete_cleaned(cleaned)
+            raise
+        try:
+            self._swap_pending()  # the group before this one, flushed meanwhile
+        except BaseException:
+            wait([flushing])
+            _delete_cleaned(cleaned)
+            raise
+        self._pending_swap = (log_obj, cleaned, group, flushing)
+
+    def _flusher(self) -> ThreadPoolExecutor:
+        if self._flush_pool is None:
+            self._flush_pool = ThreadPoolExecutor(1, thread_name_prefix="cleaner-flush")
+        return self._flush_pool
+
+    def _swap_pending(self) -> None:
+        """Swap in the group cleaned last, once its flush is done (the rest of Kafka's cleanSegments)."""
+        pending, self._pending_swap = self._pending_swap, None
+        if pending is None:
+            return
+        log_obj, cleaned, group, flushing = pending
+        try:
+            flushing.result()
             cleaned.log.set_last_modified_ms(group[-1].last_modified_ms())
             log.info("Swapping in cleaned segment %s for segment(s) %s in log %s", cleaned, group, log_obj)
             log_obj.replace_segments([cleaned], group)
         except BaseException:
-            try:
-                cleaned.delete_if_exists()
-            except OSError as e:
-                log.warning("Failed to delete the cleaned segment %s: %s", cleaned, e)
+            _delete_cleaned(cleaned)
             raise
+
+    def _end_swaps(self) -> None:
+        """The end of a clean's copy pass. After a failure, the group cleaned before it still goes in, as it would
+        have before the next group was begun; a failure here is logged (the clean's own error is the one raised)."""
+        try:
+            if self._pending_swap is not None:
+                try:
+                    self._swap_pending()
+                except Exception as e:  # secondary to the clean's own error, which is the one raised
+                    log.warning("Could not swap in the last cleaned segment after a failed clean: %s", e)
+        finally:
+            if self._flush_pool is not None:
+                self._flush_pool.shutdown(wait=True)
+                self._flush_pool = None
 
     def clean_into(self, tp, log_obj, source: LogSegment, dest: LogSegment | None, retain_legacy_deletes: bool, txn,
                    active_producers, upper_bound: int, stats: CleanerStats, now: int) -> None:  # fmt: skip
@@ -1296,6 +1351,13 @@ class Cleaner:
             return
         data = batch.source_buffer[batch.position : batch.position + batch.size_in_bytes]
         result.retained(data, batch.max_timestamp, batch.last_offset, batch.last_offset, total)
+
+
+def _delete_cleaned(cleaned: LogSegment) -> None:
+    try:
+        cleaned.delete_if_exists()
+    except OSError as e:
+        log.warning("Failed to delete the cleaned segment %s: %s", cleaned, e)
 
 
 def _is_last_of_producer(batch, active_producers: dict) -> bool:
