@@ -30,9 +30,11 @@ Baselines, same run, page cache warm: the same non-active segment files copied w
 (sendfile) and with a Python ``read(1 MiB)`` + ``write`` loop into a new directory on the same file system,
 no fsync (the copies are deleted untimed right after, so nothing is written back). The goal compares the clean's
 read rate (``bytes_read / wall_seconds``; the map pass reads the same bytes once more) with copyfile's rate,
-medians of 5 cleans and 7 copies, interleaved. The same ratio by CPU time (``time.thread_time`` of the cleaning
-and of the copying thread, system time included) is reported beside it: on a shared machine the wall times of
-both vary with other processes' load, their CPU times much less.
+medians of 5 cleans and 7 copies, interleaved, and the best run of each; the goal needs both ratios. (On this
+VM, memory the guest has not touched lately is slow to back: copyfile, which fills 1 GiB of new page cache, then
+slows far more than the clean, whose output is a fifth of that; the median ratio rises, the best-run ratio does
+not.) The same ratio by CPU time (user + system of the whole child process for a clean, its read-ahead and flush
+workers included; of the copying thread for a copy) is reported beside it.
 
 Memory: the map's table (``memory_bytes``) against the budget, its utilization, the child's RSS before the
 clean and its peak during it. A second clean with a budget too small for all keys (8 MiB: 314,572 entries)
@@ -52,6 +54,7 @@ import cProfile
 import gc
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -386,6 +389,13 @@ def _primer_clean(cleaner, directory: Path, spec: dict[str, Any]) -> float:
         log.close()
 
 
+def _process_cpu() -> float:
+    """User + system CPU seconds of this whole process: the clean runs on its thread and on read-ahead and flush
+    workers (the RSS sampler's share is negligible)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 def clean_child(spec: dict[str, Any]) -> dict[str, Any]:
     """One clean of the log in spec["dir"], in this (fresh) process: stats, map geometry, RSS, profile."""
     from kafkalog.clock import SYSTEM_TIME
@@ -407,13 +417,14 @@ def clean_child(spec: dict[str, Any]) -> dict[str, Any]:
         peak_reset = _reset_peak_rss()
         sampler = RssSampler()
         sampler.start()
-        t0, cpu0 = time.perf_counter(), time.thread_time()
+        t0, cpu0, thread0 = time.perf_counter(), _process_cpu(), time.thread_time()
         if profiler is not None:
             profiler.enable()
         end_offset, stats = cleaner.clean(to_clean)
         if profiler is not None:
             profiler.disable()
-        elapsed, cpu = time.perf_counter() - t0, time.thread_time() - cpu0
+        elapsed, cpu = time.perf_counter() - t0, _process_cpu() - cpu0
+        thread_cpu = time.thread_time() - thread0
         sampled = sampler.finish()
         after = _proc_status()
     finally:
@@ -425,6 +436,7 @@ def clean_child(spec: dict[str, Any]) -> dict[str, Any]:
         "end_offset": end_offset,
         "elapsed_s": elapsed,
         "cpu_s": cpu,
+        "cleaning_thread_cpu_s": thread_cpu,
         "stats": asdict(stats),
         "map": {
             "budget_bytes": spec["budget"],
@@ -679,6 +691,7 @@ def summarize_cleans(children: list[dict[str, Any]], nbytes: int) -> dict[str, A
                 raise AssertionError(f"cleans of the same log differ in {key}: {s[key]} vs {first[key]}")
     runs = [_run_figures(c) for c in children]
     wall = statistics.median(r["wall_s"] for r in runs)
+    best = min(r["wall_s"] for r in runs)
     map_s = statistics.median(r["map_s"] for r in runs)
     copy_s = statistics.median(r["copy_phase_s"] for r in runs)
     cpu = statistics.median(c["cpu_s"] for c in children)
@@ -695,6 +708,8 @@ def summarize_cleans(children: list[dict[str, Any]], nbytes: int) -> dict[str, A
         "size_reduction": 1 - first["bytes_written"] / first["bytes_read"] if first["bytes_read"] else 0.0,
         "end_offset": children[0]["end_offset"],
         "median_wall_s": wall,
+        "best_wall_s": best,
+        "mb_per_s_read_best": first["bytes_read"] / best / 1e6,
         "median_map_s": map_s,
         "median_copy_phase_s": copy_s,
         "map_share": map_s / wall,
@@ -704,6 +719,7 @@ def summarize_cleans(children: list[dict[str, Any]], nbytes: int) -> dict[str, A
         "median_cpu_s": cpu,
         "mb_per_cpu_s_read": first["bytes_read"] / cpu / 1e6,
         "cpu_times_s": [c["cpu_s"] for c in children],
+        "median_cleaning_thread_cpu_s": statistics.median(c["cleaning_thread_cpu_s"] for c in children),
         "map_phase_mb_per_s": first["map_bytes_read"] / map_s / 1e6 if map_s else None,
         "copy_phase_mb_per_s": first["bytes_read"] / copy_s / 1e6 if copy_s else None,
         "cleanable_bytes": nbytes,
@@ -775,6 +791,7 @@ def bench_log(scratch: Scratch, p: Params, codec: str, console: Console, *, main
         "clean": clean,
         "copy": copies,
         "clean_vs_copyfile": clean["mb_per_s_read"] / copies["copyfile"]["mb_per_s"],
+        "clean_vs_copyfile_best": copies["copyfile"]["best_s"] / clean["best_wall_s"],
         "clean_vs_read_write_loop": clean["mb_per_s_read"] / copies["read_write_loop"]["mb_per_s"],
         "clean_vs_copyfile_cpu": clean["mb_per_cpu_s_read"] / copies["copyfile"]["mb_per_cpu_s"],
         "clean_vs_read_write_loop_cpu": clean["mb_per_cpu_s_read"] / copies["read_write_loop"]["mb_per_cpu_s"],
@@ -802,6 +819,8 @@ def bench_log(scratch: Scratch, p: Params, codec: str, console: Console, *, main
             "wall_times_s": summary["wall_times_s"],
             "first_clean_in_process_s": [c["primer_s"] for c in steady],
             "clean_vs_copyfile": summary["mb_per_s_read"] / copies["copyfile"]["mb_per_s"],
+            "best_wall_s": summary["best_wall_s"],
+            "clean_vs_copyfile_best": copies["copyfile"]["best_s"] / summary["best_wall_s"],
             "correctness_ok": all(c["correctness"]["ok"] for c in steady),
         }
         console.print(f"[dim]cleaner: {label}: clean under cProfile...[/]")
@@ -847,11 +866,12 @@ def print_tables(result: dict[str, Any], console: Console) -> None:
         caption=f"medians ({p['repeats']} cleans of the main log, {p['codec_repeats']} of the others, "
         f"{p['copy_repeats']} copies); each clean in a fresh process on a fresh copy; page cache warm; "
         "MB/s read = CleanerStats.bytes_read / wall time; map s / copy s = map_wall_seconds / the rest; "
-        "CPU: the same ratio by thread CPU time (user + system), which other processes' load does not inflate; "
-        "MB = 1e6 bytes",
+        "best: the ratio of the best clean to the best copy; CPU: the ratio by CPU time (user + system; the clean's "
+        "whole process, its workers included); MB = 1e6 bytes",
     )
     for col in ("log", "segments", "records / keys", "kept", "clean read MB/s", "written MB/s", "map s / copy s",
-                "copyfile MB/s", "read+write MB/s", "vs copyfile", "vs read+write", "vs copyfile, CPU"):  # fmt: skip
+                "copyfile MB/s", "read+write MB/s", "vs copyfile", "vs copyfile, best", "vs read+write",
+                "vs copyfile, CPU"):  # fmt: skip
         table.add_column(col, justify="left" if col == "log" else "right")
     for name, r in result["logs"].items():
         info, c = r["log"], r["clean"]
@@ -866,6 +886,7 @@ def print_tables(result: dict[str, Any], console: Console) -> None:
             f"{r['copy']['copyfile']['mb_per_s']:,.0f}",
             f"{r['copy']['read_write_loop']['mb_per_s']:,.0f}",
             f"{r['clean_vs_copyfile']:.3f}x",
+            f"{r['clean_vs_copyfile_best']:.3f}x",
             f"{r['clean_vs_read_write_loop']:.3f}x",
             f"{r['clean_vs_copyfile_cpu']:.3f}x",
         )
@@ -907,7 +928,8 @@ def print_tables(result: dict[str, Any], console: Console) -> None:
         console.print(
             f"[dim]steady state (the same cleaner's second clean in its process, map and buffers in use, as a "
             f"long-running cleaner thread's): median {steady['median_wall_s']:.2f} s, {steady['mb_per_s_read']:,.1f} "
-            f"MB/s read, {steady['clean_vs_copyfile']:.3f}x copyfile; that process's first clean took "
+            f"MB/s read, {steady['clean_vs_copyfile']:.3f}x copyfile (best runs: {steady['best_wall_s']:.2f} s, "
+            f"{steady['clean_vs_copyfile_best']:.3f}x); that process's first clean took "
             f"{statistics.median(steady['first_clean_in_process_s']):.2f} s (median)[/]"
         )
 
@@ -915,7 +937,8 @@ def print_tables(result: dict[str, Any], console: Console) -> None:
     g = result["goals_measured"]
     goals.add_row(
         f"clean (MB/s read) >= {RATE_GOAL:g}x shutil.copyfile of the same bytes ({result['main_log']})",
-        f"{g['clean_vs_copyfile']:.3f}x (by CPU time {g['clean_vs_copyfile_cpu_time']:.3f}x)",
+        f"medians {g['clean_vs_copyfile']:.3f}x, best runs {g['clean_vs_copyfile_best']:.3f}x (by CPU time "
+        f"{g['clean_vs_copyfile_cpu_time']:.3f}x)",
         _ok(result["goals_met"]["clean_vs_copyfile"]),
     )
     goals.add_row(
@@ -961,6 +984,7 @@ def run(*, quick: bool = False, results_dir: Path, console: Console | None = Non
     cleans = [r["clean"] for r in logs.values()] + [partial]
     measured = {
         "clean_vs_copyfile": main["clean_vs_copyfile"],
+        "clean_vs_copyfile_best": main["clean_vs_copyfile_best"],
         "clean_vs_copyfile_cpu_time": main["clean_vs_copyfile_cpu"],
         "clean_vs_copyfile_steady_state": main.get("steady_state", {}).get("clean_vs_copyfile"),
         "map_memory_max_share_of_budget": max(
@@ -968,7 +992,10 @@ def run(*, quick: bool = False, results_dir: Path, console: Console | None = Non
         ),
     }
     goals_met = {
-        "clean_vs_copyfile": measured["clean_vs_copyfile"] >= RATE_GOAL,
+        # Both statistics: on a VM whose fresh pages are slow to back, copyfile (1 GiB of new page cache) slows down
+        # far more than the clean (its output is a fifth of that), which lifts the median ratio; the best runs of
+        # each are the least disturbed.
+        "clean_vs_copyfile": min(measured["clean_vs_copyfile"], measured["clean_vs_copyfile_best"]) >= RATE_GOAL,
         "map_within_budget": all(c["memory"]["within_budget"] for c in cleans),
     }
     result = {
@@ -984,10 +1011,11 @@ def run(*, quick: bool = False, results_dir: Path, console: Console | None = Non
             "load_factor": LOAD_FACTOR,
             "io_buffer_size": IO_BUFFER,
             "max_io_buffer_size": MAX_IO_BUFFER,
-            "statistic": "medians over the runs; clean times are CleanerStats.wall_seconds (map phase: "
-            "map_wall_seconds) of Cleaner.clean in a fresh child process that first cleaned a tiny log (numba "
-            "kernels loaded); copies timed with time.perf_counter in this process; CPU seconds: time.thread_time "
-            "(user + system) of the cleaning / copying thread",
+            "statistic": "medians over the runs, and the best run of each (the goal needs both ratios); clean times "
+            "are CleanerStats.wall_seconds (map phase: map_wall_seconds) of Cleaner.clean in a fresh child process "
+            "that first cleaned a tiny log (numba kernels loaded); copies timed with time.perf_counter in this "
+            "process; CPU seconds: user + system of the whole child process for a clean (its read-ahead and flush "
+            "workers included; also reported: the cleaning thread's own), time.thread_time of the copying thread",
             "workload": "keys uniform over `keys` distinct 16-byte keys (seeded numpy generator); values 100-300 "
             "bytes (offset, then word text); batches of 100-500 records via build_batch, appended with "
             "Log.append_as_follower; cleanup.policy=compact",

@@ -103,6 +103,16 @@ def walk_keys(arena, sec_start, sec_end, counts, base_offset, offsets, key_pos, 
 
 
 @njit(cache=True, nogil=True)
+def touch_pages(arena, page_bytes):
+    """Read one byte of every page of ``arena``: maps the pages of a file mapping ahead of its reader (the page
+    faults happen here, on a read-ahead worker, not on the thread that scans the batch headers)."""
+    total = np.uint64(0)
+    for p in range(0, arena.shape[0], page_bytes):
+        total += np.uint64(arena[p])
+    return total
+
+
+@njit(cache=True, nogil=True)
 def reframed_sizes(records, tail_start, rec_end, ts_delta, off_delta):
     """Bytes each listed record takes once re-framed with its new timestamp delta."""
     sizes = np.empty(records.shape[0], np.int64)

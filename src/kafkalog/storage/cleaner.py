@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import heapq
 import logging
+import mmap
 import struct
 import threading
 import time
@@ -502,6 +503,8 @@ class _PlainRuns:
         self._index = {id(segment): i for i, segment in enumerate(segments)}
         self._sizes = [segment.log.size for segment in segments]
         self._views: dict[int, tuple[memoryview, np.ndarray]] = {}
+        self._touching: list[Future] = []
+        self._map_ahead(1)  # the first is read at once, here
         return self
 
     def __enter__(self) -> _PlainRuns:
@@ -509,6 +512,8 @@ class _PlainRuns:
 
     def __exit__(self, *exc) -> None:
         self._drop_ahead()
+        wait(self._touching)
+        self._touching = []
         self._views = {}
         self._segments, self._index, self._prepare = [], {}, None
         if self._pool is not None:
@@ -540,6 +545,16 @@ class _PlainRuns:
 
     def size(self, i: int) -> int:
         return self._sizes[i]
+
+    def _map_ahead(self, i: int) -> None:
+        """Map segment ``i`` (a segment ahead of the runs read ahead) and fault its pages in on a worker."""
+        if i < len(self._segments) and i not in self._views and self._sizes[i]:
+            self._touching.append(self._workers().submit(kernels.touch_pages, self._mapped(i)[1], mmap.PAGESIZE))
+
+    def _workers(self) -> ThreadPoolExecutor:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(_READ_AHEAD_WORKERS, thread_name_prefix="cleaner-read-ahead")
+        return self._pool
 
     def _drop_ahead(self) -> None:
         for _, future in self._ahead:
@@ -596,13 +611,12 @@ class _PlainRuns:
                 if i + 1 == len(self._segments):
                     return
                 i, position, buffer_size = i + 1, self._starts[i + 1], self._buffer_size
+                self._map_ahead(i + 1)
                 continue
             run = self._headers(i, position, buffer_size)
             if run is None or not run.batches:
                 return  # the reference path's, or the end: left for when the pass gets there
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(_READ_AHEAD_WORKERS, thread_name_prefix="cleaner-read-ahead")
-            future = self._pool.submit(_walk_run, run, self._prepare, self._keys_only)
+            future = self._workers().submit(_walk_run, run, self._prepare, self._keys_only)
             self._ahead.append(((i, position, buffer_size), future))
             position = run.end
             self._tail = (i, position, buffer_size)
