@@ -12,9 +12,6 @@ import numpy as np
 from numba import njit
 
 from ..record._kernels import (
-    ERR_BAD_VARINT,
-    ERR_BODY_SIZE,
-    ERR_FIELD_OVERRUN,
     ERR_PREMATURE_EOF,
     ERR_REMAINING,
     OK,
@@ -60,42 +57,6 @@ def walk_records(
             key_pos[r] = kp
             key_len[r] = kl
             val_len[r] = vl
-            r += 1
-        if pos != end:
-            return ERR_REMAINING, b, counts[b]
-    return OK, 0, 0
-
-
-@njit(cache=True, nogil=True)
-def walk_keys(arena, sec_start, sec_end, counts, base_offset, offsets, key_pos, key_len):
-    """The map pass's walk: each record's offset and key, read without walking its value and headers (the record's
-    length gives the next one). Checks the lengths, the varints it reads and that the key lies inside the record;
-    the copy pass, which walks every one of these records in full, checks the rest. Returns (code, batch, record).
-    """
-    r = 0
-    for b in range(sec_start.shape[0]):
-        pos = sec_start[b]
-        end = sec_end[b]
-        for i in range(counts[b]):
-            if pos >= end:
-                return ERR_PREMATURE_EOF, b, i
-            body, pos, ok = _varint(arena, pos, end)
-            if not ok:
-                return ERR_BAD_VARINT, b, i
-            if body < 0 or end - pos < body:
-                return ERR_BODY_SIZE, b, i
-            record_end = pos + body
-            _tsd, p, ok = _varlong(arena, pos + 1, record_end)
-            od, p, ok2 = _varint(arena, p, record_end)
-            kl, p, ok3 = _varint(arena, p, record_end)
-            if not (ok and ok2 and ok3) or body < 1:
-                return ERR_BAD_VARINT, b, i
-            if kl > record_end - p:
-                return ERR_FIELD_OVERRUN, b, i
-            offsets[r] = base_offset[b] + od
-            key_pos[r] = p
-            key_len[r] = kl
-            pos = record_end
             r += 1
         if pos != end:
             return ERR_REMAINING, b, counts[b]
@@ -256,32 +217,107 @@ def mark_puts(marks, base, offsets, key_len, done, start_offset, last_put):
 
 
 @njit(cache=True, nogil=True)
-def decide_records(hdr, first, offsets, key_len, val_len, latest_offset, marks, base, now, verdict):
-    """The cleaner's shouldRetainRecord for the records of plain batches, from the map pass's marks.
+def walk_keys(arena, sec_start, sec_end, counts, base_offset, offsets, key_pos, key_len):
+    """The map pass's walk: every record is read in full (DefaultRecord.readFrom's checks, as walk_records), but
+    only its offset and key are kept (storing the other fields costs more than reading them). Returns (code, batch,
+    record)."""
+    r = 0
+    for b in range(sec_start.shape[0]):
+        pos = sec_start[b]
+        end = sec_end[b]
+        for i in range(counts[b]):
+            if pos >= end:
+                return ERR_PREMATURE_EOF, b, i
+            code, pos, _tsd, od, kp, kl, _vp, _vl, _hp, _hc = _read_record(arena, pos, end)
+            if code != OK:
+                return code, b, i
+            offsets[r] = base_offset[b] + od
+            key_pos[r] = kp
+            key_len[r] = kl
+            r += 1
+        if pos != end:
+            return ERR_REMAINING, b, counts[b]
+    return OK, 0, 0
 
-    A record marked put is kept when it is still its key's latest (found == offset), dropped otherwise
-    (found > offset); a keyed record the marks cannot answer gets V_LOOKUP. Returns the records read without a key
-    below the map's latest offset (the cleaner's invalid messages).
+
+@njit(cache=True, nogil=True, inline="always")
+def _superseded(arena, pos, end, base, marks, marks_base, latest_offset):
+    """The end of the record at ``pos`` when the marks show it superseded (put by the map pass, which walked it in
+    full, and no longer its key's latest), read from its length and offset delta alone; else -1."""
+    body, p, ok = _varint(arena, pos, end)
+    if not ok or body < 1 or body > end - p:
+        return np.int64(-1)
+    _tsd, q, ok = _varlong(arena, p + 1, p + body)
+    od, q, ok2 = _varint(arena, q, p + body)
+    if not (ok and ok2):
+        return np.int64(-1)
+    o = base + od
+    rel = o - marks_base
+    if o <= latest_offset and 0 <= rel < marks.shape[0] and marks[rel] == MARK_PUT:
+        return p + body
+    return np.int64(-1)
+
+
+@njit(cache=True, nogil=True)
+def walk_decide(
+    arena, hdr, nb, marks, marks_base, latest_offset, now,
+    cand_first, tail_start, rec_end, offsets, timestamps, key_pos, key_len, val_len, verdict,
+):  # fmt: skip
+    """The copy pass's walk and the cleaner's shouldRetainRecord in one, over plain batches (``hdr``, see H_*).
+
+    A record the marks show superseded is dropped on its offset alone (see _superseded); the others are read in full
+    and decided as decide_records does. Only the candidates, records kept (V_KEEP) or to look up in the map
+    (V_LOOKUP), are stored, batch ``b``'s from ``cand_first[b]``: storing every record's fields costs more than
+    reading them. Returns (code, batch, record, candidates, invalid records: without a key, below the latest
+    offset).
     """
-    cap = marks.shape[0]
+    c = 0
     invalid = 0
-    for b in range(first.shape[0] - 1):
-        horizon_set = (hdr[H_ATTR, b] & 0x40) != 0
-        retain_deletes = (not horizon_set) or now < hdr[H_BASE_TS, b]
-        for r in range(first[b], first[b + 1]):
-            o = offsets[r]
-            if o > latest_offset:
-                verdict[r] = V_KEEP
-            elif key_len[r] < 0:
-                verdict[r] = V_DROP
-                invalid += 1
-            elif val_len[r] < 0 and not retain_deletes:
-                verdict[r] = V_DROP
-            else:
-                rel = o - base
-                m = marks[rel] if 0 <= rel < cap else 0
-                verdict[r] = V_LOOKUP if m == 0 else (V_KEEP if m == MARK_LATEST else V_DROP)
-    return invalid
+    for b in range(nb):
+        cand_first[b] = c
+        pos = hdr[H_POS, b] + 61
+        end = hdr[H_POS, b] + hdr[H_SIZE, b]
+        base = hdr[H_BASE, b]
+        attr = hdr[H_ATTR, b]
+        append_time = (attr & 0x08) != 0
+        retain_deletes = (attr & 0x40) == 0 or now < hdr[H_BASE_TS, b]
+        for i in range(hdr[H_COUNT, b]):
+            if pos >= end:
+                return ERR_PREMATURE_EOF, b, i, c, invalid
+            skip_to = _superseded(arena, pos, end, base, marks, marks_base, latest_offset)
+            if skip_to >= 0:
+                pos = skip_to
+                continue
+            code, pos, tsd, od, kp, kl, _vp, vl, _hp, _hc = _read_record(arena, pos, end)
+            if code != OK:
+                return code, b, i, c, invalid
+            o = base + od
+            v = V_KEEP
+            if o <= latest_offset:
+                if kl < 0:
+                    invalid += 1
+                    continue
+                if vl < 0 and not retain_deletes:
+                    continue
+                rel = o - marks_base
+                m = marks[rel] if 0 <= rel < marks.shape[0] else 0
+                if m == 0:
+                    v = V_LOOKUP
+                elif m != MARK_LATEST:
+                    continue
+            tail_start[c] = kp - _uvarint_size_of_zz32(kl)
+            rec_end[c] = pos
+            offsets[c] = o
+            timestamps[c] = hdr[H_MAX_TS, b] if append_time else hdr[H_BASE_TS, b] + tsd
+            key_pos[c] = kp
+            key_len[c] = kl
+            val_len[c] = vl
+            verdict[c] = v
+            c += 1
+        if pos != end:
+            return ERR_REMAINING, b, hdr[H_COUNT, b], c, invalid
+    cand_first[nb] = c
+    return OK, 0, 0, c, invalid
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -318,8 +354,10 @@ def emit_run(
     everything kept and no delete horizon to add, the batch byte for byte; else the kept records re-framed under a
     new header (delete horizon ``new_horizon`` when a tombstone is kept and the batch has none). The CRC of each
     written header is left zero and its position listed in ``crc_at``. ``chunk_out[c]`` gets read buffer c's
-    (output end, largest offset, largest timestamp, its shallow offset, records written).
-    Returns (bytes written, CRCs to fill). ``out`` must hold the run plus 12 bytes per record and 61 per batch.
+    (output end, largest offset, largest timestamp, its shallow offset, records written). The record arrays list
+    the candidates of walk_decide, batch ``b``'s from ``first[b]``, and ``keep`` says which stay: a record not
+    listed is dropped. Returns (bytes written, CRCs to fill). ``out`` must hold the run plus 12 bytes per record and
+    61 per batch.
     """
     pos = 0
     ncrc = 0
@@ -352,7 +390,7 @@ def emit_run(
                 crc_at[ncrc] = pos
                 ncrc += 1
                 pos += 61
-            elif kept == hi - lo and not (tomb and not has_horizon):
+            elif kept == hdr[H_COUNT, b] and not (tomb and not has_horizon):
                 size = hdr[H_SIZE, b]
                 _copy(out, pos, arena, hdr[H_POS, b], size)
                 ts = hdr[H_MAX_TS, b]

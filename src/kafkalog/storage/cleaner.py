@@ -327,6 +327,8 @@ class _Records:
     key_pos: np.ndarray
     key_len: np.ndarray
     val_len: np.ndarray
+    verdict: np.ndarray | None = None  # the copy pass's candidates: V_KEEP or V_LOOKUP (see walk_decide)
+    invalid: int = 0  # records the copy pass's walk dropped for want of a key
 
 
 def _decode(batches: list[RecordBatch]) -> _Records:
@@ -462,11 +464,12 @@ def _scan_headers(arena: np.ndarray, position: int, size: int, run_bytes: int, b
     return _PlainRun(arena, scratch.hdr, nb, nc, scratch.chunk_first, scratch.chunk_limit, end, scratch=scratch)
 
 
-def _walk_run(run: _PlainRun, prepare: Callable[[_PlainRun], object] | None, keys_only: bool) -> _PlainRun | None:
+def _walk_run(run: _PlainRun, walk: Callable[[_PlainRun], _Records | None],
+              prepare: Callable[[_PlainRun], object] | None) -> _PlainRun | None:  # fmt: skip
     """Walk the records of a scanned run and prepare it; None on a malformed record (the reference path raises).
-    Thread-safe as long as ``prepare`` is: it only reads the arena."""
+    Thread-safe as long as ``walk`` and ``prepare`` are: they read the arena."""
     if run.batches:
-        run.records = _walk_plain(run.arena, run.hdr, run.batches, run.scratch, keys_only)
+        run.records = walk(run)
         if run.records is None:
             return None
         if prepare is not None:
@@ -495,11 +498,12 @@ class _PlainRuns:
         self._spare_lock = threading.Lock()
 
     def over(self, segments: list[LogSegment], starts: list[int], run_bytes: int, buffer_size: int,
-             prepare: Callable[[_PlainRun], object] | None, keys_only: bool = False) -> _PlainRuns:  # fmt: skip
+             walk: Callable[[_PlainRun], _Records | None],
+             prepare: Callable[[_PlainRun], object] | None) -> _PlainRuns:  # fmt: skip
         """Start a pass over ``segments``, each read from its ``starts`` position, the first read buffer of each
-        ``buffer_size`` (0: unchunked, as the map pass reads); ``keys_only`` as _walk_plain's."""
+        ``buffer_size`` (0: unchunked, as the map pass reads); ``walk`` reads a run's records, on a worker."""
         self._segments, self._starts, self._run_bytes, self._buffer_size = segments, starts, run_bytes, buffer_size
-        self._prepare, self._keys_only = prepare, keys_only
+        self._walk, self._prepare = walk, prepare
         self._index = {id(segment): i for i, segment in enumerate(segments)}
         self._sizes = [segment.log.size for segment in segments]
         self._views: dict[int, tuple[memoryview, np.ndarray]] = {}
@@ -597,7 +601,7 @@ class _PlainRuns:
             self._drop_ahead()
             run = self._headers(i, position, buffer_size, min(self._run_bytes, _FIRST_RUN_BYTES))
             if run is not None:
-                run = _walk_run(run, self._prepare, self._keys_only)
+                run = _walk_run(run, self._walk, self._prepare)
             self._tail = (i, run.end if run is not None else position, buffer_size)
         if run is not None and run.batches:
             self._read_ahead()
@@ -616,7 +620,7 @@ class _PlainRuns:
             run = self._headers(i, position, buffer_size)
             if run is None or not run.batches:
                 return  # the reference path's, or the end: left for when the pass gets there
-            future = self._workers().submit(_walk_run, run, self._prepare, self._keys_only)
+            future = self._workers().submit(_walk_run, run, self._walk, self._prepare)
             self._ahead.append(((i, position, buffer_size), future))
             position = run.end
             self._tail = (i, position, buffer_size)
@@ -635,30 +639,22 @@ class _PlainRuns:
                 self._spare.append(buffer)
 
 
-def _walk_plain(arena: np.ndarray, hdr: np.ndarray, nb: int, scratch: _Scratch,
-                keys_only: bool = False) -> _Records | None:  # fmt: skip
-    """_decode for plain batches from their header table, into ``scratch``; None on a malformed record (the
-    reference path raises). ``keys_only`` (the map pass): only the offsets and keys (_cleaner_kernels.walk_keys).
-    """
+def _walk_keys(run: _PlainRun) -> _Records | None:
+    """The map pass's walk of a run of plain batches (_cleaner_kernels.walk_keys), into its scratch arrays: every
+    record read in full, only the offsets and keys kept; None on a malformed record (the reference path raises)."""
+    hdr, nb = run.hdr, run.batches
     counts = hdr[kernels.H_COUNT, :nb]
     starts = hdr[kernels.H_POS, :nb] + RECORDS_OFFSET
     ends = hdr[kernels.H_POS, :nb] + hdr[kernels.H_SIZE, :nb]
-    n = int(counts.sum())
-    out = scratch.record_arrays(n)
-    base = hdr[kernels.H_BASE, :nb]
-    if keys_only:
-        offsets, key_pos, key_len = out[3], out[5], out[6]  # the rest stay unset (None)
-        code, _, _ = kernels.walk_keys(arena, starts, ends, counts, base, offsets, key_pos, key_len)
-        out = [None, None, None, offsets, None, key_pos, key_len, None]
-    else:
-        append = (hdr[kernels.H_ATTR, :nb] & 0x08) != 0
-        base_ts, max_ts = hdr[kernels.H_BASE_TS, :nb], hdr[kernels.H_MAX_TS, :nb]
-        code, _, _ = kernels.walk_records(arena, starts, ends, counts, base, base_ts, max_ts, append, *out)
+    out = run.scratch.record_arrays(int(counts.sum()))
+    offsets, key_pos, key_len = out[3], out[5], out[6]
+    code, _, _ = kernels.walk_keys(run.arena, starts, ends, counts, hdr[kernels.H_BASE, :nb], offsets, key_pos,
+                                   key_len)  # fmt: skip
     if code != kernels.OK:
         return None
     first = np.zeros(nb + 1, np.int64)
     np.cumsum(counts, out=first[1:])
-    return _Records(arena, None, first, *out)
+    return _Records(run.arena, None, first, None, None, None, offsets, None, key_pos, key_len, None)
 
 
 @dataclass
@@ -810,7 +806,7 @@ class Cleaner:
         starts = [segment.offset_index.lookup(start).position for segment in dirty]
         try:
             prepare = hash_keys if digest is not None else None
-            with self._runs.over(dirty, starts, MAP_RUN_BYTES, 0, prepare, keys_only=True) as runs:
+            with self._runs.over(dirty, starts, MAP_RUN_BYTES, 0, _walk_keys, prepare) as runs:
                 for i, segment in enumerate(dirty):
                     self._check_done(tp)
                     next_start = dirty[i + 1].base_offset if i + 1 < len(dirty) else end
@@ -1025,7 +1021,8 @@ class Cleaner:
             active_producers = log_obj.last_records_of_active_producers()
         emit = functools.partial(self._emit_plain, active_producers=active_producers, upper_bound=upper_bound,
                                  retention_ms=log_obj.config.delete_retention_ms, now=now)  # fmt: skip
-        return self._runs.over(segments, [0] * len(segments), FILTER_RUN_BYTES, self.io_buffer_size, emit)
+        walk = functools.partial(self._walk_decide, now=now)
+        return self._runs.over(segments, [0] * len(segments), FILTER_RUN_BYTES, self.io_buffer_size, walk, emit)
 
     def _clean_runs(self, tp, view, runs, i, size, state, max_buffer, source, dest, txn, active_producers,
                     upper_bound, retain_legacy_deletes, retention_ms, now, stats) -> None:  # fmt: skip
@@ -1049,9 +1046,9 @@ class Cleaner:
                     now: int) -> _EmittedRun:  # fmt: skip
         """What a run of plain batches keeps, written out (the fast twin of _filter), on a read-ahead worker.
 
-        Retention is decided from the map pass's marks (the map is asked only about records they do not cover), and
-        the kept batches of the whole run are written by one kernel call, their CRCs filled in. Reads the map and the
-        marks, which the copy pass no longer changes.
+        Retention was decided by the walk from the map pass's marks (_walk_decide); the map is asked only about the
+        records they do not cover. The kept batches of the whole run are written by one kernel call, their CRCs
+        filled in. Reads the map and the marks, which the copy pass no longer changes.
         """
         hdr, nb, records = plain.hdr, plain.batches, plain.records
         lasts = plain.last_offsets()
@@ -1062,13 +1059,8 @@ class Cleaner:
                 last = active_producers.get(pid)
                 if last is not None and last[0] is not None:
                     retain_empty |= (pids == pid) & (lasts == last[0])
-        n = len(records.offsets)
-        marks = self._marks if self._marks is not None else _NO_MARKS
-        verdict = plain.scratch.verdict_array(n)
-        invalid = int(kernels.decide_records(
-            hdr, records.first, records.offsets, records.key_len, records.val_len, self.offset_map.latest_offset,
-            marks, self._marks_base, now, verdict,
-        ))  # fmt: skip
+        n = int(hdr[kernels.H_COUNT, :nb].sum())
+        verdict = records.verdict
         lookup = np.flatnonzero(verdict == kernels.V_LOOKUP)
         if lookup.size:
             with self._map_lock:  # a get counts its lookups and probes in the map
@@ -1088,7 +1080,25 @@ class Cleaner:
         for at in crc_at[:ncrc].tolist():
             end = at + 12 + _INT32.unpack_from(data, at + 8)[0]
             _INT32.pack_into(data, at + 17, crc32c(data[at + 21 : end]))
-        return _EmittedRun(out, chunk_out, n, bytes_read, invalid)
+        return _EmittedRun(out, chunk_out, n, bytes_read, records.invalid)
+
+    def _walk_decide(self, run: _PlainRun, now: int) -> _Records | None:
+        """The copy pass's walk of a run of plain batches (_cleaner_kernels.walk_decide): the records that may stay,
+        with their verdicts, into the run's scratch arrays; None on a malformed record (the reference path raises)."""
+        hdr, nb = run.hdr, run.batches
+        n = int(hdr[kernels.H_COUNT, :nb].sum())
+        _, tail_start, rec_end, offsets, timestamps, key_pos, key_len, val_len = run.scratch.record_arrays(n)
+        verdict = run.scratch.verdict_array(n)
+        first = np.empty(nb + 1, np.int64)
+        marks = self._marks if self._marks is not None else _NO_MARKS
+        code, _, _, c, invalid = kernels.walk_decide(
+            run.arena, hdr, nb, marks, self._marks_base, self.offset_map.latest_offset, now, first, tail_start,
+            rec_end, offsets, timestamps, key_pos, key_len, val_len, verdict,
+        )  # fmt: skip
+        if code != kernels.OK:
+            return None
+        return _Records(run.arena, None, first, None, tail_start[:c], rec_end[:c], offsets[:c], timestamps[:c],
+                        key_pos[:c], key_len[:c], val_len[:c], verdict[:c], int(invalid))  # fmt: skip
 
     def _filter_plain(self, plain: _PlainRun, dest, txn, stats: CleanerStats) -> None:
         """The copy pass over a run of plain batches: the fast twin of _read_chunks, _filter and _append_chunks.
