@@ -1301,6 +1301,31 @@ def test_corrupt_batch_size_larger_than_the_segment_fails_the_clean(tmp_path, cl
     assert not any(p.name.endswith(".cleaned") for p in log.directory.iterdir())
 
 
+@pytest.mark.parametrize("fast", [True, False])
+def test_a_malformed_record_that_a_later_one_supersedes_still_fails_the_clean(tmp_path, clock, fast):
+    """The copy pass drops a record that the map shows superseded without reading its value; the map pass reads
+    every record in full, so a malformed one still fails the clean (as Kafka's readFrom would) and nothing is
+    swapped in, on the fast path as on the reference one."""
+    from kafkalog.errors import InvalidRecordError
+
+    log = open_log(tmp_path, clock)
+    append(log, 0, b"old-value")  # superseded below
+    while len(log.segments) < 3:
+        append(log, log.log_end_offset % 3, b"v%d" % log.log_end_offset)
+    first = log.segments.first()
+    data = first.log.path.read_bytes()
+    at = data.index(b"\x12old-value")  # the value-length varint (9, zigzag 18): say 8 instead
+    with open(first.log.path, "r+b") as f:
+        f.seek(at)
+        f.write(b"\x10")
+    before = {p.name: p.read_bytes() for p in log.directory.iterdir() if p.suffix == ".log"}
+    cleaner = Cleaner(SkimpyOffsetMap(MAP_MEMORY), clock, fast=fast)
+    with pytest.raises(InvalidRecordError):
+        cleaner.clean(LogToClean(TP, log, 0, log.active_segment.base_offset))
+    assert {p.name: p.read_bytes() for p in log.directory.iterdir() if p.suffix == ".log"} == before
+    assert not any(p.name.endswith((".cleaned", ".swap")) for p in log.directory.iterdir())
+
+
 def test_deleted_batches_with_no_messages_read(tmp_path, clock):
     # Kafka's testDeletedBatchesWithNoMessagesRead: a 100-byte read buffer, batches dropped whole.
     log = open_log(tmp_path, clock, max_message_bytes=100, segment_bytes=1000, delete_retention_ms=1000)
