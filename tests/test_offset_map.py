@@ -307,16 +307,22 @@ def test_fast_equals_reference_up_to_a_full_map(slots):
     assert fast.collision_rate == ref.collision_rate
 
 
-@pytest.mark.parametrize("seed", range(6))
-def test_put_records_equals_reference(seed):
-    rng = np.random.default_rng(100 + seed)
-    slots = int(rng.integers(5, 300))
+def random_run(rng: np.random.Generator, max_slots: int):
+    """A random map size and run of records (10% null keys, offsets with gaps, a start offset a quarter in):
+    (slots, load factor, keys, arena, key_pos, key_len, offsets, start)."""
+    slots = int(rng.integers(5, max_slots))
     load_factor = float(rng.choice([0.5, 0.9, 1.0]))
     n = int(rng.integers(0, 3 * slots))
     keys = [None if rng.random() < 0.1 else k for k in _random_keys(rng, n, int(rng.integers(1, 2 * slots)))]
     arena, pos, length = pack(keys)
     offsets = np.cumsum(rng.integers(0, 3, n)).astype(np.int64) + 1000
-    start = 1000 + n // 4
+    return slots, load_factor, keys, arena, pos, length, offsets, 1000 + n // 4
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_put_records_equals_reference(seed):
+    slots, load_factor, keys, arena, pos, length, offsets, start = random_run(np.random.default_rng(100 + seed), 300)
+    n = len(keys)
     fast, ref = SkimpyOffsetMap(slots * 24, load_factor), ReferenceOffsetMap(slots * 24, load_factor)
     got = fast.put_records(arena, pos, length, offsets, start)
     assert got == ref.put_records(arena, pos, length, offsets, start)
@@ -340,18 +346,11 @@ def test_put_records_equals_reference(seed):
 def test_put_digests_of_digest_records_equals_put_records_and_reference(seed):
     """The cleaner hashes a run's keys on a read-ahead thread (digest_records) and puts them afterwards
     (put_digests): the same stop, table and counters as put_records in one step, and as Kafka's map."""
-    rng = np.random.default_rng(300 + seed)
-    slots = int(rng.integers(5, 3000))
-    load_factor = float(rng.choice([0.5, 0.9, 1.0]))
-    n = int(rng.integers(0, 3 * slots))
-    keys = [None if rng.random() < 0.1 else k for k in _random_keys(rng, n, int(rng.integers(1, 2 * slots)))]
-    arena, pos, length = pack(keys)
-    offsets = np.cumsum(rng.integers(0, 3, n)).astype(np.int64) + 1000
-    start = 1000 + n // 4
+    slots, load_factor, keys, arena, pos, length, offsets, start = random_run(np.random.default_rng(300 + seed), 3000)
     split, whole = SkimpyOffsetMap(slots * 24, load_factor), SkimpyOffsetMap(slots * 24, load_factor)
     ref = ReferenceOffsetMap(slots * 24, load_factor)
     digests = SkimpyOffsetMap.digest_records(arena, pos, length, offsets, start)
-    taken = [i for i in range(n) if keys[i] is not None and offsets[i] >= start]
+    taken = [i for i in range(len(keys)) if keys[i] is not None and offsets[i] >= start]
     assert [digests[16 * i : 16 * i + 16].tobytes() for i in taken] == [hashlib.md5(keys[i]).digest() for i in taken]
     got = split.put_digests(digests, length, offsets, start)
     assert got == whole.put_records(arena, pos, length, offsets, start) == ref.put_records(arena, pos, length, offsets,

@@ -34,9 +34,13 @@ def _uvarint_size_of_zz32(v):
 @njit(cache=True, nogil=True)
 def walk_records(
     arena, sec_start, sec_end, counts, base_offset, base_ts, append_ts, use_append_ts,
-    rec_start, tail_start, rec_end, offsets, timestamps, key_pos, key_len, val_len,
+    rec_start, tail_start, rec_end, offsets, timestamps, key_pos, key_len, val_len, keys_only,
 ):  # fmt: skip
-    """Walk every record of every section; fill the per-record arrays. Returns (code, batch, record)."""
+    """Walk every record of every section; fill the per-record arrays. Returns (code, batch, record).
+
+    ``keys_only`` (the map pass): every record is still read in full (DefaultRecord.readFrom's checks), but only
+    ``offsets``, ``key_pos`` and ``key_len`` are filled: storing the other fields costs more than reading them.
+    """
     r = 0
     for b in range(sec_start.shape[0]):
         pos = sec_start[b]
@@ -48,15 +52,16 @@ def walk_records(
             code, pos, tsd, od, kp, kl, _vp, vl, _hp, _hc = _read_record(arena, pos, end)
             if code != OK:
                 return code, b, i
-            rec_start[r] = start
-            # The key-length varint starts the tail; a null key (-1) is a 1-byte varint.
-            tail_start[r] = kp - _uvarint_size_of_zz32(kl)
-            rec_end[r] = pos
             offsets[r] = base_offset[b] + od
-            timestamps[r] = append_ts[b] if use_append_ts[b] else base_ts[b] + tsd
             key_pos[r] = kp
             key_len[r] = kl
-            val_len[r] = vl
+            if not keys_only:
+                rec_start[r] = start
+                # The key-length varint starts the tail; a null key (-1) is a 1-byte varint.
+                tail_start[r] = kp - _uvarint_size_of_zz32(kl)
+                rec_end[r] = pos
+                timestamps[r] = append_ts[b] if use_append_ts[b] else base_ts[b] + tsd
+                val_len[r] = vl
             r += 1
         if pos != end:
             return ERR_REMAINING, b, counts[b]
@@ -214,30 +219,6 @@ def mark_puts(marks, base, offsets, key_len, done, start_offset, last_put):
             if 0 <= rel < cap:
                 marks[rel] = MARK_PUT
     return last_put
-
-
-@njit(cache=True, nogil=True)
-def walk_keys(arena, sec_start, sec_end, counts, base_offset, offsets, key_pos, key_len):
-    """The map pass's walk: every record is read in full (DefaultRecord.readFrom's checks, as walk_records), but
-    only its offset and key are kept (storing the other fields costs more than reading them). Returns (code, batch,
-    record)."""
-    r = 0
-    for b in range(sec_start.shape[0]):
-        pos = sec_start[b]
-        end = sec_end[b]
-        for i in range(counts[b]):
-            if pos >= end:
-                return ERR_PREMATURE_EOF, b, i
-            code, pos, _tsd, od, kp, kl, _vp, _vl, _hp, _hc = _read_record(arena, pos, end)
-            if code != OK:
-                return code, b, i
-            offsets[r] = base_offset[b] + od
-            key_pos[r] = kp
-            key_len[r] = kl
-            r += 1
-        if pos != end:
-            return ERR_REMAINING, b, counts[b]
-    return OK, 0, 0
 
 
 @njit(cache=True, nogil=True, inline="always")

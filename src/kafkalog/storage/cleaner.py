@@ -9,6 +9,13 @@ Hot paths work on whole runs of batches: records are walked by one numba call pe
 (``_cleaner_kernels``), keys are hashed and looked up by one call, retention is decided with numpy
 masks, and batches that keep every record are copied byte for byte. Python runs once per batch, never
 once per record (legacy v0/v1 batches aside).
+
+Runs of plain batches (the usual case) take a fast path spread over threads (``_PlainRuns``): the cleaning thread
+scans the batch headers, which fixes where each run ends, and does what must happen in order (the map's puts, the
+appends to the cleaned segment); two read-ahead workers walk the next runs meanwhile, a few runs and one segment
+ahead, hash their keys (map pass) or decide and write out what they keep (copy pass). The numba kernels release
+the GIL. A cleaned group's flush runs on a fourth thread while the next group is cleaned; the group is swapped in
+once flushed, in order.
 """
 
 from __future__ import annotations
@@ -358,7 +365,8 @@ def _decode(batches: list[RecordBatch]) -> _Records:
     max_ts = np.fromiter((b.max_timestamp for b in batches), np.int64, nb)
     append = np.fromiter((bool(b.attributes & 0x08) for b in batches), np.bool_, nb)
     out = [np.empty(n, np.int64) for _ in range(8)]
-    code, bi, ri = kernels.walk_records(arena, starts, ends, counts, base_offset, base_ts, max_ts, append, *out)
+    code, bi, ri = kernels.walk_records(arena, starts, ends, counts, base_offset, base_ts, max_ts, append, *out,
+                                        False)  # fmt: skip
     if code != kernels.OK:
         bad = batches[bi]
         raise InvalidRecordError(
@@ -640,21 +648,23 @@ class _PlainRuns:
 
 
 def _walk_keys(run: _PlainRun) -> _Records | None:
-    """The map pass's walk of a run of plain batches (_cleaner_kernels.walk_keys), into its scratch arrays: every
-    record read in full, only the offsets and keys kept; None on a malformed record (the reference path raises)."""
+    """The map pass's walk of a run of plain batches (_cleaner_kernels.walk_records, keys only), into its scratch
+    arrays: every record read in full, only the offsets and keys kept; None on a malformed record (the reference
+    path raises)."""
     hdr, nb = run.hdr, run.batches
     counts = hdr[kernels.H_COUNT, :nb]
     starts = hdr[kernels.H_POS, :nb] + RECORDS_OFFSET
     ends = hdr[kernels.H_POS, :nb] + hdr[kernels.H_SIZE, :nb]
+    append = (hdr[kernels.H_ATTR, :nb] & 0x08) != 0
     out = run.scratch.record_arrays(int(counts.sum()))
-    offsets, key_pos, key_len = out[3], out[5], out[6]
-    code, _, _ = kernels.walk_keys(run.arena, starts, ends, counts, hdr[kernels.H_BASE, :nb], offsets, key_pos,
-                                   key_len)  # fmt: skip
+    code, _, _ = kernels.walk_records(run.arena, starts, ends, counts, hdr[kernels.H_BASE, :nb],
+                                      hdr[kernels.H_BASE_TS, :nb], hdr[kernels.H_MAX_TS, :nb], append, *out,
+                                      True)  # fmt: skip
     if code != kernels.OK:
         return None
     first = np.zeros(nb + 1, np.int64)
     np.cumsum(counts, out=first[1:])
-    return _Records(run.arena, None, first, None, None, None, offsets, None, key_pos, key_len, None)
+    return _Records(run.arena, None, first, None, None, None, out[3], None, out[5], out[6], None)
 
 
 @dataclass
