@@ -609,7 +609,10 @@ class _PlainRuns:
             self._drop_ahead()
             run = self._headers(i, position, buffer_size, min(self._run_bytes, _FIRST_RUN_BYTES))
             if run is not None:
+                scratch = run.scratch
                 run = _walk_run(run, self._walk, self._prepare)
+                if run is None:
+                    self._give_back(scratch)
             self._tail = (i, run.end if run is not None else position, buffer_size)
         if run is not None and run.batches:
             self._read_ahead()
