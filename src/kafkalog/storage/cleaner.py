@@ -500,6 +500,7 @@ class _PlainRuns:
         self._pool: ThreadPoolExecutor | None = None
         self._scratch: list[_Scratch] = []  # work arrays to reuse
         self._ahead: deque[tuple[tuple[int, int, int], Future]] = deque()
+        self._tail = (0, 0, 0)  # (segment, position, buffer size) where the next run to read ahead starts
         self._segments: list[LogSegment] = []
         self._index: dict[int, int] = {}
         self._spare: list[np.ndarray] = []  # output buffers to reuse
@@ -533,9 +534,9 @@ class _PlainRuns:
             self._pool = None
 
     @property
-    def index(self) -> dict[int, int]:
-        """id(segment) -> its index in the pass under way (empty between passes)."""
-        return self._index
+    def active(self) -> bool:
+        """Whether a pass is under way."""
+        return bool(self._index)
 
     def index_of(self, segment: LogSegment) -> int | None:
         """The segment's index in this pass, or None when the pass does not read it."""
@@ -591,7 +592,7 @@ class _PlainRuns:
     def done(self, run: _PlainRun) -> None:
         """The pass is done with ``run``: its work arrays (and output buffer) go back to the pools."""
         if isinstance(run.prepared, _EmittedRun):
-            self.reuse(run.prepared.out)
+            self._reuse(run.prepared.out)
         self._give_back(run.scratch)
         run.scratch = run.records = run.prepared = None
 
@@ -637,14 +638,14 @@ class _PlainRuns:
             self._tail = (i, position, buffer_size)
 
     def output(self, nbytes: int) -> np.ndarray:
-        """An output buffer of at least ``nbytes`` (thread-safe); hand it back with :meth:`reuse` once written."""
+        """An output buffer of at least ``nbytes`` (thread-safe); :meth:`done` hands it back once written."""
         with self._spare_lock:
             for i, buffer in enumerate(self._spare):
                 if buffer.shape[0] >= nbytes:
                     return self._spare.pop(i)
         return np.empty(max(nbytes, FILTER_RUN_BYTES + FILTER_RUN_BYTES // 4), np.uint8)
 
-    def reuse(self, buffer: np.ndarray) -> None:
+    def _reuse(self, buffer: np.ndarray) -> None:
         with self._spare_lock:
             if len(self._spare) <= _AHEAD_RUNS:
                 self._spare.append(buffer)
@@ -823,9 +824,7 @@ class Cleaner:
                 for i, segment in enumerate(dirty):
                     self._check_done(tp)
                     next_start = dirty[i + 1].base_offset if i + 1 < len(dirty) else end
-                    view = runs.view(i)[0]
-                    if self._map_runs(tp, view, runs, i, starts[i], runs.size(i), start, next_start, txn, stats,
-                                      segment):  # fmt: skip
+                    if self._map_runs(tp, runs, i, starts[i], start, next_start, txn, stats, segment):
                         log.debug("Offset map is full, %d segments fully mapped, segment %d partially", i,
                                   segment.base_offset)  # fmt: skip
                         return
@@ -833,9 +832,10 @@ class Cleaner:
             if self._marks is not None:
                 offset_map.mark_held(self._marks, self._marks_base, kernels.MARK_PUT, kernels.MARK_LATEST)
 
-    def _map_runs(self, tp, view, runs, i, position, size, start, next_segment_start, txn, stats, segment) -> bool:
+    def _map_runs(self, tp, runs, i, position, start, next_segment_start, txn, stats, segment) -> bool:
         """Map segment ``i`` of the pass's keyed records at or after ``start``; True when the map filled up."""
         offset_map = self.offset_map
+        view, size = runs.view(i)[0], runs.size(i)
         while True:
             plain = runs.scan(i, position, 0) if self.fast else None
             if plain is not None:
@@ -1011,7 +1011,7 @@ class Cleaner:
         runs = self._runs
         i = runs.index_of(source)
         if i is None:  # outside a copy pass: a pass of its own
-            if runs.index:
+            if runs.active:
                 raise RuntimeError(f"segment {source} is not in the copy pass under way")
             with self._copy_pass(log_obj, [source], upper_bound, now, active_producers):
                 return self.clean_into(tp, log_obj, source, dest, retain_legacy_deletes, txn, active_producers,
@@ -1019,10 +1019,9 @@ class Cleaner:
         size = runs.size(i)
         if size == 0:
             return
-        view = runs.view(i)[0]
         state = {"buffer": self.io_buffer_size}
         max_buffer = max(log_obj.config.max_message_bytes, self.max_io_buffer_size)
-        self._clean_runs(tp, view, runs, i, size, state, max_buffer, source, dest, txn, active_producers, upper_bound,
+        self._clean_runs(tp, runs, i, state, max_buffer, source, dest, txn, active_producers, upper_bound,
                          retain_legacy_deletes, log_obj.config.delete_retention_ms, now, stats)  # fmt: skip
 
     def _copy_pass(self, log_obj, segments: list[LogSegment], upper_bound: int, now: int,
@@ -1037,8 +1036,9 @@ class Cleaner:
         walk = functools.partial(self._walk_decide, now=now)
         return self._runs.over(segments, [0] * len(segments), FILTER_RUN_BYTES, self.io_buffer_size, walk, emit)
 
-    def _clean_runs(self, tp, view, runs, i, size, state, max_buffer, source, dest, txn, active_producers,
-                    upper_bound, retain_legacy_deletes, retention_ms, now, stats) -> None:  # fmt: skip
+    def _clean_runs(self, tp, runs, i, state, max_buffer, source, dest, txn, active_producers, upper_bound,
+                    retain_legacy_deletes, retention_ms, now, stats) -> None:  # fmt: skip
+        view, size = runs.view(i)[0], runs.size(i)
         position = 0
         while position < size:
             self._check_done(tp)
