@@ -269,6 +269,30 @@ class LogSegment:
             self._ensure_offset_in_range(largest_offset)
         # an I/O error, or a refusal from before_commit, leaves the segment as it was (FileRecords rolls back)
         self.log.append(records, size, before_commit)
+        self._appended(position, size, largest_offset, largest_timestamp, shallow_offset_of_max_timestamp)
+
+    def append_in_parts(self, records, parts: list[tuple[int, int, int, int]]) -> None:
+        """Append ``records`` in one write, as if each part were appended on its own (:meth:`append`): ``parts`` are
+        (where the part ends in ``records``, its largest offset, largest timestamp, shallow offset of that
+        timestamp), in order. The index entries land where those appends would put them: the cleaner appends what
+        each read buffer kept, as Kafka does, and several buffers' worth at once."""
+        size = parts[-1][0] if parts else 0
+        if size == 0:
+            return
+        starts = [0, *(part[0] for part in parts[:-1])]
+        # an empty part is no append at all
+        parts = [(start, *part) for start, part in zip(starts, parts, strict=True) if part[0] > start]
+        for _, _, largest_offset, _, _ in parts:
+            if not 0 <= largest_offset - self.base_offset <= INT32_MAX:
+                self._ensure_offset_in_range(largest_offset)
+        position = self.log.size
+        self.log.append(records, size)  # an I/O error leaves the segment as it was (FileRecords rolls back)
+        for start, end, largest_offset, largest_timestamp, shallow_offset in parts:
+            self._appended(position + start, end - start, largest_offset, largest_timestamp, shallow_offset)
+
+    def _appended(self, position: int, size: int, largest_offset: int, largest_timestamp: int,
+                  shallow_offset_of_max_timestamp: int) -> None:  # fmt: skip
+        """The bookkeeping of an append of ``size`` bytes written at ``position``: timestamps and index entries."""
         if position == 0:
             self.rolling_based_timestamp = largest_timestamp
         current = self._max_ts_and_offset if self._max_ts_and_offset is not None else self._max_timestamp_and_offset()
