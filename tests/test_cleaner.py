@@ -1483,3 +1483,75 @@ def test_recovery_after_a_crash_at_each_step_of_the_swap(tmp_path, clock):
     log = reopen(log, clock, recover=True)
     assert records(log) == cleaned
     assert not any(p.name.endswith((".cleaned", ".swap")) for p in log.directory.iterdir())
+
+
+def _parts_segment(directory: Path, parts: list[tuple[int, int, int]], *, in_parts: bool):
+    """A segment given batches (base offset, record count, timestamp) in read buffers of two, appended one buffer at
+    a time or all at once (LogSegment.append_in_parts); its .log, .index and .timeindex bytes."""
+    from kafkalog.storage.segment import LogSegment
+
+    directory.mkdir()
+    segment = LogSegment.open(directory, 0, index_interval_bytes=100, max_index_size=4096, clock=MockTime())
+    buffers, appends = [], []
+    for k in range(0, len(parts), 2):
+        batches = []
+        for base, count, ts in parts[k : k + 2]:
+            builder = RecordBatchBuilder(base_offset=base)
+            for i in range(count):
+                builder.append(b"k%d" % (base + i), b"v" * 40, ts + i)
+            batches.append(builder.build())
+        last_base, last_count, _ = parts[min(k + 1, len(parts) - 1)]
+        max_ts, at = max((ts + count - 1, base) for base, count, ts in parts[k : k + 2])
+        buffers.append(b"".join(batches))
+        appends.append((last_base + last_count - 1, max_ts, at))
+    buffers.insert(1, b"")  # a read buffer that kept nothing: no append at all
+    appends.insert(1, (-1, -1, -1))
+    if in_parts:
+        ends = list(itertools.accumulate(map(len, buffers)))
+        segment.append_in_parts(b"".join(buffers), [(end, *a) for end, a in zip(ends, appends, strict=True)])
+    else:
+        for data, (largest, max_ts, at) in zip(buffers, appends, strict=True):
+            segment.append(largest, max_ts, at, data)
+    segment.flush()
+    segment.close()
+    return {p.suffix: p.read_bytes() for p in directory.iterdir()}
+
+
+def test_append_in_parts_writes_what_one_append_per_part_writes(tmp_path):
+    """The cleaner writes a run of read buffers at once; the files, index entries included, are those of one
+    LogSegment.append per buffer (Kafka's cleanInto)."""
+    parts = [(base * 3, 3, 1_000 + (base * 37) % 11) for base in range(9)]
+    one_by_one = _parts_segment(tmp_path / "one-0", parts, in_parts=False)
+    at_once = _parts_segment(tmp_path / "all-0", parts, in_parts=True)
+    assert one_by_one == at_once
+    assert len(one_by_one[".index"]) > 8  # the parts made index entries, not only the first append
+
+
+def test_a_clean_maps_each_segment_once_and_lets_the_maps_go(tmp_path, monkeypatch):
+    """The copy pass reads the segments through the maps the map pass made, and the clean ends holding none."""
+    from kafkalog.storage import cleaner as cleaner_module
+
+    mapped: list[str] = []
+    real = cleaner_module.map_file
+
+    def counting(path):
+        mapped.append(Path(path).name)
+        return real(path)
+
+    monkeypatch.setattr(cleaner_module, "map_file", counting)
+    clock = MockTime()
+    log = open_log(tmp_path, clock, segment_bytes=2000)
+    try:
+        for i in range(150):
+            append(log, i % 7, i)
+        sources = [s.log.path.name for s in list(log.segments)[:-1]]
+        assert len(sources) > 2
+        cleaner = Cleaner(SkimpyOffsetMap(MAP_MEMORY), clock)
+        cleaner.do_clean(LogToClean(TP, log, 0, log.active_segment.base_offset), clock.milliseconds())
+        assert sorted(mapped) == sorted(sources)
+        assert cleaner._runs._held == {} and cleaner._runs._held_bytes == 0
+        active_base = log.active_segment.base_offset
+        kept = [(r.offset, int(r.key)) for b in stored_batches(log) for r in b if r.offset < active_base]
+        assert kept == sorted((max(i for i in range(active_base) if i % 7 == k), k) for k in range(7))
+    finally:
+        log.close()

@@ -151,9 +151,11 @@ def test_fast_path_matches_the_reference_path_on_random_logs(tmp_path, seed):
 @pytest.mark.parametrize("seed", range(100, 106))
 def test_fast_path_matches_the_reference_path_on_plain_logs(tmp_path, seed, monkeypatch):
     """Only plain batches: every run goes through the fast path, in runs of a few read buffers (small run sizes)
-    so that the read-ahead thread hands over many runs."""
+    so that the read-ahead thread hands over many runs). The copy pass reuses none, some or all of the map pass's
+    segment maps."""
     monkeypatch.setattr(cleaner_module, "FILTER_RUN_BYTES", 3000)
     monkeypatch.setattr(cleaner_module, "MAP_RUN_BYTES", 2000)
+    monkeypatch.setattr(cleaner_module, "_HELD_MAP_BYTES", [0, 5000, 1 << 30][seed % 3])
     run_rounds(tmp_path, seed, plain_only=True)
 
 
