@@ -1190,9 +1190,9 @@ def groups_log(tmp_path: Path, clock: MockTime) -> tuple[Log, list[list[int]]]:
 
 
 def test_a_failure_in_a_later_group_keeps_the_groups_cleaned_before_it(tmp_path, clock, monkeypatch):
-    """A group is swapped in once the next one is cleaned (its flush runs meanwhile). When cleaning the next group
-    fails, the one cleaned before still goes in, as in Kafka, where it was swapped in before the next was begun;
-    the failing group stays as it was."""
+    """A group is flushed and swapped in on the flush thread while the next one is cleaned. When cleaning the next
+    group fails, the one cleaned before still goes in, as in Kafka, where it was swapped in before the next was
+    begun; the failing group stays as it was."""
     log, groups = groups_log(tmp_path, clock)
     before = {r.offset: (r.key, r.value) for r in log.records()}
     real = Cleaner.clean_into
@@ -1239,6 +1239,32 @@ def test_a_failed_flush_swaps_nothing_in_and_leaves_no_cleaned_files(tmp_path, c
         Cleaner(SkimpyOffsetMap(MAP_MEMORY), clock).clean(LogToClean(TP, log, 0, log.active_segment.base_offset))
     assert not any(p.name.endswith((".cleaned", ".swap", ".deleted")) for p in log.directory.iterdir())
     assert {r.offset: (r.key, r.value) for r in log.records()} == before
+    assert [s.base_offset for s in log.segments][:-1] == [g[0] for g in groups]
+
+
+def test_a_failed_swap_keeps_the_groups_before_it_and_swaps_in_none_after(tmp_path, clock, monkeypatch):
+    """Groups go in in order on the flush thread: when the second group's swap fails, the first is in, the second
+    and every later one stay as they were, no cleaned file is left, and the clean raises the swap's error."""
+    log, groups = groups_log(tmp_path, clock)
+    before = {r.offset: (r.key, r.value) for r in log.records()}
+    real = Log.replace_segments
+    swapped: list[int] = []
+
+    def failing_swap(self, new_segments, old_segments):
+        if old_segments[0].base_offset == groups[1][0]:
+            raise OSError("injected swap failure")
+        swapped.append(old_segments[0].base_offset)
+        return real(self, new_segments, old_segments)
+
+    monkeypatch.setattr(Log, "replace_segments", failing_swap)
+    with pytest.raises(OSError, match="injected swap"):
+        Cleaner(SkimpyOffsetMap(MAP_MEMORY), clock).clean(LogToClean(TP, log, 0, log.active_segment.base_offset))
+    assert swapped == [groups[0][0]]
+    assert not any(p.name.endswith((".cleaned", ".swap")) for p in log.directory.iterdir())
+    after = {r.offset: (r.key, r.value) for r in log.records()}
+    assert {o: v for o, v in after.items() if o >= groups[1][0]} == {o: v for o, v in before.items()
+                                                                      if o >= groups[1][0]}  # fmt: skip
+    assert set(after) < set(before)  # the first group was cleaned
     assert [s.base_offset for s in log.segments][:-1] == [g[0] for g in groups]
 
 

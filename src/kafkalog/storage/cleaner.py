@@ -993,10 +993,11 @@ class Cleaner:
     def clean_segments(self, tp, log_obj, group, now, stats, txn, legacy_delete_horizon, upper_bound) -> None:
         """Copy a group of segments into one ``.cleaned`` segment and swap it in (cleanSegments).
 
-        The swap waits for the segment's flush, which runs on another thread while the next group is cleaned: the
-        group is swapped in when the next one has been cleaned (or at the end of the clean), in order, and never
-        before its files are on disk.
+        The end of cleanSegments (index trimming, flush, swap) runs on another thread while the next group is
+        cleaned (:meth:`_finish_group`): groups are swapped in order, each only once its files are on disk and the
+        group before it is in; nothing is swapped in after a failure. :meth:`_end_swaps` waits for them.
         """
+        self._raise_swap_failure()
         cleaned = log_obj.new_cleaned_segment(group[0].base_offset)
         txn.cleaned_index = cleaned.txn_index
         try:
@@ -1007,32 +1008,27 @@ class Cleaner:
                 retain_legacy_deletes = segment.last_modified_ms() > legacy_delete_horizon
                 self.clean_into(tp, log_obj, segment, cleaned, retain_legacy_deletes, txn, active_producers,
                                 upper_bound, stats, now)  # fmt: skip
-            cleaned.on_become_inactive_segment()
-            flushing = self._flusher().submit(cleaned.flush)
+            txn.cleaned_index = None
+            self._pending_swap = self._flusher().submit(self._finish_group, log_obj, cleaned, group,
+                                                        self._pending_swap)  # fmt: skip
         except BaseException:
             _delete_cleaned(cleaned)
             raise
-        try:
-            self._swap_pending()  # the group before this one, flushed meanwhile
-        except BaseException:
-            wait([flushing])
-            _delete_cleaned(cleaned)
-            raise
-        self._pending_swap = (log_obj, cleaned, group, flushing)
 
     def _flusher(self) -> ThreadPoolExecutor:
         if self._flush_pool is None:
             self._flush_pool = ThreadPoolExecutor(1, thread_name_prefix="cleaner-flush")
         return self._flush_pool
 
-    def _swap_pending(self) -> None:
-        """Swap in the group cleaned last, once its flush is done (the rest of Kafka's cleanSegments)."""
-        pending, self._pending_swap = self._pending_swap, None
-        if pending is None:
-            return
-        log_obj, cleaned, group, flushing = pending
+    @staticmethod
+    def _finish_group(log_obj, cleaned: LogSegment, group: list[LogSegment], before: Future | None) -> None:
+        """The rest of Kafka's cleanSegments, on the flush thread: trim the indexes, flush, swap in; only once the
+        group before is in (the one thread runs them in order; a failure there fails this one too)."""
         try:
-            flushing.result()
+            if before is not None:
+                before.result()
+            cleaned.on_become_inactive_segment()
+            cleaned.flush()
             cleaned.log.set_last_modified_ms(group[-1].last_modified_ms())
             log.info("Swapping in cleaned segment %s for segment(s) %s in log %s", cleaned, group, log_obj)
             log_obj.replace_segments([cleaned], group)
@@ -1040,9 +1036,21 @@ class Cleaner:
             _delete_cleaned(cleaned)
             raise
 
+    def _raise_swap_failure(self) -> None:
+        """Fail the clean as soon as a group it cleaned could not be flushed or swapped in."""
+        pending = self._pending_swap
+        if pending is not None and pending.done():
+            pending.result()
+
+    def _swap_pending(self) -> None:
+        """Wait until every group cleaned so far is swapped in; raise the first failure."""
+        pending, self._pending_swap = self._pending_swap, None
+        if pending is not None:
+            pending.result()
+
     def _end_swaps(self) -> None:
-        """The end of a clean's copy pass. After a failure, the group cleaned before it still goes in, as it would
-        have before the next group was begun; a failure here is logged (the clean's own error is the one raised)."""
+        """The end of a clean's copy pass. After a failure, the groups cleaned before it still go in, as they would
+        have in Kafka; a failure here is logged (the clean's own error is the one raised)."""
         try:
             if self._pending_swap is not None:
                 try:

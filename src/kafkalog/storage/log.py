@@ -880,7 +880,8 @@ class Log:
             return []
         if to_offset < from_offset:
             raise ValueError(f"Invalid log segment range: requested segments from {from_offset} to {to_offset}")
-        return self.segments.values_between(from_offset, to_offset)
+        with self._lock:  # the cleaner swaps segments in on its flush thread
+            return self.segments.values_between(from_offset, to_offset)
 
     def non_active_segments_from(self, offset: int) -> list[LogSegment]:
         """Every segment from the one holding ``offset`` up to, not including, the active one."""
@@ -892,11 +893,11 @@ class Log:
 
     def collect_aborted_transactions(self, start_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
         """Aborted transactions overlapping [start, upper), from the txn indexes (collectAbortedTransactions)."""
-        first = self.segments.floor(start_offset)
-        if first is None:
-            return []
+        with self._lock:  # a consistent list while the cleaner swaps segments in on its flush thread
+            first = self.segments.floor(start_offset)
+            segments = self.segments.values_from(first.base_offset) if first is not None else []
         aborted: list[AbortedTxn] = []
-        for segment in self.segments.values_from(first.base_offset):
+        for segment in segments:
             result = segment.collect_aborted_txns(start_offset, upper_bound_offset)
             aborted.extend(result.aborted)
             if result.is_complete:
