@@ -11,6 +11,7 @@ up (partial cleans), from the start and from a previous clean's end (a clean sec
 
 from __future__ import annotations
 
+import os
 import random
 import shutil
 from dataclasses import asdict
@@ -211,3 +212,17 @@ def test_a_transactional_log_falls_back_to_the_reference_path(tmp_path, monkeypa
         log.close()
     assert calls["reference_filter"] > 0
     assert (end, stats.messages_read) == (2, 2)
+
+
+@pytest.mark.skipif(not hasattr(os, "setpriority"), reason="per-thread priorities are a POSIX (Linux) feature")
+def test_read_ahead_workers_yield_to_the_cleaning_thread():
+    """The workers run at a lower priority than the cleaning thread (Linux sets it per thread); the cleaning
+    thread's own priority is unchanged."""
+    runs = cleaner_module._PlainRuns()
+    mine = os.getpriority(os.PRIO_PROCESS, 0)
+    try:
+        theirs = runs._workers().submit(os.getpriority, os.PRIO_PROCESS, 0).result()
+    finally:
+        runs._pool.shutdown(wait=True)
+    assert theirs == min(mine + cleaner_module._WORKER_NICENESS, 19)
+    assert os.getpriority(os.PRIO_PROCESS, 0) == mine

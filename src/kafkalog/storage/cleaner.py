@@ -25,6 +25,7 @@ import functools
 import heapq
 import logging
 import mmap
+import os
 import struct
 import threading
 import time
@@ -490,6 +491,22 @@ def _walk_run(run: _PlainRun, walk: Callable[[_PlainRun], _Records | None],
     return run
 
 
+_WORKER_NICENESS = 5
+"""How much lower the read-ahead workers' scheduling priority is than the cleaning thread's. The cleaning thread does
+the work that must happen in order (headers, puts, appends) and sets the pace; the workers keep runs ready ahead of
+it. On a machine with fewer cores than busy threads, an equal share leaves the cleaning thread waiting for a core
+while a worker fills a run it will not need yet (measured: 8-10% of the map pass's time on 2 cores)."""
+
+
+def _yield_to_cleaning_thread() -> None:
+    """Lower this read-ahead worker's scheduling priority (Linux: per thread); elsewhere nothing changes."""
+    get_native_id = getattr(threading, "get_native_id", None)
+    if get_native_id is None or not hasattr(os, "setpriority"):
+        return
+    with contextlib.suppress(OSError):
+        os.setpriority(os.PRIO_PROCESS, get_native_id(), os.getpriority(os.PRIO_PROCESS, 0) + _WORKER_NICENESS)
+
+
 class _PlainRuns:
     """Reads runs of plain batches for the fast path of one pass over a list of segments, up to ``_AHEAD_RUNS``
     ahead on worker threads (across segment boundaries too), and keeps the output buffers.
@@ -612,7 +629,8 @@ class _PlainRuns:
 
     def _workers(self) -> ThreadPoolExecutor:
         if self._pool is None:
-            self._pool = ThreadPoolExecutor(_READ_AHEAD_WORKERS, thread_name_prefix="cleaner-read-ahead")
+            self._pool = ThreadPoolExecutor(_READ_AHEAD_WORKERS, thread_name_prefix="cleaner-read-ahead",
+                                            initializer=_yield_to_cleaning_thread)  # fmt: skip
         return self._pool
 
     def _drop_ahead(self) -> None:
