@@ -570,17 +570,20 @@ _AHEAD = 32
 
 
 @njit(cache=True, nogil=True)
-def _probe_passes(table, slots, digests, going, count, out, lo):
+def _probe_passes(table, slots, digests, going, count, out, lo, ended_at):
     """Probes 0 to 12 of the lookups ``going[:count]`` (indices in the chunk), in passes, read-only.
 
     Pass ``a`` makes probe ``a`` of every lookup that has not ended yet, prefetching ``_AHEAD`` lookups ahead, so a
     collision costs one more prefetched probe rather than a cache miss right after the first one. A lookup ends at
-    an empty slot or at its own digest; its result goes to ``out[lo + k]`` (-1 for an empty slot).
+    an empty slot or at its own digest; its result goes to ``out[lo + k]`` (-1 for an empty slot), and where it
+    ended to ``ended_at[k]``: the slot's byte position times 16 plus the probes made (-1 for a lookup not ended).
     Probes 0 to 12 land at random (windows of the digest); from 13 on they are linear, so the lookups still going
     after 13 passes are left to finish one at a time. Returns (lookups still going, now first in ``going``; probes
     made).
     """
     probes = 0
+    for j in range(count):
+        ended_at[going[j]] = -1
     for attempt in range(_LINEAR_FROM + 1):
         if count == 0:
             break
@@ -598,8 +601,10 @@ def _probe_passes(table, slots, digests, going, count, out, lo):
             t2 = _load_i64(table, base + 16)
             if (t0 | t1 | t2) == 0:
                 out[lo + k] = -1
+                ended_at[k] = base * 16 + attempt + 1
             elif t0 == _load_i64(digests, hoff) and t1 == _load_i64(digests, hoff + 8):
                 out[lo + k] = _swap_be64(t2)
+                ended_at[k] = base * 16 + attempt + 1
             else:
                 going[left] = k  # left <= j: that entry was read already
                 left += 1
@@ -622,12 +627,31 @@ def _chunk_takes(key_len, offsets, start_offset, lo, hi, take, going):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _put_chunk(table, slots, max_entries, digests, take, going, count, found, offsets, lo, hi, counters):
+def _put_known(table, slots, h, hoff, offset_be, ended_at, found):
+    """A put where the read-only lookup of ``h`` ended (see :func:`_probe_passes`): its slot still holds ``h`` (a
+    digest never leaves a slot), or is still empty, and every slot probed before it is as it was; so Kafka's put
+    ends there too, after as many probes. Otherwise (a lookup not ended, or an earlier put of this chunk took the
+    empty slot) the put probes again. Returns (probes, 1 if a slot was taken else 0)."""
+    if ended_at >= 0:
+        base = ended_at >> 4
+        if found >= 0:
+            _store_i64(table, base + 16, offset_be)
+            return ended_at & 15, 0
+        if (_load_i64(table, base) | _load_i64(table, base + 8) | _load_i64(table, base + 16)) == 0:
+            _store_i64(table, base, _load_i64(h, hoff))
+            _store_i64(table, base + 8, _load_i64(h, hoff + 8))
+            _store_i64(table, base + 16, offset_be)
+            return ended_at & 15, 1
+    return _put_slot(table, slots, h, hoff, offset_be)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _put_chunk(table, slots, max_entries, digests, take, going, count, found, ended_at, offsets, lo, hi, counters):
     """The puts of records lo..hi-1 whose digests are ``digests[16 * (i - lo):]``: the read-only lookups first
-    (:func:`_probe_passes`, which bring every slot the puts examine into the cache with prefetched reads), then the
-    checks and puts record by record, in order. ``counters`` is laid out as the map's state; returns
-    (status, the record where a put was refused or ``hi``)."""
-    _probe_passes(table, slots, digests, going, count, found, np.int64(0))
+    (:func:`_probe_passes`, which bring every slot the puts examine into the cache with prefetched reads, and say
+    where each would end), then the checks and puts record by record, in order. ``counters`` is laid out as the
+    map's state; returns (status, the record where a put was refused or ``hi``)."""
+    _probe_passes(table, slots, digests, going, count, found, np.int64(0), ended_at)
     for k in range(hi - lo):
         if take[k]:
             if counters[_ENTRIES] >= max_entries:
@@ -635,7 +659,7 @@ def _put_chunk(table, slots, max_entries, digests, take, going, count, found, of
             if counters[_ENTRIES] >= slots:
                 return _NO_SLOT, lo + k
             offset = offsets[lo + k]
-            used, taken = _put_slot(table, slots, digests, 16 * k, _swap_be64(offset))
+            used, taken = _put_known(table, slots, digests, 16 * k, _swap_be64(offset), ended_at[k], found[k])
             counters[_ENTRIES] += taken
             counters[_LOOKUPS] += 1
             counters[_PROBES] += used
@@ -658,15 +682,16 @@ def _put_records(table, slots, state, max_entries, arena, key_pos, key_len, offs
     digests = np.empty(_CHUNK * 16, np.uint8)
     take = np.empty(_CHUNK, np.bool_)
     going = np.empty(_CHUNK, np.int64)
-    found = np.empty(_CHUNK, np.int64)  # what the read-only lookups find, not used
+    found = np.empty(_CHUNK, np.int64)  # what the read-only lookups find
+    ended_at = np.empty(_CHUNK, np.int64)  # and where
     counters = state[:4].copy()
     status, stop = _DONE, n
     for lo in range(0, n, _CHUNK):
         hi = min(lo + _CHUNK, n)
         count = _chunk_takes(key_len, offsets, start_offset, lo, hi, take, going)
         _md5_records(arena, key_pos, key_len, take, lo, hi, digests)
-        status, stop = _put_chunk(table, slots, max_entries, digests, take, going, count, found, offsets, lo, hi,
-                                  counters)  # fmt: skip
+        status, stop = _put_chunk(table, slots, max_entries, digests, take, going, count, found, ended_at, offsets,
+                                  lo, hi, counters)  # fmt: skip
         if status != _DONE:
             break
     state[:4] = counters
@@ -697,13 +722,14 @@ def _put_digests(table, slots, state, max_entries, digests, key_len, offsets, st
     take = np.empty(_CHUNK, np.bool_)
     going = np.empty(_CHUNK, np.int64)
     found = np.empty(_CHUNK, np.int64)
+    ended_at = np.empty(_CHUNK, np.int64)
     counters = state[:4].copy()
     status, stop = _DONE, n
     for lo in range(0, n, _CHUNK):
         hi = min(lo + _CHUNK, n)
         count = _chunk_takes(key_len, offsets, start_offset, lo, hi, take, going)
         status, stop = _put_chunk(table, slots, max_entries, digests[16 * lo : 16 * hi], take, going, count, found,
-                                  offsets, lo, hi, counters)  # fmt: skip
+                                  ended_at, offsets, lo, hi, counters)  # fmt: skip
         if status != _DONE:
             break
     state[:4] = counters
@@ -724,6 +750,7 @@ def _get_records(table, slots, state, arena, key_pos, key_len, out):
     digests = np.empty(_CHUNK * 16, np.uint8)
     take = np.empty(_CHUNK, np.bool_)
     going = np.empty(_CHUNK, np.int64)
+    ended_at = np.empty(_CHUNK, np.int64)  # not used by a get
     lookups = 0
     probes = 0
     for lo in range(0, n, _CHUNK):
@@ -738,7 +765,7 @@ def _get_records(table, slots, state, arena, key_pos, key_len, out):
                 count += 1
         lookups += count
         _md5_records(arena, key_pos, key_len, take, lo, hi, digests)
-        count, used = _probe_passes(table, slots, digests, going, count, out, lo)
+        count, used = _probe_passes(table, slots, digests, going, count, out, lo, ended_at)
         probes += used
         for j in range(count):
             offset, used = _get_slot(table, slots, digests, 16 * going[j], _LINEAR_FROM + 1)
