@@ -589,3 +589,26 @@ def test_mark_held_equals_reference_and_marks_exactly_the_held_offsets(seed):
     held = {o - base for o in latest.values() if 0 <= o - base < len(marked[0])}
     assert set(np.flatnonzero(marked[0] == 2).tolist()) == held
     assert not np.any(marked[0][np.flatnonzero(marked[1] == 9)] != 9)
+
+
+def test_puts_in_one_chunk_that_meet_at_a_slot_equal_reference():
+    """Within one chunk, the read-only lookups run before any put: two keys whose lookups both end at the same empty
+    slot, and a key put twice, must still be put as Kafka puts them one by one (same slots, probes and sizes)."""
+    slots = 11
+    first_slot: dict[int, list[bytes]] = {}
+    for i in range(1000):
+        key = b"key-%d" % i
+        first_slot.setdefault(probe_slot(hashlib.md5(key).digest(), 0, slots), []).append(key)
+    a, b, c = next(keys for keys in first_slot.values() if len(keys) >= 3)[:3]
+    keys = [a, b, a, c, b, a, b"other", c]
+    arena, pos, length = pack(keys)
+    offsets = np.arange(len(keys), dtype=np.int64)
+    fast, ref = SkimpyOffsetMap(slots * 24, 1.0), ReferenceOffsetMap(slots * 24, 1.0)
+    assert fast.put_records(arena, pos, length, offsets, 0) == ref.put_records(arena, pos, length, offsets, 0)
+    assert fast.table_bytes() == ref.table_bytes()
+    assert (fast.size, fast.lookups, fast.probes) == (ref.size, ref.lookups, ref.probes) == (4, 8, ref.probes)
+    assert ref.probes > 8  # b and c collided with a
+    digests = fast.digest_records(arena, pos, length, offsets, 0)
+    again = SkimpyOffsetMap(slots * 24, 1.0)
+    assert again.put_digests(digests, length, offsets, 0) == len(keys)
+    assert again.table_bytes() == ref.table_bytes()
