@@ -586,8 +586,9 @@ class _PlainRuns:
     def view(self, i: int) -> tuple[memoryview, np.ndarray]:
         """Segment ``i``'s bytes (its size when the pass started), mapped on first use; the maps of the segments
         before it are let go (the pass reads in order; runs read ahead hold their own reference)."""
-        for j in [j for j in self._views if j < i]:
-            del self._views[j]
+        passed = [self._views.pop(j) for j in [j for j in self._views if j < i]]
+        if passed:  # unmapping a segment takes milliseconds: a worker lets go of them
+            self._workers().submit(passed.clear)
         return self._mapped(i)
 
     def _mapped(self, i: int) -> tuple[memoryview, np.ndarray]:
