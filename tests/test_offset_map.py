@@ -17,6 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kafkalog.storage import offset_map as offset_map_module
 from kafkalog.storage.offset_map import (
     ENTRY_BYTES,
     OffsetMapFullError,
@@ -565,8 +566,11 @@ def test_large_table_memory_and_clear():
 
 
 @pytest.mark.parametrize("seed", range(4))
-def test_mark_held_equals_reference_and_marks_exactly_the_held_offsets(seed):
-    """mark_held (the cleaner's copy pass: which records put are still their key's latest) on both maps."""
+def test_mark_held_equals_reference_and_marks_exactly_the_held_offsets(seed, monkeypatch):
+    """mark_held (the cleaner's copy pass: which records put are still their key's latest) on both maps; seeds 2
+    and 3 scan the table's halves on two threads, as a large table's are."""
+    if seed >= 2:
+        monkeypatch.setattr(offset_map_module, "_MARK_IN_TWO_FROM", 100)
     rng = np.random.default_rng(seed)
     n = 3000
     keys = [b"key-%d" % k for k in rng.integers(0, 700, n)]
