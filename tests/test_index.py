@@ -902,3 +902,57 @@ def test_txn_index_rename_and_delete(tmp_path: Path) -> None:
     assert idx.delete_if_exists() is True
     assert not target.exists()
     assert idx.delete_if_exists() is False
+
+
+def _one_by_one_or_all(index, entries, *, all_at_once: bool):
+    """Append ``entries`` to a fresh index one call at a time or with the bulk call; (file bytes, error type)."""
+    error = None
+    try:
+        if isinstance(index, OffsetIndex):
+            if all_at_once:
+                index.append_all(entries)
+            else:
+                for offset, position in entries:
+                    index.append(offset, position)
+        elif all_at_once:
+            index.maybe_append_all(entries)
+        else:
+            for timestamp, offset in entries:
+                index.maybe_append(timestamp, offset)
+    except KafkaLogError as e:
+        error = type(e)
+    index.flush()
+    data = index.path.read_bytes()[: index.size_in_bytes]
+    index.close()
+    return data, error
+
+
+@pytest.mark.parametrize("seed", range(30))
+@pytest.mark.parametrize("kind", [OffsetIndex, TimeIndex])
+def test_bulk_appends_write_what_one_call_per_entry_writes(tmp_path, seed, kind):
+    """append_all and maybe_append_all (the cleaner's one call per run) leave the same entries, and raise the same
+    error, as a call per entry: in order or not, with equal timestamps, past a full index, beyond the base."""
+    import random
+
+    rng = random.Random(seed)
+    base = 1000
+    value = base + rng.randrange(-2, 5)
+    entries = []
+    steps = [1, 2, 7] if seed % 2 else [1, 1, 2, 7, 0, -1, 2**31]  # odd seeds: in order
+    timestamp = 1_000
+    for _ in range(rng.randrange(0, 14)):
+        value += rng.choice(steps)
+        timestamp += rng.choice([0, 1, 5] if seed % 2 else [0, 1, 5, -3])  # equal ones are dropped
+        entries.append((value, rng.randrange(0, 10_000)) if kind is OffsetIndex else (timestamp, value))
+    size = kind.ENTRY_SIZE * rng.choice([3, 8, 20, 20])
+    pre = rng.randrange(0, 3)
+    results = []
+    for all_at_once in (False, True):
+        index = kind(tmp_path / f"{all_at_once}-{base:020d}.idx", base, size)
+        for k in range(pre):  # entries already there
+            if kind is OffsetIndex:
+                index.append(base + k, k)
+            else:
+                index.maybe_append(900 + k, base + k)
+        results.append(_one_by_one_or_all(index, entries, all_at_once=all_at_once))
+    assert results[0] == results[1]

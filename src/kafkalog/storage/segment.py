@@ -287,8 +287,39 @@ class LogSegment:
                 self._ensure_offset_in_range(largest_offset)
         position = self.log.size
         self.log.append(records, size)  # an I/O error leaves the segment as it was (FileRecords rolls back)
+        if not self._appended_all(position, parts):
+            for start, end, largest_offset, largest_timestamp, shallow_offset in parts:
+                self._appended(position + start, end - start, largest_offset, largest_timestamp, shallow_offset)
+
+    def _appended_all(self, position: int, parts: list[tuple[int, int, int, int, int]]) -> bool:
+        """:meth:`_appended` of every (start, end, largest offset, largest timestamp, its shallow offset) part
+        written at ``position``, with each index written once, if every entry fits and is in order; False (and
+        nothing changed) otherwise."""
+        current = self._max_ts_and_offset if self._max_ts_and_offset is not None else self._max_timestamp_and_offset()
+        max_ts, max_ts_offset = current.timestamp, current.offset
+        rolling = self.rolling_based_timestamp
+        since = self.bytes_since_last_index_entry
+        interval = self.index_interval_bytes
+        offset_rows, time_rows = [], []
         for start, end, largest_offset, largest_timestamp, shallow_offset in parts:
-            self._appended(position + start, end - start, largest_offset, largest_timestamp, shallow_offset)
+            if position + start == 0:
+                rolling = largest_timestamp
+            if largest_timestamp > max_ts:
+                max_ts, max_ts_offset = largest_timestamp, shallow_offset
+            if since > interval:
+                offset_rows.append((largest_offset, position + start))
+                time_rows.append((max_ts, max_ts_offset))
+                since = 0
+            since += end - start
+        if not (self.offset_index.can_append_all(offset_rows) and self.time_index.can_append_all(time_rows)):
+            return False
+        self.offset_index.append_all(offset_rows)
+        self.time_index.maybe_append_all(time_rows)
+        self.rolling_based_timestamp = rolling
+        if max_ts > current.timestamp:
+            self._max_ts_and_offset = TimestampOffset(max_ts, max_ts_offset)
+        self.bytes_since_last_index_entry = since
+        return True
 
     def _appended(self, position: int, size: int, largest_offset: int, largest_timestamp: int,
                   shallow_offset_of_max_timestamp: int) -> None:  # fmt: skip
