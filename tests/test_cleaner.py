@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 import os
 import struct
+import sys
 from pathlib import Path
 
 import pytest
@@ -1581,3 +1582,39 @@ def test_a_clean_maps_each_segment_once_and_lets_the_maps_go(tmp_path, monkeypat
         assert kept == sorted((max(i for i in range(active_base) if i % 7 == k), k) for k in range(7))
     finally:
         log.close()
+
+
+def test_start_writeback_asks_for_whole_written_pages_only(tmp_path, monkeypatch):
+    """The cleaner starts the writeback of what it wrote while it goes on: the pages holding the bytes but the last
+    one, which the next append writes into; nothing once the file is closed or where the call does not exist."""
+    from kafkalog.storage import file_records as file_records_module
+    from kafkalog.storage.file_records import FileRecords
+
+    calls = []
+    monkeypatch.setattr(file_records_module, "_sync_file_range", lambda fd, start, n, flags: calls.append((start, n)))
+    page = file_records_module._PAGE
+    records = FileRecords.open(tmp_path / "00000000000000000000.log")
+    records.append(b"x" * (3 * page + 100))
+    records.start_writeback(0, 3 * page + 100)
+    records.start_writeback(page + 5, page + 7)  # within the page the next append writes into: nothing to ask
+    records.start_writeback(page + 5, 3 * page + 100)
+    records.close()
+    records.start_writeback(0, 3 * page)
+    monkeypatch.setattr(file_records_module, "_sync_file_range", None)
+    assert calls == [(0, 3 * page), (page, 2 * page)]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="sync_file_range is Linux's")
+def test_start_writeback_on_linux_runs_the_real_call(tmp_path):
+    from kafkalog.storage import file_records as file_records_module
+    from kafkalog.storage.file_records import FileRecords
+
+    assert file_records_module._sync_file_range is not None
+    records = FileRecords.open(tmp_path / "00000000000000000000.log")
+    try:
+        records.append(b"y" * (4 * file_records_module._PAGE))
+        records.start_writeback(0, records.size)
+        records.flush()
+        assert (tmp_path / "00000000000000000000.log").read_bytes() == b"y" * records.size
+    finally:
+        records.close()

@@ -1216,7 +1216,11 @@ class Cleaner:
             # one write for the run; each read buffer's share is still its own append to the index (Kafka's
             # LogSegment.append per buffer), and small writes cost the file system twice as much per byte
             parts = list(zip(ends, max_offsets, max_timestamps, shallow_offsets, strict=True))
+            position = dest.log.size
             dest.append_in_parts(emitted.out.data[:size], parts)
+            # the group's flush waits for the disk once the group is cleaned; what is written meanwhile is
+            # already on its way (the flush thread asks the kernel, in order, after the flushes before it)
+            self._flusher().submit(dest.log.start_writeback, position, position + size)
             self.throttler.maybe_throttle(size)
         self._runs.done(plain)
 
