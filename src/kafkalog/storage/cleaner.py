@@ -13,9 +13,11 @@ once per record (legacy v0/v1 batches aside).
 Runs of plain batches (the usual case) take a fast path spread over threads (``_PlainRuns``): the cleaning thread
 scans the batch headers, which fixes where each run ends, and does what must happen in order (the map's puts, the
 appends to the cleaned segment); two read-ahead workers walk the next runs meanwhile, a few runs and one segment
-ahead, hash their keys (map pass) or decide and write out what they keep (copy pass). The numba kernels release
-the GIL. A cleaned group's flush runs on a fourth thread while the next group is cleaned; the group is swapped in
-once flushed, in order.
+ahead, hash their keys (map pass) or decide and write out what they keep (copy pass), at a lower scheduling
+priority than the cleaning thread, which sets the pace. The numba kernels release the GIL. The copy pass reads the
+segments through the maps the map pass made (their pages already mapped) and appends each run with one write. The
+end of a cleaned group (index trimming, flush, swap) runs on a fourth thread while the next group is cleaned, in
+order; that thread also starts the writeback of each run appended, so a flush has little left to wait for.
 """
 
 from __future__ import annotations
