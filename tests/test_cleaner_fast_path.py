@@ -17,11 +17,14 @@ import shutil
 from dataclasses import asdict
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from kafkalog.manager import TopicPartition
 from kafkalog.record import ControlRecordType, RecordBatchBuilder
+from kafkalog.record.batch import RECORDS_OFFSET
 from kafkalog.storage import Log
+from kafkalog.storage import _cleaner_kernels as kernels
 from kafkalog.storage import cleaner as cleaner_module
 from kafkalog.storage.cleaner import Cleaner, LogToClean
 from kafkalog.storage.offset_map import SkimpyOffsetMap
@@ -226,3 +229,53 @@ def test_read_ahead_workers_yield_to_the_cleaning_thread():
         runs._pool.shutdown(wait=True)
     assert theirs == min(mine + cleaner_module._WORKER_NICENESS, 19)
     assert os.getpriority(os.PRIO_PROCESS, 0) == mine
+
+
+
+def _walk_both(arena, sections, start_offset):
+    """(records and digests of walk_records then digest_records, the same of walk_keys_and_hash), as lists."""
+    starts, ends, counts, bases = (np.array(column, np.int64) for column in zip(*sections, strict=True))
+    n = int(counts.sum())
+    out = [np.zeros(n, np.int64) for _ in range(8)]
+    separate = kernels.walk_records(arena, starts, ends, counts, bases, bases, bases, np.zeros(len(bases), bool),
+                                    *out, True)  # fmt: skip
+    digests = SkimpyOffsetMap(1024).digest_records(arena, out[5], out[6], out[3], start_offset)
+    fused = [np.zeros(n, np.int64) for _ in range(3)]
+    fused_digests = np.zeros(16 * n, np.uint8)
+    together = kernels.walk_keys_and_hash(arena, starts, ends, counts, bases, *fused, start_offset, fused_digests)
+    hashed = [(out[6] >= 0) & (out[3] >= start_offset)] * 16
+    mask = np.stack(hashed, axis=1).reshape(-1)  # the digests of the records a put takes
+    return ((tuple(separate), [a.tolist() for a in (out[3], out[5], out[6])], digests[mask].tolist()),
+            (tuple(together), [a.tolist() for a in fused], fused_digests[mask].tolist()))
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_walking_and_hashing_at_once_equals_walking_then_hashing(seed):
+    """The map pass's walk hashes the keys as it reads them (walk_keys_and_hash): the same records as walk_records
+    (keys only) and the same digests as SkimpyOffsetMap.digest_records, for keys of every length (long ones take
+    several MD5 blocks), null keys, and records below the start offset (not hashed); a malformed record gives the
+    same error."""
+    rng = random.Random(seed)
+    data, sections, base = b"", [], 0
+    for _ in range(rng.randrange(1, 12)):
+        builder = RecordBatchBuilder(base_offset=base)
+        count = rng.randrange(1, 40)
+        for _ in range(count):
+            length = rng.choice([0, 3, 16, 55, 56, 63, 64, 119, 120, 200])
+            key = None if rng.random() < 0.1 else bytes(rng.randrange(256) for _ in range(length))
+            builder.append(key, b"v" * rng.randrange(0, 50), 1_000)
+        batch = builder.build()
+        sections.append((len(data) + RECORDS_OFFSET, len(data) + len(batch), count, base))
+        data += batch
+        base += count
+    start_offset = rng.randrange(0, base)
+    arena = np.frombuffer(data, np.uint8)
+    separate, together = _walk_both(arena, sections, start_offset)
+    assert separate[0] == together[0] == (kernels.OK, 0, 0)
+    assert separate == together
+    broken = arena.copy()
+    first_record = sections[-1][0]
+    broken[first_record] = 0x7F  # the last batch's first record claims a 63-byte body... or more than is left
+    broken[first_record + 1 : first_record + 4] = 0xFF
+    separate, together = _walk_both(broken, sections, start_offset)
+    assert separate[0] == together[0] != (kernels.OK, 0, 0)

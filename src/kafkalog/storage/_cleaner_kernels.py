@@ -24,6 +24,7 @@ from ..record._kernels import (
     _zz32,
     _zz64,
 )
+from .offset_map import MD5_LANES, MD5_ONE_BLOCK, md5_hash_lanes, md5_load_block, md5_long
 
 
 @njit(cache=True, nogil=True)
@@ -65,6 +66,54 @@ def walk_records(
             r += 1
         if pos != end:
             return ERR_REMAINING, b, counts[b]
+    return OK, 0, 0
+
+
+@njit(cache=True, nogil=True)
+def walk_keys_and_hash(arena, sec_start, sec_end, counts, base_offset, offsets, key_pos, key_len, start_offset,
+                       digests):  # fmt: skip
+    """walk_records with ``keys_only`` (the map pass), hashing each key a put takes (keyed, at or after
+    ``start_offset``) as the walk reads it: its MD5 into ``digests[16 * r:]``, as SkimpyOffsetMap.digest_records
+    makes it. Hashing a run apart reads every key again, after the walk has moved megabytes past it. Returns (code,
+    batch, record)."""
+    words = np.empty(16 * MD5_LANES, np.uint32)
+    state = np.empty(4 * MD5_LANES, np.uint32)
+    queued = np.empty(MD5_LANES, np.int64)
+    longer = np.empty(offsets.shape[0], np.int64)
+    n_queued = 0
+    n_long = 0
+    r = 0
+    for b in range(sec_start.shape[0]):
+        pos = sec_start[b]
+        end = sec_end[b]
+        for i in range(counts[b]):
+            if pos >= end:
+                return ERR_PREMATURE_EOF, b, i
+            code, pos, _tsd, od, kp, kl, _vp, _vl, _hp, _hc = _read_record(arena, pos, end)
+            if code != OK:
+                return code, b, i
+            o = base_offset[b] + od
+            offsets[r] = o
+            key_pos[r] = kp
+            key_len[r] = kl
+            if kl >= 0 and o >= start_offset:
+                if kl < MD5_ONE_BLOCK:
+                    md5_load_block(arena, kp, kl, 0, words, n_queued)
+                    queued[n_queued] = r
+                    n_queued += 1
+                    if n_queued == MD5_LANES:
+                        md5_hash_lanes(words, state, queued, n_queued, digests)
+                        n_queued = 0
+                else:
+                    longer[n_long] = r
+                    n_long += 1
+            r += 1
+        if pos != end:
+            return ERR_REMAINING, b, counts[b]
+    if n_queued:
+        md5_hash_lanes(words, state, queued, n_queued, digests)
+    if n_long:
+        md5_long(arena, key_pos, key_len, longer[:n_long], 0, digests, words, state)
     return OK, 0, 0
 
 

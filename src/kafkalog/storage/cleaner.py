@@ -738,6 +738,31 @@ def _walk_keys(run: _PlainRun) -> _Records | None:
     return _Records(run.arena, None, first, None, None, None, out[3], None, out[5], out[6], None)
 
 
+def _walk_and_hash(run: _PlainRun, start_offset: int) -> _Records | None:
+    """:func:`_walk_keys` that also hashes the keys a put takes as it reads them (_cleaner_kernels.
+    walk_keys_and_hash), into the run's scratch digests: SkimpyOffsetMap.digest_records's digests, for its
+    put_digests. None on a malformed record."""
+    hdr, nb = run.hdr, run.batches
+    counts = hdr[kernels.H_COUNT, :nb]
+    n = int(counts.sum())
+    out = run.scratch.record_arrays(n)
+    digests = run.scratch.digest_array(n)
+    code, _, _ = kernels.walk_keys_and_hash(run.arena, hdr[kernels.H_POS, :nb] + RECORDS_OFFSET,
+                                            hdr[kernels.H_POS, :nb] + hdr[kernels.H_SIZE, :nb], counts,
+                                            hdr[kernels.H_BASE, :nb], out[3], out[5], out[6], start_offset,
+                                            digests)  # fmt: skip
+    if code != kernels.OK:
+        return None
+    first = np.zeros(nb + 1, np.int64)
+    np.cumsum(counts, out=first[1:])
+    return _Records(run.arena, None, first, None, None, None, out[3], None, out[5], out[6], None)
+
+
+def _hashed_keys(run: _PlainRun) -> np.ndarray:
+    """The digests :func:`_walk_and_hash` made of a run's keys."""
+    return run.scratch.digests[: 16 * len(run.records.offsets)]
+
+
 @dataclass
 class _EmittedRun:
     """A run of plain batches filtered and written out by Cleaner._emit_plain, ready to append."""
@@ -885,17 +910,13 @@ class Cleaner:
             # put, and which of them it still holds, so the copy pass need not hash their keys again.
             self._marks = np.zeros(min(end - start, max(offset_map.memory // 8, 1 << 20)), np.uint8)
             self._marks_base, self._last_put = start, start - 1
-        digest = getattr(offset_map, "digest_records", None)
-
-        def hash_keys(run: _PlainRun) -> np.ndarray:  # on a read-ahead worker, while the map takes a run before
-            records = run.records
-            out = run.scratch.digest_array(len(records.offsets))
-            return digest(run.arena, records.key_pos, records.key_len, records.offsets, start, out=out)
-
+        # A map that takes digests (SkimpyOffsetMap) has the read-ahead workers hash the keys as they walk them
+        hashed = isinstance(offset_map, SkimpyOffsetMap)
+        walk = functools.partial(_walk_and_hash, start_offset=start) if hashed else _walk_keys
+        prepare = _hashed_keys if hashed else None
         starts = [segment.offset_index.lookup(start).position for segment in dirty]
         try:
-            prepare = hash_keys if digest is not None else None
-            with self._runs.over(dirty, starts, MAP_RUN_BYTES, 0, _walk_keys, prepare, hold=True) as runs:
+            with self._runs.over(dirty, starts, MAP_RUN_BYTES, 0, walk, prepare, hold=True) as runs:
                 for i, segment in enumerate(dirty):
                     self._check_done(tp)
                     next_start = dirty[i + 1].base_offset if i + 1 < len(dirty) else end

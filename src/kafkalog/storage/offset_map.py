@@ -352,7 +352,7 @@ def _md5_compress(words, state):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _md5_load_block(arena, pos, length, block, words, lane):
+def md5_load_block(arena, pos, length, block, words, lane):
     """Block ``block`` of the padded message ``arena[pos:pos+length]`` into lane ``lane`` of ``words``.
 
     Whole words of the message are loaded straight from the arena; the bytes of a partial last word one at a time,
@@ -409,14 +409,32 @@ def _md5_records(arena, key_pos, key_len, take, lo, hi, out):
             break
         if take[i - lo]:
             if key_len[i] < 56:
-                _md5_load_block(arena, key_pos[i], key_len[i], 0, words, n_short)
+                md5_load_block(arena, key_pos[i], key_len[i], 0, words, n_short)
                 short[n_short] = i
                 n_short += 1
             else:
                 longer[n_long] = i
                 n_long += 1
     if n_long:
-        _md5_long(arena, key_pos, key_len, longer[:n_long], lo, out, words, state)
+        md5_long(arena, key_pos, key_len, longer[:n_long], lo, out, words, state)
+
+
+MD5_LANES = _LANES
+"""Keys a call of :func:`md5_hash_lanes` hashes at once."""
+MD5_ONE_BLOCK = 56
+"""Keys shorter than this take one MD5 block (with the 0x80 byte and the 8 length bytes)."""
+
+
+@njit(cache=True, nogil=True)
+def md5_hash_lanes(words, state, queued, n_queued, out):
+    """MD5 of the one-block keys loaded in lanes 0..n_queued-1 of ``words`` (:func:`md5_load_block`), record
+    ``queued[l]``'s into ``out[16 * queued[l]:]``."""
+    for lane in range(_LANES):
+        for k in range(4):
+            state[k * _LANES + lane] = _MD5_IV[k]
+    _md5_compress(words, state)  # lanes past n_queued hash leftovers; nothing reads them
+    for lane in range(n_queued):
+        _store_digest(out, 16 * queued[lane], state, lane)
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -428,7 +446,7 @@ def _store_digest(out, o, state, lane):
 
 
 @njit(cache=True, nogil=True)
-def _md5_long(arena, key_pos, key_len, records, lo, out, words, state):
+def md5_long(arena, key_pos, key_len, records, lo, out, words, state):
     """MD5 of the keys of ``records`` (indices of records of any length) into ``out[16 * (i - lo):]``."""
     record = np.full(_LANES, -1, np.int64)  # each lane's record, -1: idle
     block = np.zeros(_LANES, np.int64)
@@ -449,7 +467,7 @@ def _md5_long(arena, key_pos, key_len, records, lo, out, words, state):
                     state[k * _LANES + lane] = _MD5_IV[k]
                 busy += 1
             i = record[lane]
-            _md5_load_block(arena, key_pos[i], key_len[i], block[lane], words, lane)
+            md5_load_block(arena, key_pos[i], key_len[i], block[lane], words, lane)
         if busy == 0:
             return
         _md5_compress(words, state)  # idle lanes hash leftovers; nothing reads them
