@@ -718,39 +718,25 @@ class _PlainRuns:
                 self._spare.append(buffer)
 
 
-def _walk_keys(run: _PlainRun) -> _Records | None:
-    """The map pass's walk of a run of plain batches (_cleaner_kernels.walk_records, keys only), into its scratch
-    arrays: every record read in full, only the offsets and keys kept; None on a malformed record (the reference
-    path raises)."""
-    hdr, nb = run.hdr, run.batches
-    counts = hdr[kernels.H_COUNT, :nb]
-    starts = hdr[kernels.H_POS, :nb] + RECORDS_OFFSET
-    ends = hdr[kernels.H_POS, :nb] + hdr[kernels.H_SIZE, :nb]
-    append = (hdr[kernels.H_ATTR, :nb] & 0x08) != 0
-    out = run.scratch.record_arrays(int(counts.sum()))
-    code, _, _ = kernels.walk_records(run.arena, starts, ends, counts, hdr[kernels.H_BASE, :nb],
-                                      hdr[kernels.H_BASE_TS, :nb], hdr[kernels.H_MAX_TS, :nb], append, *out,
-                                      True)  # fmt: skip
-    if code != kernels.OK:
-        return None
-    first = np.zeros(nb + 1, np.int64)
-    np.cumsum(counts, out=first[1:])
-    return _Records(run.arena, None, first, None, None, None, out[3], None, out[5], out[6], None)
-
-
-def _walk_and_hash(run: _PlainRun, start_offset: int) -> _Records | None:
-    """:func:`_walk_keys` that also hashes the keys a put takes as it reads them (_cleaner_kernels.
-    walk_keys_and_hash), into the run's scratch digests: SkimpyOffsetMap.digest_records's digests, for its
-    put_digests. None on a malformed record."""
+def _walk_keys(run: _PlainRun, hash_from: int | None = None) -> _Records | None:
+    """The map pass's walk of a run of plain batches into its scratch arrays: every record read in full, only the
+    offsets and keys kept (_cleaner_kernels.walk_records, keys only); None on a malformed record (the reference path
+    raises). With ``hash_from``, the keys a put takes (keyed, at or after that offset) are hashed as the walk reads
+    them (walk_keys_and_hash), into the run's scratch digests: SkimpyOffsetMap.digest_records's, for put_digests."""
     hdr, nb = run.hdr, run.batches
     counts = hdr[kernels.H_COUNT, :nb]
     n = int(counts.sum())
+    starts = hdr[kernels.H_POS, :nb] + RECORDS_OFFSET
+    ends = hdr[kernels.H_POS, :nb] + hdr[kernels.H_SIZE, :nb]
     out = run.scratch.record_arrays(n)
-    digests = run.scratch.digest_array(n)
-    code, _, _ = kernels.walk_keys_and_hash(run.arena, hdr[kernels.H_POS, :nb] + RECORDS_OFFSET,
-                                            hdr[kernels.H_POS, :nb] + hdr[kernels.H_SIZE, :nb], counts,
-                                            hdr[kernels.H_BASE, :nb], out[3], out[5], out[6], start_offset,
-                                            digests)  # fmt: skip
+    if hash_from is None:
+        append = (hdr[kernels.H_ATTR, :nb] & 0x08) != 0
+        code, _, _ = kernels.walk_records(run.arena, starts, ends, counts, hdr[kernels.H_BASE, :nb],
+                                          hdr[kernels.H_BASE_TS, :nb], hdr[kernels.H_MAX_TS, :nb], append, *out,
+                                          True)  # fmt: skip
+    else:
+        code, _, _ = kernels.walk_keys_and_hash(run.arena, starts, ends, counts, hdr[kernels.H_BASE, :nb], out[3],
+                                                out[5], out[6], hash_from, run.scratch.digest_array(n))  # fmt: skip
     if code != kernels.OK:
         return None
     first = np.zeros(nb + 1, np.int64)
@@ -759,7 +745,7 @@ def _walk_and_hash(run: _PlainRun, start_offset: int) -> _Records | None:
 
 
 def _hashed_keys(run: _PlainRun) -> np.ndarray:
-    """The digests :func:`_walk_and_hash` made of a run's keys."""
+    """The digests :func:`_walk_keys` made of a run's keys."""
     return run.scratch.digests[: 16 * len(run.records.offsets)]
 
 
@@ -912,7 +898,7 @@ class Cleaner:
             self._marks_base, self._last_put = start, start - 1
         # A map that takes digests (SkimpyOffsetMap) has the read-ahead workers hash the keys as they walk them
         hashed = isinstance(offset_map, SkimpyOffsetMap)
-        walk = functools.partial(_walk_and_hash, start_offset=start) if hashed else _walk_keys
+        walk = functools.partial(_walk_keys, hash_from=start) if hashed else _walk_keys
         prepare = _hashed_keys if hashed else None
         starts = [segment.offset_index.lookup(start).position for segment in dirty]
         try:
