@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import random
 import shutil
+import sys
 from dataclasses import asdict
 from pathlib import Path
 
@@ -217,7 +218,7 @@ def test_a_transactional_log_falls_back_to_the_reference_path(tmp_path, monkeypa
     assert (end, stats.messages_read) == (2, 2)
 
 
-@pytest.mark.skipif(not hasattr(os, "setpriority"), reason="per-thread priorities are a POSIX (Linux) feature")
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread priorities are Linux's")
 def test_read_ahead_workers_yield_to_the_cleaning_thread():
     """The workers run at a lower priority than the cleaning thread (Linux sets it per thread); the cleaning
     thread's own priority is unchanged."""
@@ -279,3 +280,12 @@ def test_walking_and_hashing_at_once_equals_walking_then_hashing(seed):
     broken[first_record + 1 : first_record + 4] = 0xFF
     separate, together = _walk_both(broken, sections, start_offset)
     assert separate[0] == together[0] != (kernels.OK, 0, 0)
+
+
+def test_worker_priority_is_left_alone_off_linux(monkeypatch):
+    """Elsewhere setpriority would read a thread id as a process id: the workers keep their priority there."""
+    calls = []
+    monkeypatch.setattr(cleaner_module.sys, "platform", "darwin")
+    monkeypatch.setattr(cleaner_module.os, "setpriority", lambda *args: calls.append(args), raising=False)
+    cleaner_module._yield_to_cleaning_thread()
+    assert calls == []

@@ -29,6 +29,7 @@ import logging
 import mmap
 import os
 import struct
+import sys
 import threading
 import time
 from collections import deque
@@ -501,9 +502,10 @@ while a worker fills a run it will not need yet (measured: 8-10% of the map pass
 
 
 def _yield_to_cleaning_thread() -> None:
-    """Lower this read-ahead worker's scheduling priority (Linux: per thread); elsewhere nothing changes."""
+    """Lower this read-ahead worker's scheduling priority. Only on Linux, where setpriority takes a thread id and
+    sets that thread's alone; elsewhere it would take the id for a process's, so nothing changes there."""
     get_native_id = getattr(threading, "get_native_id", None)
-    if get_native_id is None or not hasattr(os, "setpriority"):
+    if not sys.platform.startswith("linux") or get_native_id is None or not hasattr(os, "setpriority"):
         return
     with contextlib.suppress(OSError):
         os.setpriority(os.PRIO_PROCESS, get_native_id(), os.getpriority(os.PRIO_PROCESS, 0) + _WORKER_NICENESS)
