@@ -377,12 +377,22 @@ class AbstractIndex(ABC):
         self._ENTRY.pack_into(self._buffer(), self._entries * self.ENTRY_SIZE, *fields)
         self._entries += 1
 
-    def _write_entries(self, rows: list[tuple[int, int]]) -> None:
-        """Write entries after the last one with one pack (the caller checked they fit and are in order)."""
-        fields = self._ENTRY.format.lstrip(">")
-        struct.pack_into(">" + fields * len(rows), self._buffer(), self._entries * self.ENTRY_SIZE,
-                         *[field for row in rows for field in row])  # fmt: skip
-        self._entries += len(rows)
+    def write_plan(self, plan: tuple[list[tuple[int, int]], Any]) -> None:
+        """Write what ``plan_all`` planned (its entries, with one pack, and the last entry they leave); the plan holds
+        only until the next change to the index."""
+        rows, last = plan
+        if not rows:
+            return
+        with self._lock:
+            fields = self._ENTRY.format.lstrip(">")
+            struct.pack_into(">" + fields * len(rows), self._buffer(), self._entries * self.ENTRY_SIZE,
+                             *[field for row in rows for field in row])  # fmt: skip
+            self._entries += len(rows)
+            self._set_last(last)
+
+    @abstractmethod
+    def _set_last(self, last: Any) -> None:
+        """Cache the last entry written (each index keeps its own form of it)."""
 
     # ----------------------------------------------------------------- size management
 
@@ -566,27 +576,33 @@ class OffsetIndex(AbstractIndex):
             self._write_entry(self.relative_offset(offset), position)
             self._last_offset = offset
 
-    def can_append_all(self, entries: list[tuple[int, int]]) -> bool:
-        """Whether :meth:`append` would take every ``(offset, position)`` in order: they fit and their offsets rise
-        from the last one."""
+    def plan_all(self, entries: list[tuple[int, int]]) -> tuple[list[tuple[int, int]], int] | None:
+        """What :meth:`append` of every ``(offset, position)`` in order would write, for :meth:`write_plan`; None when
+        one of those calls would raise (the index full, an offset not above the last one, or out of range)."""
         with self._lock:
             offsets = [offset for offset, _ in entries]
             previous = [self._last_offset] if self._entries else []  # an empty index takes any first offset
-            return (
+            if not (
                 self._entries + len(entries) <= self._max_entries
                 and all(a < b for a, b in itertools.pairwise([*previous, *offsets]))
                 and all(self._to_relative(offset) is not None for offset in offsets)
-            )
+            ):
+                return None
+            rows = [(offset - self._base_offset, position) for offset, position in entries]
+            return rows, offsets[-1] if offsets else self._last_offset
 
     def append_all(self, entries: list[tuple[int, int]]) -> None:
-        """:meth:`append` of every ``(offset, position)`` in order; written at once when :meth:`can_append_all`."""
+        """:meth:`append` of every ``(offset, position)`` in order; written at once when :meth:`plan_all` can."""
         with self._lock:
-            if not entries or not self.can_append_all(entries):
+            plan = self.plan_all(entries)
+            if plan is None:
                 for offset, position in entries:
                     self.append(offset, position)  # raising where that append would
                 return
-            self._write_entries([(offset - self._base_offset, position) for offset, position in entries])
-            self._last_offset = entries[-1][0]
+            self.write_plan(plan)
+
+    def _set_last(self, last: int) -> None:
+        self._last_offset = last
 
     def truncate_to(self, offset: int) -> None:
         """Remove every entry with offset >= ``offset``."""
@@ -691,42 +707,38 @@ class TimeIndex(AbstractIndex):
                 self._write_entry(timestamp, self.relative_offset(offset))
                 self._last_entry = TimestampOffset(timestamp, offset)
 
-    def _rising(self, entries: list[tuple[int, int]]) -> tuple[list[tuple[int, int]], TimestampOffset] | None:
-        """The rows :meth:`maybe_append` of every ``(timestamp, offset)`` in order would write, and the last entry
-        then; None when one of those calls would raise (the index full, an offset or timestamp going back)."""
-        last = self._last_entry
-        rows: list[tuple[int, int]] = []
-        for timestamp, offset in entries:
-            entries_now = self._entries + len(rows)
-            if entries_now >= self._max_entries - 1:  # is_full
-                return None
-            if entries_now and (offset < last.offset or timestamp < last.timestamp):
-                return None
-            if timestamp > last.timestamp:
-                relative = self._to_relative(offset)
-                if relative is None:
-                    return None
-                rows.append((timestamp, relative))
-                last = TimestampOffset(timestamp, offset)
-        return rows, last
-
-    def can_append_all(self, entries: list[tuple[int, int]]) -> bool:
-        """Whether :meth:`maybe_append` of every ``(timestamp, offset)`` in order would go through without an error."""
+    def plan_all(self, entries: list[tuple[int, int]]) -> tuple[list[tuple[int, int]], TimestampOffset] | None:
+        """What :meth:`maybe_append` of every ``(timestamp, offset)`` in order would write, for :meth:`write_plan`;
+        None when one of those calls would raise (the index full, an offset or timestamp going back)."""
         with self._lock:
-            return self._rising(entries) is not None
+            last = self._last_entry
+            rows: list[tuple[int, int]] = []
+            for timestamp, offset in entries:
+                entries_now = self._entries + len(rows)
+                if entries_now >= self._max_entries - 1:  # is_full
+                    return None
+                if entries_now and (offset < last.offset or timestamp < last.timestamp):
+                    return None
+                if timestamp > last.timestamp:
+                    relative = self._to_relative(offset)
+                    if relative is None:
+                        return None
+                    rows.append((timestamp, relative))
+                    last = TimestampOffset(timestamp, offset)
+            return rows, last
 
     def maybe_append_all(self, entries: list[tuple[int, int]]) -> None:
         """:meth:`maybe_append` of every ``(timestamp, offset)`` in order; written at once when none would raise."""
         with self._lock:
-            rising = self._rising(entries)
-            if rising is None:
+            plan = self.plan_all(entries)
+            if plan is None:
                 for timestamp, offset in entries:
                     self.maybe_append(timestamp, offset)  # raising where that call would
                 return
-            rows, last = rising
-            if rows:
-                self._write_entries(rows)
-                self._last_entry = last
+            self.write_plan(plan)
+
+    def _set_last(self, last: TimestampOffset) -> None:
+        self._last_entry = last
 
     def truncate_to(self, offset: int) -> None:
         """Remove every entry with offset >= ``offset`` (searched by the offset field)."""

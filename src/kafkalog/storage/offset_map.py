@@ -287,6 +287,12 @@ of words in a block, which the transposition in :func:`_md5_lanes` relies on."""
 assert _LANES == 16, "the transposition in _md5_lanes is 16 x 16"
 
 
+MD5_LANES = _LANES
+"""Keys a call of :func:`md5_hash_lanes` hashes at once."""
+MD5_ONE_BLOCK = 56
+"""Keys shorter than this take one MD5 block (with the 0x80 byte and the 8 length bytes)."""
+
+
 def _is_u32_vector(array) -> bool:
     return isinstance(array, types.Array) and array.dtype == types.uint32 and array.ndim == 1 and array.layout == "C"
 
@@ -377,7 +383,7 @@ def md5_load_block(arena, pos, length, block, words, lane):
         for j in range(rest & 3):
             last |= np.uint32(arena[q + j]) << np.uint32(8 * j)
         words[o + n] = last
-    if rest < 56:  # the last block: the length in bits, mod 2**64, as two little-endian words
+    if rest < MD5_ONE_BLOCK:  # the last block: the length in bits, mod 2**64, as two little-endian words
         bits = np.uint64(length) << np.uint64(3)
         words[o + 14] = np.uint32(bits & np.uint64(0xFFFFFFFF))
         words[o + 15] = np.uint32(bits >> np.uint64(32))
@@ -408,7 +414,7 @@ def _md5_records(arena, key_pos, key_len, take, lo, hi, out):
         if i == hi:
             break
         if take[i - lo]:
-            if key_len[i] < 56:
+            if key_len[i] < MD5_ONE_BLOCK:
                 md5_load_block(arena, key_pos[i], key_len[i], 0, words, n_short)
                 short[n_short] = i
                 n_short += 1
@@ -417,12 +423,6 @@ def _md5_records(arena, key_pos, key_len, take, lo, hi, out):
                 n_long += 1
     if n_long:
         md5_long(arena, key_pos, key_len, longer[:n_long], lo, out, words, state)
-
-
-MD5_LANES = _LANES
-"""Keys a call of :func:`md5_hash_lanes` hashes at once."""
-MD5_ONE_BLOCK = 56
-"""Keys shorter than this take one MD5 block (with the 0x80 byte and the 8 length bytes)."""
 
 
 @njit(cache=True, nogil=True)

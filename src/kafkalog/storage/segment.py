@@ -311,10 +311,12 @@ class LogSegment:
                 time_rows.append((max_ts, max_ts_offset))
                 since = 0
             since += end - start
-        if not (self.offset_index.can_append_all(offset_rows) and self.time_index.can_append_all(time_rows)):
+        offset_plan = self.offset_index.plan_all(offset_rows)
+        time_plan = self.time_index.plan_all(time_rows)
+        if offset_plan is None or time_plan is None:
             return False
-        self.offset_index.append_all(offset_rows)
-        self.time_index.maybe_append_all(time_rows)
+        self.offset_index.write_plan(offset_plan)
+        self.time_index.write_plan(time_plan)
         self.rolling_based_timestamp = rolling
         if max_ts > current.timestamp:
             self._max_ts_and_offset = TimestampOffset(max_ts, max_ts_offset)
