@@ -26,6 +26,7 @@ PROVENANCE_FOLDERS = [
     "yangxuhao-kafka270",
     "bheem6005-kafka",
     "mscaldas-cp512-lz4",
+    "itumelengmogase-cp77-kraft",
 ]
 
 

@@ -275,7 +275,7 @@ def test_every_real_checkpoint_file_reads() -> None:
     root = fixture_path("broker-logs")
     offset_files = [p for name in ROOT_CHECKPOINTS for p in root.glob(f"*/*/{name}")]
     epoch_files = list(root.glob("*/*/*/leader-epoch-checkpoint"))
-    assert len(offset_files) == 24 and len(epoch_files) >= 20
+    assert len(offset_files) == 28 and len(epoch_files) >= 20
     for path in offset_files:
         offsets = OffsetCheckpointFile(path).read()
         assert all(isinstance(t, str) and p >= 0 and o >= 0 for (t, p), o in offsets.items())
