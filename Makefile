@@ -33,7 +33,7 @@ bench: $(STAMP)
 
 # kill -9 and injected I/O-fault checks, one table (about 5 minutes; `--quick` is what the tests run).
 reliability: $(STAMP)
-	$(BIN)/python -m kafkalog.reliability $(RELIABILITY_ARGS)
+	$(BIN)/python -m tools.reliability $(RELIABILITY_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
