@@ -42,8 +42,9 @@ def broker(tmp_path_factory):
 def _kp_consume(broker, topic, offset=None, n=None, timeout=15):
     from kafka import KafkaConsumer, TopicPartition
 
-    consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap, enable_auto_commit=False, group_id=None,
-                             consumer_timeout_ms=3000)
+    consumer = KafkaConsumer(
+        bootstrap_servers=broker.bootstrap, enable_auto_commit=False, group_id=None, consumer_timeout_ms=3000
+    )
     tp = TopicPartition(topic, 0)
     consumer.assign([tp])
     if offset is None:
@@ -68,8 +69,13 @@ def test_kafka_python_round_trip(broker, codec):
 
     topic = f"kp-{codec}"
     sent = messages(topic)
-    producer = KafkaProducer(bootstrap_servers=broker.bootstrap, compression_type=None if codec == "none" else codec,
-                             acks="all", enable_idempotence=True, linger_ms=5)
+    producer = KafkaProducer(
+        bootstrap_servers=broker.bootstrap,
+        compression_type=None if codec == "none" else codec,
+        acks="all",
+        enable_idempotence=True,
+        linger_ms=5,
+    )
     futures = [producer.send(topic, key=k, value=v, headers=h) for k, v, h in sent]
     metadata = [f.get(timeout=20) for f in futures]
     producer.close()
@@ -99,8 +105,14 @@ def test_kafka_python_acks(broker, acks):
 def _ck_consume(broker, topic, offset, n, timeout=20, isolation="read_committed"):
     from confluent_kafka import Consumer, TopicPartition
 
-    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "unused", "enable.auto.commit": False,
-                         "isolation.level": isolation})
+    consumer = Consumer(
+        {
+            "bootstrap.servers": broker.bootstrap,
+            "group.id": "unused",
+            "enable.auto.commit": False,
+            "isolation.level": isolation,
+        }
+    )
     consumer.assign([TopicPartition(topic, 0, offset)])
     got = []
     deadline = time.monotonic() + timeout
@@ -124,8 +136,15 @@ def test_confluent_kafka_round_trip(broker, codec):
 
     topic = f"ck-{codec}"
     sent = messages(topic)
-    producer = Producer({"bootstrap.servers": broker.bootstrap, "compression.type": codec, "enable.idempotence": True,
-                         "acks": "all", "linger.ms": 5})
+    producer = Producer(
+        {
+            "bootstrap.servers": broker.bootstrap,
+            "compression.type": codec,
+            "enable.idempotence": True,
+            "acks": "all",
+            "linger.ms": 5,
+        }
+    )
     reports = []
     for k, v, h in sent:
         producer.produce(topic, key=k, value=v, headers=h, on_delivery=lambda err, msg: reports.append((err, msg)))
@@ -193,8 +212,12 @@ def test_aiokafka_round_trip(broker, codec):
     sent = messages(topic)
 
     async def run():
-        producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap, enable_idempotence=True, acks="all",
-                                    compression_type=None if codec == "none" else codec)
+        producer = AIOKafkaProducer(
+            bootstrap_servers=broker.bootstrap,
+            enable_idempotence=True,
+            acks="all",
+            compression_type=None if codec == "none" else codec,
+        )
         await producer.start()
         try:
             offsets = []
@@ -226,27 +249,52 @@ def test_aiokafka_round_trip(broker, codec):
 KCAT = shutil.which("kcat") or shutil.which("kafkacat")
 
 
-@pytest.mark.skipif(KCAT is None, reason="kcat is not installed (apt-get install kcat; `make test` installs it as root)")
+@pytest.mark.skipif(
+    KCAT is None, reason="kcat is not installed (apt-get install kcat; `make test` installs it as root)"
+)
 @pytest.mark.parametrize("codec", CODECS)
 def test_kcat_round_trip(broker, codec):
     topic = f"kcat-{codec}"
     lines = [f"key{i}\tvalue-{i}-{'x' * i}" for i in range(10)]
     produce = subprocess.run(
-        [KCAT, "-b", broker.bootstrap, "-P", "-t", topic, "-p", "0", "-z", codec, "-K", "\t", "-H", "h=v",
-         "-X", "enable.idempotence=true"],
-        input="\n".join(lines) + "\n", text=True, capture_output=True, timeout=60,
+        [
+            KCAT,
+            "-b",
+            broker.bootstrap,
+            "-P",
+            "-t",
+            topic,
+            "-p",
+            "0",
+            "-z",
+            codec,
+            "-K",
+            "\t",
+            "-H",
+            "h=v",
+            "-X",
+            "enable.idempotence=true",
+        ],
+        input="\n".join(lines) + "\n",
+        text=True,
+        capture_output=True,
+        timeout=60,
     )
     assert produce.returncode == 0, produce.stderr
     consume = subprocess.run(
         [KCAT, "-b", broker.bootstrap, "-C", "-t", topic, "-p", "0", "-o", "beginning", "-e", "-f", "%o|%k|%s|%h\\n"],
-        text=True, capture_output=True, timeout=60,
+        text=True,
+        capture_output=True,
+        timeout=60,
     )
     assert consume.returncode == 0, consume.stderr
     expected = [f"{i}|key{i}|value-{i}-{'x' * i}|h=v" for i in range(10)]
     assert consume.stdout.splitlines() == expected
     tail = subprocess.run(
         [KCAT, "-b", broker.bootstrap, "-C", "-t", topic, "-p", "0", "-o", "7", "-e", "-f", "%o\\n"],
-        text=True, capture_output=True, timeout=60,
+        text=True,
+        capture_output=True,
+        timeout=60,
     )
     assert tail.stdout.split() == ["7", "8", "9"]
 
@@ -258,8 +306,9 @@ def test_log_dir_written_by_the_broker_passes_verify(tmp_path):
     from kafkalog.cli import main
 
     with BrokerProcess(tmp_path / "logs") as server:
-        producer = Producer({"bootstrap.servers": server.bootstrap, "compression.type": "lz4",
-                             "enable.idempotence": True})
+        producer = Producer(
+            {"bootstrap.servers": server.bootstrap, "compression.type": "lz4", "enable.idempotence": True}
+        )
         for i in range(200):
             producer.produce("verified", key=b"%d" % (i % 7), value=b"v" * i, headers=[("n", b"%d" % i)])
         assert producer.flush(30) == 0

@@ -217,14 +217,48 @@ def parse_header(frame: memoryview) -> tuple[RequestHeader, ApiSpec | None]:
 
 
 def decode_request(spec: ApiSpec, header: RequestHeader, frame: memoryview):
-    """The request body, decoded by its schema; InvalidRequestError when it does not parse."""
+    """The request body, decoded by its schema; InvalidRequestError when it does not parse.
+
+    Beyond the decoder, a null in a field the schema does not declare nullable is refused here (Kafka's
+    generated readers refuse it while parsing), so handlers never meet a None they were not promised.
+    """
+    version = header.api_version
     try:
-        return spec.request[header.api_version].decode(frame[header.size :])
+        request = spec.request[version].decode(frame[header.size :])
     except Exception as e:  # the schema decoder raises struct.error, ValueError, IndexError, UnicodeDecodeError...
         raise InvalidRequestError(
-            f"Error parsing {spec.name} v{header.api_version} request (correlation id {header.correlation_id}): "
+            f"Error parsing {spec.name} v{version} request (correlation id {header.correlation_id}): "
             f"{type(e).__name__}: {e}"
         ) from None
+    problem = _null_where_not_nullable(request, version)
+    if problem is not None:
+        raise InvalidRequestError(
+            f"Error parsing {spec.name} v{version} request (correlation id {header.correlation_id}): "
+            f"non-nullable field {problem} was serialized as null"
+        )
+    return request
+
+
+def _null_where_not_nullable(container, version: int) -> str | None:
+    """The name of the first field holding a null its schema forbids at ``version`` (None if there is none)."""
+    for schema_field in container._struct._fields:  # the generated schema's fields (no public accessor)
+        if not schema_field.for_version_q(version) or schema_field._tag is not None:
+            continue
+        value = getattr(container, schema_field.name)
+        if value is None:
+            # kafka-python reads the zero UUID as None; a uuid field is never null on the wire.
+            if schema_field.type_str != "uuid" and not schema_field.nullable_for_version_q(version):
+                return schema_field.name
+        elif schema_field.is_struct_array():
+            for item in value:
+                problem = _null_where_not_nullable(item, version)
+                if problem is not None:
+                    return f"{schema_field.name}.{problem}"
+        elif schema_field.is_struct():
+            problem = _null_where_not_nullable(value, version)
+            if problem is not None:
+                return f"{schema_field.name}.{problem}"
+    return None
 
 
 def response_header(spec: ApiSpec, header: RequestHeader) -> bytes:
