@@ -12,7 +12,7 @@ $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "kafkalog needs Python 3.11 or newer; found " + sys.version.split()[0])'
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/python -m pip install --quiet -e '.[test,spark]'
 	@touch $(STAMP)
 
 # Spark (the pipeline, the demo and its tests) needs a JDK 17 or newer.
