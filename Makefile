@@ -3,6 +3,8 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
+# Every Python tree of the repository that ruff lints and formats.
+LINTED := src tests benchmarks tools fuzz
 
 .PHONY: demo test bench reliability lint check-java kcat clean
 
@@ -10,7 +12,7 @@ $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "kafkalog needs Python 3.11 or newer; found " + sys.version.split()[0])'
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/python -m pip install --quiet -e '.[test,spark]'
 	@touch $(STAMP)
 
 # Spark (the pipeline, the demo and its tests) needs a JDK 17 or newer.
@@ -35,8 +37,7 @@ kcat:
 	    echo "kafkalog: kcat is not installed (apt-get install kcat as root); the kcat tests will skip" >&2; \
 	  fi; }
 
-test: check-java kcat $(STAMP)
-	$(BIN)/ruff check src tests benchmarks
+test: check-java kcat $(STAMP) lint
 	$(BIN)/python -m pytest
 
 bench: $(STAMP)
@@ -44,11 +45,11 @@ bench: $(STAMP)
 
 # kill -9 and injected I/O-fault checks, one table (about 5 minutes; `--quick` is what the tests run).
 reliability: $(STAMP)
-	$(BIN)/python -m kafkalog.reliability $(RELIABILITY_ARGS)
+	$(BIN)/python -m tools.reliability $(RELIABILITY_ARGS)
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/ruff check $(LINTED)
+	$(BIN)/ruff format --check $(LINTED)
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache demo-output
