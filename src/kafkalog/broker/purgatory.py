@@ -47,6 +47,12 @@ class FetchPurgatory:
         for event in self._watchers.get(tp, ()):
             event.set()
 
+    def wake_all(self) -> None:
+        """Wake every waiting fetch (shutdown: each answers with what it has)."""
+        for events in list(self._watchers.values()):
+            for event in events:
+                event.set()
+
     @property
     def waiting(self) -> int:
         return len({e for events in self._watchers.values() for e in events})

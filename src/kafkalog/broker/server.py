@@ -91,6 +91,8 @@ class KafkaServer:
             return
         self.stopping = True
         log.info("[KafkaServer id=%d] shutting down", self.node_id)
+        if self.purgatory is not None:
+            self.purgatory.wake_all()  # long polls answer now rather than at their max wait
         if self.socket_server is not None:
             await self.socket_server.stop()
         if self.log_manager is not None:
