@@ -318,3 +318,49 @@ def test_log_dir_written_by_the_broker_passes_verify(tmp_path):
     assert (tmp_path / "logs" / ".kafka_cleanshutdown").exists()
     result = CliRunner().invoke(main, ["verify", str(tmp_path / "logs")])
     assert result.exit_code == 0, result.output
+
+
+# ----- admin clients ---------------------------------------------------------------------------------------------
+def test_confluent_admin_client(broker):
+    from confluent_kafka import Consumer, Producer, TopicPartition
+    from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    futures = admin.create_topics([NewTopic("admin-made", 3, 1, config={"retention.ms": "123456"})])
+    futures["admin-made"].result(20)
+    cluster = admin.describe_cluster().result(20)
+    assert [n.id for n in cluster.nodes] == [0] and cluster.controller.id == 0
+    assert cluster.cluster_id == (broker.log_dir / "meta.properties").read_text().split("cluster.id=")[1].split()[0]
+    resource = ConfigResource(ConfigResource.Type.TOPIC, "admin-made")
+    configs = admin.describe_configs([resource])[resource].result(20)
+    assert configs["retention.ms"].value == "123456" and configs["retention.ms"].source == 1  # a topic override
+    assert configs["cleanup.policy"].value == "delete" and configs["cleanup.policy"].is_default
+    assert set(admin.list_topics(timeout=20).topics["admin-made"].partitions) == {0, 1, 2}
+
+    producer = Producer({"bootstrap.servers": broker.bootstrap})
+    for i in range(10):
+        producer.produce("admin-made", value=b"%d" % i, partition=1)
+    assert producer.flush(20) == 0
+    deleted = admin.delete_records([TopicPartition("admin-made", 1, 4)])
+    assert deleted[TopicPartition("admin-made", 1, 4)].result(20).low_watermark == 4
+
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "unused"})
+    assert consumer.get_watermark_offsets(TopicPartition("admin-made", 1), timeout=10) == (4, 10)
+    consumer.close()
+    admin.delete_topics(["admin-made"])["admin-made"].result(20)
+    assert "admin-made" not in admin.list_topics(timeout=20).topics
+
+
+def test_kafka_python_admin_client(broker):
+    from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient, NewTopic
+
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        admin.create_topics([NewTopic("kp-admin", num_partitions=2, replication_factor=1)])
+        assert "kp-admin" in admin.list_topics()
+        described = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, "kp-admin")])
+        assert described  # decoded by the client without error
+        admin.delete_topics(["kp-admin"])
+        assert "kp-admin" not in admin.list_topics()
+    finally:
+        admin.close()

@@ -477,3 +477,42 @@ def test_truncated_frame_then_disconnect_leaves_the_broker_serving(broker):
     with RawClient(broker.bootstrap) as c:
         c.send(frame(3, 9, b"\x00\x00")[:-1][:8])
     assert api_versions_ok(broker.bootstrap)
+
+
+def test_delete_records_moves_the_log_start_and_refuses_past_the_high_watermark(broker):
+    from kafka.protocol.admin import DeleteRecordsRequest
+
+    T = DeleteRecordsRequest.DeleteRecordsTopic
+
+    def delete(offset):
+        request = DeleteRecordsRequest(
+            timeout_ms=1000,
+            topics=[T(name="trim", partitions=[T.DeleteRecordsPartition(partition_index=0, offset=offset)])],
+        )
+        p = c.call(request, 2).topics[0].partitions[0]
+        return p.error_code, p.low_watermark
+
+    with RawClient(broker.bootstrap) as c:
+        create_topic(c, "trim")
+        for i in range(5):
+            produce(c, "trim", batch([b"%d" % i]))
+        assert delete(9) == (1, -1)  # OFFSET_OUT_OF_RANGE: beyond the high watermark
+        assert delete(2) == (0, 2)
+        assert delete(-1) == (0, 5)  # -1: up to the high watermark
+        _, part = fetch(c, "trim", 0)
+    assert part.error_code == 1 and part.log_start_offset == 5
+
+
+def test_describe_configs_of_the_broker(broker):
+    from kafka.protocol.admin import DescribeConfigsRequest
+
+    R = DescribeConfigsRequest.DescribeConfigsResource
+    with RawClient(broker.bootstrap) as c:
+        request = DescribeConfigsRequest(
+            resources=[R(resource_type=4, resource_name="0", configuration_keys=["message.max.bytes"])],
+            include_synonyms=False,
+            include_documentation=False,
+        )
+        result = c.call(request, 4).results[0]
+    assert result.error_code == 0
+    assert [(e.name, e.value, e.config_source) for e in result.configs] == [("message.max.bytes", "200000", 4)]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 
-from .handlers import api_versions, fetch, metadata, offsets, produce, producer_id, topics
+from .handlers import admin, api_versions, fetch, metadata, offsets, produce, producer_id, topics
 from .network import CLOSE, Connection
 from .protocol import (
     API_VERSIONS_KEY,
@@ -28,8 +28,11 @@ HANDLERS = {
     18: api_versions.handle,
     19: topics.handle_create,
     20: topics.handle_delete,
+    21: admin.handle_delete_records,
     22: producer_id.handle,
     23: offsets.handle_offset_for_leader_epoch,
+    32: admin.handle_describe_configs,
+    60: admin.handle_describe_cluster,
 }
 
 

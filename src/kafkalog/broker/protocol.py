@@ -15,8 +15,14 @@ from dataclasses import dataclass, field
 from kafka.protocol.admin import (
     CreateTopicsRequest,
     CreateTopicsResponse,
+    DeleteRecordsRequest,
+    DeleteRecordsResponse,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
+    DescribeClusterRequest,
+    DescribeClusterResponse,
+    DescribeConfigsRequest,
+    DescribeConfigsResponse,
 )
 from kafka.protocol.consumer import (
     FetchRequest,
@@ -145,7 +151,10 @@ APIS: dict[int, ApiSpec] = {
         ApiSpec(19, "CreateTopics", 2, 7, CreateTopicsRequest, CreateTopicsResponse),
         ApiSpec(20, "DeleteTopics", 1, 6, DeleteTopicsRequest, DeleteTopicsResponse),
         ApiSpec(22, "InitProducerId", 0, 4, InitProducerIdRequest, InitProducerIdResponse),
+        ApiSpec(21, "DeleteRecords", 0, 2, DeleteRecordsRequest, DeleteRecordsResponse),
         ApiSpec(23, "OffsetForLeaderEpoch", 2, 4, OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse),
+        ApiSpec(32, "DescribeConfigs", 1, 4, DescribeConfigsRequest, DescribeConfigsResponse),
+        ApiSpec(60, "DescribeCluster", 0, 1, DescribeClusterRequest, DescribeClusterResponse),
     )
 }
 API_VERSIONS_KEY = 18

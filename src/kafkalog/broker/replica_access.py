@@ -17,7 +17,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..errors import KafkaLogError, UnknownTopicOrPartitionError
+from ..errors import KafkaLogError, OffsetOutOfRangeError, UnknownTopicOrPartitionError
 from ..manager import LogManager, TopicPartition
 from ..storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, Log
 from ..storage.segment import FetchDataInfo, TimestampAndOffset
@@ -138,6 +138,22 @@ class ReplicaManager:
                 view = PartitionView(tp, log_obj, self.broker_id, self.min_insync_replicas)
                 self._partitions[tp] = view
             return view
+
+    def delete_records(self, tp: TopicPartition, offset: int) -> int:
+        """DeleteRecords: move the log start offset to ``offset`` (-1: the high watermark); the new low watermark.
+
+        As Kafka's Partition.deleteRecordsOnLeader, an offset beyond the high watermark is OFFSET_OUT_OF_RANGE.
+        """
+        partition = self.get_partition(tp.topic, tp.partition)
+        hw = partition.high_watermark
+        target = hw if offset == -1 else offset
+        if target < 0 or target > hw:
+            raise OffsetOutOfRangeError(
+                f"Cannot increment the log start offset to {offset} of partition {tp} since it is larger than the "
+                f"high watermark {hw}",
+                offset=offset,
+            )
+        return partition.log.delete_records(target)
 
     def add_listener(self, callback: Callable[[TopicPartition], None]) -> None:
         """Call ``callback(tp)`` after the high watermark of ``tp`` may have advanced (wakes delayed fetches)."""
