@@ -300,11 +300,12 @@ def test_kcat_round_trip(broker, codec):
 
 
 # ----- the log dir the broker wrote ------------------------------------------------------------------------------
-def test_log_dir_written_by_the_broker_passes_verify(tmp_path):
+@pytest.fixture(scope="module")
+def written_log_dir(tmp_path_factory):
+    """A log dir written by a broker (200 lz4 records from an idempotent producer), after a clean shutdown."""
     from confluent_kafka import Producer
 
-    from kafkalog.cli import main
-
+    tmp_path = tmp_path_factory.mktemp("broker-written")
     with BrokerProcess(tmp_path / "logs") as server:
         producer = Producer(
             {"bootstrap.servers": server.bootstrap, "compression.type": "lz4", "enable.idempotence": True}
@@ -313,6 +314,13 @@ def test_log_dir_written_by_the_broker_passes_verify(tmp_path):
             producer.produce("verified", key=b"%d" % (i % 7), value=b"v" * i, headers=[("n", b"%d" % i)])
         assert producer.flush(30) == 0
         code = server.stop()
+    return tmp_path, server, code
+
+
+def test_log_dir_written_by_the_broker_passes_verify(written_log_dir):
+    from kafkalog.cli import main
+
+    tmp_path, server, code = written_log_dir
     assert code == 0, server.log
     assert "shut down completed" in server.log
     assert (tmp_path / "logs" / ".kafka_cleanshutdown").exists()
@@ -364,3 +372,11 @@ def test_kafka_python_admin_client(broker):
         assert "kp-admin" not in admin.list_topics()
     finally:
         admin.close()
+
+
+def test_log_dir_written_by_the_broker_reads_in_spark(spark, written_log_dir):
+    tmp_path, _, _ = written_log_dir
+    df = spark.read.format("kafkalog").option("path", str(tmp_path / "logs")).option("subscribe", "verified")
+    rows = sorted(df.option("includeHeaders", "true").load().toArrow().to_pylist(), key=lambda r: r["offset"])
+    assert [(r["offset"], r["key"], r["value"]) for r in rows] == [(i, b"%d" % (i % 7), b"v" * i) for i in range(200)]
+    assert all(r["headers"] == [{"key": "n", "value": b"%d" % r["offset"]}] for r in rows)

@@ -516,3 +516,22 @@ def test_describe_configs_of_the_broker(broker):
         result = c.call(request, 4).results[0]
     assert result.error_code == 0
     assert [(e.name, e.value, e.config_source) for e in result.configs] == [("message.max.bytes", "200000", 4)]
+
+
+def test_acks_all_needs_min_insync_replicas_and_produce_reports_the_log_start(broker):
+    with RawClient(broker.bootstrap) as c:
+        assert create_topic(c, "min-isr", configs=[("min.insync.replicas", "2")]).error_code == 0
+        refused = produce(c, "min-isr", batch([b"a"]), acks=-1)
+        accepted = produce(c, "min-isr", batch([b"b"]), acks=1)
+        _, part = fetch(c, "min-isr", 0)
+    assert refused.error_code == 19  # NOT_ENOUGH_REPLICAS, and nothing written
+    assert (accepted.error_code, accepted.base_offset, accepted.log_start_offset) == (0, 0, 0)
+    assert [r.value for b in iter_batches(bytes(part.records)) for r in b] == [b"b"]
+
+
+def test_log_append_time_topics_report_the_broker_timestamp(broker):
+    with RawClient(broker.bootstrap) as c:
+        create_topic(c, "append-time", configs=[("message.timestamp.type", "LogAppendTime")])
+        before = int(time.time() * 1000)
+        answer = produce(c, "append-time", batch([b"a"], timestamp=5))
+    assert answer.error_code == 0 and answer.log_append_time_ms >= before - 5000
