@@ -164,3 +164,27 @@ class InvalidPartitionsError(KafkaLogError, ValueError):
 
 class MetadataParseError(KafkaLogError):
     """Kafka's MetadataParseException: a KRaft metadata record (or control record) that cannot be decoded."""
+
+
+class NotEnoughReplicasError(KafkaLogError):
+    """Kafka's NotEnoughReplicasException: acks=-1 while the ISR is smaller than min.insync.replicas."""
+
+
+class NotEnoughReplicasAfterAppendError(KafkaLogError):
+    """Kafka's NotEnoughReplicasAfterAppendException: the ISR shrank below min.insync.replicas after the write."""
+
+
+class InvalidRequiredAcksError(KafkaLogError):
+    """Kafka's InvalidRequiredAcksException: acks other than 0, 1 or -1."""
+
+
+class NotLeaderOrFollowerError(KafkaLogError):
+    """Kafka's NotLeaderOrFollowerException: this broker does not lead (or follow) the partition."""
+
+
+class FencedLeaderEpochError(KafkaLogError):
+    """Kafka's FencedLeaderEpochException: the request's leader epoch is older than the partition's."""
+
+
+class UnknownLeaderEpochError(KafkaLogError):
+    """Kafka's UnknownLeaderEpochException: the request's leader epoch is newer than the partition's."""
