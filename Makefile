@@ -3,6 +3,8 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
+# Every Python tree of the repository that ruff lints and formats.
+LINTED := src tests benchmarks tools fuzz
 
 .PHONY: demo test bench reliability lint check-java clean
 
@@ -24,8 +26,7 @@ check-java:
 demo: check-java $(STAMP)
 	$(BIN)/python -m kafkalog.demo
 
-test: check-java $(STAMP)
-	$(BIN)/ruff check src tests benchmarks
+test: check-java $(STAMP) lint
 	$(BIN)/python -m pytest
 
 bench: $(STAMP)
@@ -33,11 +34,11 @@ bench: $(STAMP)
 
 # kill -9 and injected I/O-fault checks, one table (about 5 minutes; `--quick` is what the tests run).
 reliability: $(STAMP)
-	$(BIN)/python -m kafkalog.reliability $(RELIABILITY_ARGS)
+	$(BIN)/python -m tools.reliability $(RELIABILITY_ARGS)
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/ruff check $(LINTED)
+	$(BIN)/ruff format --check $(LINTED)
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache demo-output

@@ -1,4 +1,4 @@
-"""Shared by the fuzz_*.py harnesses: run some kafkalog.testing_fuzz targets under atheris (libFuzzer)."""
+"""Shared by the fuzz_*.py harnesses: run some kafkalog.testing.fuzz targets under atheris (libFuzzer)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ _NUMBA_MODULES = [
 ]
 
 with atheris.instrument_imports(include=["kafkalog"], exclude=_NUMBA_MODULES):
-    from kafkalog.testing_fuzz import atheris_entry, corpus
+    from kafkalog.testing.fuzz import atheris_entry, corpus
 
 
 def run(*names: str) -> None:

@@ -2,7 +2,7 @@
 CLI arguments. Each must be refused with the documented error, a message naming the field (or file), and no
 byte already stored in the log dirs changed.
 
-The catalogue lives in ``kafkalog.reliability_checks`` (``bad_inputs()``), which ``make reliability`` also runs.
+The catalogue lives in ``tests/bad_inputs.py`` (``bad_inputs()``), which ``make reliability`` also runs.
 """
 
 from __future__ import annotations
@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from kafkalog.errors import CorruptRecordError, InvalidTopicError
-from kafkalog.reliability_checks import (
+from bad_inputs import (
     BAD_TOPIC_NAMES,
     BadInput,
     _bad_config_values,
@@ -24,6 +23,7 @@ from kafkalog.reliability_checks import (
     open_env,
     try_bad_input,
 )
+from kafkalog.errors import CorruptRecordError, InvalidTopicError
 from kafkalog.storage.checkpoints import CheckpointError, OffsetCheckpointFile
 from kafkalog.storage.config import TOPIC_KEYS
 

@@ -2,7 +2,7 @@
 the offset/time/transaction indexes, producer snapshots, checkpoints, properties files, and ``kafkalog dump`` /
 ``verify`` on hostile files.
 
-The targets and their oracle live in ``kafkalog.testing_fuzz`` and are shared with the atheris harness in
+The targets and their oracle live in ``kafkalog.testing.fuzz`` and are shared with the atheris harness in
 ``fuzz/``: a result, or a KafkaLogError naming the file or byte position; never another exception type,
 never a hang, and no allocation driven by a length field.
 """
@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kafkalog.errors import KafkaLogError
-from kafkalog.testing_fuzz import TARGETS, check, fix_crcs, input_for, mutate
+from kafkalog.testing.fuzz import TARGETS, check, fix_crcs, input_for, mutate
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -177,7 +177,7 @@ def test_hostile_files(name: str, data: bytes) -> None:
 
 def test_quick_fuzz_summary_finds_nothing_unexpected() -> None:
     """What ``make reliability`` prints: every parser, a seeded budget of cases, no unexpected outcome."""
-    from kafkalog.reliability_checks import fuzz_summary
+    from tools.reliability.checks import fuzz_summary
 
     rows = fuzz_summary(quick=True)
     assert [name for name, _, _ in rows] == list(TARGETS)

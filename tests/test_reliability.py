@@ -118,7 +118,7 @@ def test_unknown_operation_is_refused():
 def test_quick_reliability_run_has_zero_losses_and_zero_corruption(tmp_path):
     out = tmp_path / "rows.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "kafkalog.reliability", "--quick", "--json", str(out)],
+        [sys.executable, "-m", "tools.reliability", "--quick", "--json", str(out)],
         cwd=ROOT,
         capture_output=True,
         text=True,

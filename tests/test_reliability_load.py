@@ -21,7 +21,10 @@ from pathlib import Path
 import pytest
 
 from kafkalog import LogManager
-from kafkalog.reliability_load import (
+from kafkalog.storage.index import OffsetIndex, TimeIndex
+from kafkalog.storage.log import Log
+from kafkalog.testing import MockTime
+from tools.reliability.load import (
     QUICK,
     Child,
     fd_targets,
@@ -33,9 +36,6 @@ from kafkalog.reliability_load import (
     segment_files_per_partition,
     stale,
 )
-from kafkalog.storage.index import OffsetIndex, TimeIndex
-from kafkalog.storage.log import Log
-from kafkalog.testing import MockTime
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="counts /proc/self/fd and maps")
 

@@ -152,3 +152,7 @@ class UnknownTopicOrPartitionError(KafkaLogError):
 
 class InvalidPartitionsError(KafkaLogError, ValueError):
     """Kafka's InvalidPartitionsException: a partition count below 1 or a partition that does not exist."""
+
+
+class MetadataParseError(KafkaLogError):
+    """Kafka's MetadataParseException: a KRaft metadata record (or control record) that cannot be decoded."""

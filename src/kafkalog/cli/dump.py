@@ -20,7 +20,9 @@ Decoders (``--key-decoder-class`` / ``--value-decoder-class``), by Kafka's class
 The deprecated ``kafka.serializer.*`` names print Kafka's deprecation line, as Kafka does.
 ``--offsets-decoder`` decodes ``__consumer_offsets`` keys and values (offset commits, key versions 0/1 with
 value versions 0-4, and group metadata, key version 2 with value versions 0-4, with the consumer protocol's
-subscription and assignment decoded) into the JSON Kafka's tool prints.
+subscription and assignment decoded) into the JSON Kafka's tool prints. ``--cluster-metadata-decoder`` decodes
+KRaft metadata records (``__cluster_metadata`` segments and ``.checkpoint`` snapshots) into Kafka's
+``{"type":...,"version":...,"data":{...}}`` (kafkalog.record.kraft, generated from Kafka's schemas).
 """
 
 from __future__ import annotations
@@ -41,11 +43,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..errors import CorruptSnapshotError, KafkaLogError
+from ..errors import CorruptSnapshotError, KafkaLogError, MetadataParseError
 from ..record.batch import RecordBatch, increment_sequence
 from ..record.checksums import crc32
 from ..record.columnar import batches_to_arrow
 from ..record.compression import decompress
+from ..record.kraft import decode_control_value, decode_metadata_record, to_json_text
 from ..record.legacy import COMPRESSION_MASK, LOG_OVERHEAD, LegacyBatch
 from ..record.types import ControlRecordType, Record, control_record_type, end_transaction_marker
 from ..storage.file_records import FileRecords
@@ -361,6 +364,22 @@ class OffsetsParser(_Parser):
         return _jsonish(key_obj), "<DELETE>" if value_obj is None else _jsonish(value_obj)
 
 
+class ClusterMetadataParser(_Parser):
+    """Kafka's ClusterMetadataLogMessageParser: no key; the payload is the record's type, version and data."""
+
+    def __init__(self, as_objects: bool = False) -> None:
+        self.as_objects = as_objects
+
+    def parse(self, record: Record):
+        try:
+            if record.value is None:
+                raise MetadataParseError("the record has no value")
+            decoded = decode_metadata_record(record.value).to_json()
+        except MetadataParseError as e:
+            return None, f"Error at {record.offset}, skipping. {e.reason}"
+        return None, decoded if self.as_objects else to_json_text(decoded)
+
+
 # ---------------------------------------------------------------------------------------------- reporting
 
 
@@ -450,6 +469,8 @@ class Dumper:
         o = self.o
         if o["offsets_decoder"]:
             return OffsetsParser(as_objects=self.json)
+        if o["cluster_metadata_decoder"]:
+            return ClusterMetadataParser(as_objects=self.json)
         decoders = []
         for name in (o["value_decoder"], o["key_decoder"]):  # Kafka resolves the value decoder first
             name = name or _STRING
@@ -1005,9 +1026,12 @@ def _control_info(record: Record) -> tuple[str, dict]:
             version, kraft_version = struct.unpack_from(">hh", value)
             data = {"version": version, "kRaftVersion": kraft_version}
             return f" KRaftVersion {_jsonish(data)}", {"KRaftVersion": data}
-    except struct.error:
+        if kind == ControlRecordType.KRAFT_VOTERS:
+            data = decode_control_value(int(kind), value).to_json()
+            return f" KRaftVoters {to_json_text(data)}", {"KRaftVoters": data}
+    except (struct.error, MetadataParseError):
         raise DumpError(f"Cannot decode the {kind.name} control record at offset {record.offset}") from None
-    # LEADER_CHANGE, UNKNOWN, and KRAFT_VOTERS (whose JSON kafkalog does not render) print the type.
+    # LEADER_CHANGE and UNKNOWN print the type, as Kafka's tool does.
     return f" controlType: {kind.name}({type_id})", {"controlType": kind.name, "controlTypeId": type_id}
 
 
@@ -1065,11 +1089,20 @@ def _non_negative(ctx, param, value: int) -> int:
     help="Decoder of values; same choices as --key-decoder-class.",
 )
 @click.option("--offsets-decoder", is_flag=True, help="Decode __consumer_offsets records (offset commits, groups).")
+@click.option(
+    "--cluster-metadata-decoder",
+    is_flag=True,
+    help="Decode KRaft cluster metadata records (__cluster_metadata segments and .checkpoint snapshots).",
+)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line (file, batch, record, entry, report).")
 def dump_command(**opts) -> None:
     """Dump log segments, indexes, producer snapshots and transaction indexes, as kafka-dump-log.sh does."""
     opts["print_data_log"] = bool(
-        opts["print_data_log"] or opts["offsets_decoder"] or opts["key_decoder"] or opts["value_decoder"]
+        opts["print_data_log"]
+        or opts["offsets_decoder"]
+        or opts["cluster_metadata_decoder"]
+        or opts["key_decoder"]
+        or opts["value_decoder"]
     )
     opts["deep_iteration"] = bool(opts["deep_iteration"] or opts["print_data_log"])
     out, err = sys.stdout, sys.stderr

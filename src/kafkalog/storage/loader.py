@@ -238,6 +238,29 @@ def recover_log(
             break
 
 
+def _recover_torn_tail(
+    directory: Path, segments: LogSegments, last: LogSegment, config: LogConfig, clock: Time, log_start_offset: int
+) -> None:
+    """Recover the last segment of a log marked cleanly shut down whose tail is not whole.
+
+    Kafka trusts the marker: it skips recovery and takes the next offset from the complete batches after
+    the last index entry (LogSegment.readNextOffset), falling back to the segment's base offset when that
+    entry points at the torn batch. Its next append then lands after the torn bytes, where no reader
+    reaches it. Here the segment is recovered as after an unclean shutdown instead: the torn bytes go, the
+    indexes are rebuilt, and the log ends after the last complete batch, where the next append is readable.
+    """
+    log.warning(
+        "Segment %s of a cleanly shut down log does not end with a complete batch (size %d); recovering it",
+        last,
+        last.size,
+    )
+    try:
+        recover_segment(directory, last, segments, config, clock, log_start_offset)
+    except InvalidOffsetError as e:
+        log.warning("Found invalid offset during recovery of %s (%s); truncating it to its base offset", last, e)
+        last.truncate_to(last.base_offset)
+
+
 def _retry_on_offset_overflow(directory: Path, config: LogConfig, clock: Time, rng: random.Random, segments, action):
     """Run a load step; on a segment whose offsets overflow, split it and run the step again (Kafka's
     retryOnOffsetOverflow). ``segments`` is the loaded set, or None when the step loads it afresh."""
@@ -373,6 +396,8 @@ def _recover_and_finish(
             lambda: recover_log(directory, segments, config, clock, log_start_offset, recovery_point),
         )
     last = segments.last()
+    if had_clean_shutdown and last is not None and not last.has_whole_tail():
+        _recover_torn_tail(directory, segments, last, config, clock, log_start_offset)
     next_offset = last.read_next_offset() if last is not None else log_start_offset
     if last is not None and next_offset < log_start_offset:
         log.warning(

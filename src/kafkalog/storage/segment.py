@@ -381,6 +381,18 @@ class LogSegment:
             next_offset = header.last_offset + 1
         return next_offset
 
+    def has_whole_tail(self) -> bool:
+        """Whether the batches from the last index entry on (those ``read_next_offset`` steps through) end
+        exactly at the end of the .log: False for a torn last batch, trailing garbage, or an index entry
+        past the end of the file."""
+        end = self.offset_index.lookup(self.offset_index.last_offset).position
+        try:
+            for header in self.log.batch_headers(end):
+                end = header.position + header.size
+        except CorruptRecordError:
+            return False
+        return end == self.log.size
+
     def find_offset_by_timestamp(self, timestamp: int, starting_offset: int) -> TimestampAndOffset | None:
         """The first record at or after ``starting_offset`` whose timestamp >= ``timestamp``."""
         entry = self.time_index.lookup(timestamp)

@@ -1,12 +1,10 @@
-"""Reliability checks for untrusted files and bad input, as rows for ``make reliability``.
+"""The bad-input catalogue: one bad value per field at every entrance, and how to grade the answer.
 
-``fuzz_summary(quick)`` runs every fuzz target of ``kafkalog.testing_fuzz`` over seeded random inputs (mutated
-valid files and raw bytes) and counts the cases whose outcome broke the contract: anything but a result or a
-located kafkalog error. ``bad_input_summary()`` tries every entry of ``BAD_INPUTS``, one bad value per field at
-every entrance (Log.append, topic configs, topic names, checkpoint/snapshot/properties files, CLI arguments),
-and counts those rejected clearly: the documented error type, a message naming the field, and the bytes already
-stored in the log dir unchanged. ``tests/test_fuzz_parsers.py`` and ``tests/test_bad_input.py`` hold the same
-checks in CI.
+``bad_inputs()`` lists every entry (Log.append, topic configs, topic names, checkpoint/snapshot/properties files,
+CLI arguments); ``try_bad_input`` runs one and says whether it was rejected clearly: the documented error type,
+a message naming the field, and the bytes already stored in the log dir unchanged. ``bad_input_summary()``
+counts them per entrance. ``tests/test_bad_input.py`` runs each case; ``make reliability`` prints the summary
+(``tools/reliability/checks.py`` loads this file).
 """
 
 from __future__ import annotations
@@ -18,27 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import KafkaLogError
-from .testing_fuzz import TARGETS, run_cases
-
-QUICK_CASES = 100
-FULL_CASES = 2_000
-_SLOW_TARGETS = ("cli_dump", "cli_dump_indexes", "cli_verify", "cli_recover", "spark_logfiles")
-
-
-def fuzz_summary(quick: bool) -> list[tuple[str, int, int]]:
-    """(parser, cases run, unexpected exceptions) for every fuzz target; ``quick`` runs 100 cases each, else 2000."""
-    rows = []
-    for name in TARGETS:
-        cases = QUICK_CASES if quick else FULL_CASES
-        if name in _SLOW_TARGETS:
-            cases //= 2
-        ran, unexpected, _ = run_cases(name, cases)
-        rows.append((name, ran, unexpected))
-    return rows
-
-
-# ------------------------------------------------------------------------------------------------ bad input
+from kafkalog.errors import KafkaLogError
 
 
 class CliRejected(Exception):
@@ -70,7 +48,7 @@ class BadInput:
 
 
 def _good_batch() -> bytes:
-    from .record import RecordBatchBuilder
+    from kafkalog.record import RecordBatchBuilder
 
     b = RecordBatchBuilder()
     b.append(b"k1", b"v1", timestamp=1_000)
@@ -79,7 +57,7 @@ def _good_batch() -> bytes:
 
 
 def _patched(fmt: str, pos: int, value: int, crc: bool = True) -> bytes:
-    from .testing_fuzz import fix_crcs
+    from kafkalog.testing.fuzz import fix_crcs
 
     out = bytearray(_good_batch())
     struct.pack_into(fmt, out, pos, value)
@@ -89,7 +67,7 @@ def _patched(fmt: str, pos: int, value: int, crc: bool = True) -> bytes:
 
 
 def _fixed(data: bytes) -> bytes:
-    from .testing_fuzz import fix_crcs
+    from kafkalog.testing.fuzz import fix_crcs
 
     out = bytearray(data)
     fix_crcs(out)
@@ -103,7 +81,7 @@ def _flipped_crc() -> bytes:
 
 
 def _legacy_bad_crc() -> bytes:
-    from .record.legacy_builder import build_legacy
+    from kafkalog.record.legacy_builder import build_legacy
 
     out = bytearray(
         build_legacy(1, [(0, 1_000, b"k", b"v")], compression_type="none", timestamp_type=0, log_append_time=-1)
@@ -115,7 +93,7 @@ def _legacy_bad_crc() -> bytes:
 def _bomb(codec: str) -> bytes:
     """A one-record batch of ``codec`` whose records section decodes (or says it decodes) to 3 GiB: a
     decompression bomb of a few bytes, refused by its stated sizes before anything is decoded."""
-    from .record import RecordBatchBuilder
+    from kafkalog.record import RecordBatchBuilder
 
     size = 3 << 30
     if codec == "zstd":  # one frame of 128 KiB RLE blocks of zeros, no content size
@@ -192,7 +170,7 @@ def _append_cases() -> list[BadInput]:
 
 def _bad_config_values() -> list[tuple[str, str]]:
     """(config, bad value) for every topic config: a wrong type, and out-of-range values where there is a range."""
-    from .storage.config import TOPIC_KEYS, InvalidConfigurationError
+    from kafkalog.storage.config import TOPIC_KEYS, InvalidConfigurationError
 
     wrong_type = {"INT": "ten", "LONG": "1.5", "DOUBLE": "half", "BOOLEAN": "maybe", "STRING": None, "LIST": None}
     ranged = {
@@ -312,7 +290,7 @@ BAD_CHECKPOINTS = {
 
 
 def _checkpoint_cases() -> list[BadInput]:
-    from .storage.checkpoints import LeaderEpochCheckpointFile, OffsetCheckpointFile
+    from kafkalog.storage.checkpoints import LeaderEpochCheckpointFile, OffsetCheckpointFile
 
     def offset(data: bytes) -> Callable[[Env], object]:
         def attempt(env: Env) -> object:
@@ -343,7 +321,7 @@ def _checkpoint_cases() -> list[BadInput]:
 
 
 def _snapshot_cases() -> list[BadInput]:
-    from .storage.producer_state import ProducerStateEntry, encode_snapshot, read_snapshot
+    from kafkalog.storage.producer_state import ProducerStateEntry, encode_snapshot, read_snapshot
 
     good = encode_snapshot([ProducerStateEntry(7, 1, 2, 1_000, None)])
 
@@ -375,8 +353,8 @@ def _snapshot_cases() -> list[BadInput]:
 
 
 def _properties_cases() -> list[BadInput]:
-    from .logdir import MetaProperties
-    from .storage.config import BrokerConfig, load_properties
+    from kafkalog.logdir import MetaProperties
+    from kafkalog.storage.config import BrokerConfig, load_properties
 
     def props(text: bytes, loader: str) -> Callable[[Env], object]:
         def attempt(env: Env) -> object:
@@ -418,7 +396,7 @@ def _cli(*args: str) -> Callable[[Env], object]:
     def attempt(env: Env) -> object:
         from click.testing import CliRunner
 
-        from .cli import main
+        from kafkalog.cli import main
 
         argv = [a.replace("{root}", str(env.root)) for a in args]
         (env.root / "scratch" / "cli-logs").mkdir(exist_ok=True)  # a log dir of its own: env's is locked
@@ -505,8 +483,8 @@ def _stored_bytes(root: Path) -> dict[str, bytes]:
 
 
 def _open_env(root: Path) -> Env:
-    from .manager import LogManager
-    from .testing import MockTime
+    from kafkalog.manager import LogManager
+    from kafkalog.testing import MockTime
 
     (root / "scratch").mkdir()
     manager = LogManager([root / "a", root / "b"], config={"log.index.size.max.bytes": "4096"}, clock=MockTime())

@@ -1,4 +1,4 @@
-"""Fuzz targets and their oracles, shared by the hypothesis tests, the atheris harness and ``reliability_checks``.
+"""Fuzz targets and their oracles, shared by the hypothesis tests, the atheris harness and ``make reliability``.
 
 Every target takes arbitrary bytes and feeds them to one parser. The only acceptable outcomes are a result
 or a kafkalog error (a ``KafkaLogError``; for the few APIs documented to raise ``ValueError`` on bad input,
@@ -24,8 +24,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import KafkaLogError
-from .record.checksums import crc32, crc32c
+from ..errors import KafkaLogError
+from ..record.checksums import crc32, crc32c
 
 
 class UnexpectedOutcome(AssertionError):
@@ -47,8 +47,8 @@ class Target:
 
 
 def _v2_seeds() -> list[bytes]:
-    from .record import RecordBatchBuilder, control_batch
-    from .record.types import ControlRecordType
+    from ..record import RecordBatchBuilder, control_batch
+    from ..record.types import ControlRecordType
 
     out = []
     for codec in ("none", "gzip", "snappy", "lz4", "zstd"):
@@ -62,7 +62,7 @@ def _v2_seeds() -> list[bytes]:
 
 
 def _legacy_seeds() -> list[bytes]:
-    from .record.legacy_builder import build_legacy
+    from ..record.legacy_builder import build_legacy
 
     records = [(0, 1_000, b"k0", b"v0"), (1, 1_001, None, b"v1"), (2, 1_002, b"k2", None)]
     out = []
@@ -94,14 +94,14 @@ def time_index_seeds() -> list[bytes]:
 
 
 def txn_index_seeds() -> list[bytes]:
-    from .storage.txn_index import AbortedTxn
+    from ..storage.txn_index import AbortedTxn
 
     txns = [AbortedTxn(7, 100 + i, 105 + i * 3, 100 + i) for i in range(3)]
     return [b"".join(t.to_bytes() for t in txns), txns[0].to_bytes()]
 
 
 def snapshot_seeds() -> list[bytes]:
-    from .storage.producer_state import BatchMetadata, ProducerStateEntry, encode_snapshot
+    from ..storage.producer_state import BatchMetadata, ProducerStateEntry, encode_snapshot
 
     entries = [
         ProducerStateEntry(7, 1, 2, 1_000, None, [BatchMetadata(4, 110, 4, 1_000)]),
@@ -189,7 +189,7 @@ def input_for(target: Target, control: bytes) -> bytes:
 
 
 def _touch_batches(data: bytes) -> None:
-    from .record import iter_batches
+    from ..record import iter_batches
 
     for batch in iter_batches(data):
         _ = (batch.base_offset, batch.last_offset, batch.next_offset, batch.magic, batch.max_timestamp)
@@ -207,7 +207,7 @@ def _touch_batches(data: bytes) -> None:
 
 
 def _columnar(data: bytes) -> None:
-    from .record import to_arrow
+    from ..record import to_arrow
 
     to_arrow(data, include_control=True)
     to_arrow(data, verify_crc=False, include_control=False, start_offset=101, end_offset=103)
@@ -220,7 +220,7 @@ def _write(workdir: Path, name: str, data: bytes) -> Path:
 
 
 def _offset_index(data: bytes, workdir: Path) -> None:
-    from .storage.index import OffsetIndex
+    from ..storage.index import OffsetIndex
 
     path = _write(workdir, "00000000000000000100.index", data)
     index = OffsetIndex(path, 100, writable=False)
@@ -236,7 +236,7 @@ def _offset_index(data: bytes, workdir: Path) -> None:
 
 
 def _time_index(data: bytes, workdir: Path) -> None:
-    from .storage.index import TimeIndex
+    from ..storage.index import TimeIndex
 
     path = _write(workdir, "00000000000000000100.timeindex", data)
     index = TimeIndex(path, 100, writable=False)
@@ -252,7 +252,7 @@ def _time_index(data: bytes, workdir: Path) -> None:
 
 
 def _txn_index(data: bytes, workdir: Path) -> None:
-    from .storage.txn_index import TransactionIndex
+    from ..storage.txn_index import TransactionIndex
 
     path = _write(workdir, "00000000000000000100.txnindex", data)
     with TransactionIndex(path, 100) as index:
@@ -263,26 +263,26 @@ def _txn_index(data: bytes, workdir: Path) -> None:
 
 
 def _snapshot(data: bytes, workdir: Path) -> None:
-    from .storage.producer_state import read_snapshot
+    from ..storage.producer_state import read_snapshot
 
     read_snapshot(_write(workdir, "00000000000000000100.snapshot", data))
 
 
 def _offset_checkpoint(data: bytes, workdir: Path) -> None:
-    from .storage.checkpoints import OffsetCheckpointFile
+    from ..storage.checkpoints import OffsetCheckpointFile
 
     OffsetCheckpointFile(_write(workdir, "recovery-point-offset-checkpoint", data), create=False).read()
 
 
 def _epoch_checkpoint(data: bytes, workdir: Path) -> None:
-    from .storage.checkpoints import LeaderEpochCheckpointFile
+    from ..storage.checkpoints import LeaderEpochCheckpointFile
 
     LeaderEpochCheckpointFile(_write(workdir, "leader-epoch-checkpoint", data), create=False).read()
 
 
 def _properties(data: bytes, workdir: Path) -> None:
-    from .logdir import MetaProperties
-    from .storage.config import BrokerConfig, LogConfig, load_properties
+    from ..logdir import MetaProperties
+    from ..storage.config import BrokerConfig, LogConfig, load_properties
 
     path = _write(workdir, "server.properties", data)
     props = load_properties(path)
@@ -298,7 +298,7 @@ def _properties(data: bytes, workdir: Path) -> None:
 def _cli(args: list[str]) -> None:
     from click.testing import CliRunner
 
-    from .cli import main
+    from ..cli import main
 
     result = CliRunner().invoke(main, args)
     if result.exception is not None and not isinstance(result.exception, SystemExit):
@@ -351,7 +351,7 @@ def _cli_recover(data: bytes, workdir: Path) -> None:
 
 def _spark_logfiles(data: bytes, workdir: Path) -> None:
     """The Spark source's file reader (no JVM): offsets, ranges, timestamps and transactions of a hostile partition."""
-    from .partition import readonly as logfiles
+    from ..partition import readonly as logfiles
 
     partition = workdir / "topic-0"
     partition.mkdir(exist_ok=True)

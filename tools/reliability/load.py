@@ -1,6 +1,6 @@
 """The load row of ``make reliability``: many partitions, many threads, retention and the cleaner, bounded.
 
-``run_load(config)`` starts ``python -m kafkalog.reliability_load --child`` (a fresh process, so its descriptors,
+``run_load(config)`` starts ``python -m tools.reliability.load --child`` (a fresh process, so its descriptors,
 memory maps and RSS are this test's alone) which runs a real-clock ``LogManager`` over two log dirs with:
 
 - ``load``: ``partitions`` partitions, ``cleanup.policy=delete`` with ``retention.bytes`` (size retention); a hot
@@ -280,7 +280,7 @@ def stale(paths: list[str], root: str) -> tuple[list[str], list[str]]:
 
 # ----- the child ---------------------------------------------------------------------------------------------------
 def make_value(tag: int, seq: int, length: int) -> bytes:
-    from .reliability import make_value as reliability_value
+    from .runner import make_value as reliability_value
 
     return reliability_value(tag, seq, length)
 
@@ -462,8 +462,9 @@ class Child:
             self.stop.set()
 
     def reader(self, index: int, manager) -> None:
-        from .errors import OffsetOutOfRangeError
-        from .reliability import value_key, value_ok
+        from kafkalog.errors import OffsetOutOfRangeError
+
+        from .runner import value_key, value_ok
 
         config = self.config
         rng = random.Random(config.seed * 7919 + index)
@@ -558,7 +559,7 @@ class Child:
 
     def warm_up(self, manager) -> None:
         """Import and compile (numba, from its cache) every path the run uses, so the baseline includes them."""
-        from .reliability import value_ok
+        from .runner import value_ok
 
         manager.create_topic("warm-up", 1, _topic_configs(self.config)["compacted"])
         lg = manager.get_log("warm-up")
@@ -575,7 +576,7 @@ class Child:
 
     def run(self) -> dict:
         """Every phase, then the checks that need the manager shut down."""
-        from .manager import LogManager
+        from kafkalog.manager import LogManager
 
         config, result = self.config, self.result
         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -773,7 +774,7 @@ class Child:
         self._with_watchdog(lambda: self.verify(manager), "the final checks")
 
     def verify(self, manager) -> None:
-        from .reliability import value_key, value_ok
+        from .runner import value_key, value_ok
 
         lost = corrupt = below_start = superseded = checked = 0
         problems: list[str] = []
@@ -922,6 +923,13 @@ def sample_from_outside(proc: subprocess.Popen, timeout: float, interval: float 
     return peaks
 
 
+def _child_env() -> dict[str, str]:
+    """This environment with the repository root first on PYTHONPATH, so the child finds ``tools`` from any cwd."""
+    repo = str(Path(__file__).resolve().parents[2])
+    path = os.environ.get("PYTHONPATH")
+    return {**os.environ, "PYTHONPATH": repo + (os.pathsep + path if path else "")}
+
+
 def run_load(config: LoadConfig = QUICK, root: Path | None = None) -> LoadResult:
     """Run the load test in a child process; a child that hangs past every watchdog is killed (a deadlock)."""
     own = root is None
@@ -931,13 +939,13 @@ def run_load(config: LoadConfig = QUICK, root: Path | None = None) -> LoadResult
     work.mkdir(parents=True)
     out = root / "load-result.json"
     out.unlink(missing_ok=True)
-    cmd = [sys.executable, "-m", "kafkalog.reliability_load", "--child", "--root", str(work), "--out", str(out),
+    cmd = [sys.executable, "-m", "tools.reliability.load", "--child", "--root", str(work), "--out", str(out),
            "--config", json.dumps(asdict(config))]  # fmt: skip
     failures: list[str] = []
     timeout = config.duration_s + 5 * config.watchdog_s + 900
     err_path = root / "load-stderr.txt"
     with open(err_path, "w+") as err:
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err)
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env=_child_env())
         outside = sample_from_outside(proc, timeout)
         if proc.returncode is None:
             proc.kill()
@@ -965,7 +973,7 @@ def run_load(config: LoadConfig = QUICK, root: Path | None = None) -> LoadResult
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m kafkalog.reliability_load", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m tools.reliability.load", description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help=f"{QUICK.partitions} partitions for {QUICK.duration_s} s")
     parser.add_argument("--partitions", type=int)
     parser.add_argument("--duration", type=float)

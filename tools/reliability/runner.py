@@ -1,4 +1,4 @@
-"""``python -m kafkalog.reliability [--quick] [--json PATH]``: crash and I/O-fault checks, one table.
+"""``python -m tools.reliability [--quick] [--json PATH]``: crash and I/O-fault checks, one table.
 
 - kill -9: a forked child runs a LogManager and appends; after each ``append`` returns it writes the
   acknowledged offsets to a pipe. The parent SIGKILLs it at a random moment, restarts the log dir (an
@@ -13,7 +13,8 @@
 - a real size limit: a child under ``RLIMIT_FSIZE`` (SIGXFSZ ignored) appends until the kernel says EFBIG.
 - load: 10,000 partitions (1,000 with ``--quick``), appender and reader threads, size and time retention and the
   log cleaner at work; peak open fds, RSS and memory maps against bounds predicted from the configuration, no
-  deadlock, no descriptor or map left on a deleted file, every acknowledged record readable (``reliability_load``).
+  deadlock, no descriptor or map left on a deleted file, every acknowledged record readable
+  (``tools.reliability.load``).
 """
 
 from __future__ import annotations
@@ -35,12 +36,12 @@ import traceback
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .errors import CorruptSnapshotError, KafkaStorageError
-from .manager import LogManager
-from .storage.fileio import FaultInjectingFileIO, injected
-from .storage.log import Log
-from .storage.producer_state import read_snapshot
-from .testing import MockTime
+from kafkalog.errors import CorruptSnapshotError, KafkaStorageError
+from kafkalog.manager import LogManager
+from kafkalog.storage.fileio import FaultInjectingFileIO, injected
+from kafkalog.storage.log import Log
+from kafkalog.storage.producer_state import read_snapshot
+from kafkalog.testing import MockTime
 
 TOPIC = "acks"
 MAX_BATCH = 5
@@ -450,10 +451,10 @@ def rlimit_fsize(root: Path, limit: int = 1 << 20) -> Row:
 
 # ----- load: many partitions and threads, retention and the cleaner, fds / RSS / maps against bounds --
 def load_row(quick: bool, root: Path) -> Row:
-    """The load test (``kafkalog.reliability_load``, in a child process) as a row: runs = appends + reads, the
+    """The load test (``tools.reliability.load``, in a child process) as a row: runs = appends + reads, the
     acknowledged records and how many were lost or corrupt, and in the note peak fds, RSS and maps against the
     bounds predicted from the configuration. A bound exceeded, a deadlock or a leak fails the row."""
-    from .reliability_load import FULL, QUICK, run_load
+    from .load import FULL, QUICK, run_load
 
     result = run_load(QUICK if quick else FULL, root)
     config, figures = result.config, result.figures
@@ -501,8 +502,8 @@ def run(quick: bool = False, iterations: int | None = None, seed: int = 1, root:
 
 def checks(quick: bool) -> list[Row]:
     """Fuzz cases per parser (unexpected exceptions count as corruption) and bad inputs per entrance (any not
-    rejected with a clear error, or that changed stored bytes, counts too): see kafkalog.reliability_checks."""
-    from .reliability_checks import bad_input_summary, fuzz_summary
+    rejected with a clear error, or that changed stored bytes, counts too): see tools.reliability.checks."""
+    from .checks import bad_input_summary, fuzz_summary
 
     rows = []
     for parser, cases, unexpected in fuzz_summary(quick):
@@ -533,7 +534,7 @@ def render(rows: list[Row], elapsed: float) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m kafkalog.reliability", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m tools.reliability", description=__doc__.split("\n")[0])
     parser.add_argument(
         "--quick",
         action="store_true",

@@ -1,0 +1,1 @@
+"""Developer tools of the kafkalog repository (not part of the installed package): ``python -m tools.reliability``."""
