@@ -1066,9 +1066,7 @@ class ReadOnlyPartition:
 
     def read_range(self, start: int, end: int, *, read_committed: bool = False) -> Iterator[pa.Table]:
         """The records in [start, end) as Arrow tables (see ``read_range``)."""
-        return read_range(
-            self.directory, self.name, start, end, fail_on_data_loss=True, read_committed=read_committed
-        )
+        return read_range(self.directory, self.name, start, end, fail_on_data_loss=True, read_committed=read_committed)
 
 
 class ReadOnlyLogDir:
