@@ -241,6 +241,29 @@ def _complete_headers(records: FileRecords, start: int) -> Iterator:
             raise
 
 
+def _last_offset_of(records: FileRecords, directory: str, base: int) -> int | None:
+    """The last offset of the last complete batch of an open segment, or None when it holds none.
+
+    The scan starts at the last ``.index`` entry inside the file: only the batches after it are read. When
+    nothing complete follows that entry (a torn tail cut the batch it points at) or the bytes there do not
+    parse (an index that does not match the log), an earlier entry is tried, and at last the file's start,
+    so a damaged tail or index never hides the complete batches before it."""
+    _, positions = index_entries(directory, base)
+    inside = [int(p) for p in positions[-3:][::-1] if p < records.size]
+    for position in [*inside, 0]:
+        last = None
+        try:
+            for header in _complete_headers(records, position):
+                last = header.last_offset if last is None else max(last, header.last_offset)
+        except CorruptRecordError:
+            if position == 0:
+                raise
+            continue
+        if last is not None or position == 0:
+            return last
+    return None
+
+
 def log_end_offset(directory: str, bases: list[int]) -> int | None:
     """One past the last offset of the last complete batch of the last segment (its base when it is empty)."""
     if not bases:
@@ -250,14 +273,10 @@ def log_end_offset(directory: str, bases: list[int]) -> int | None:
     if records is None:
         return base
     try:
-        _, positions = index_entries(directory, base)
-        position = int(positions[-1]) if len(positions) and positions[-1] < records.size else 0
-        end = base
-        for header in _complete_headers(records, position):
-            end = max(end, header.last_offset + 1)
-        return end
+        last = _last_offset_of(records, directory, base)
     finally:
         records.close()
+    return base if last is None else max(base, last + 1)
 
 
 def partition_offsets(
@@ -357,11 +376,7 @@ def segment_last_offset(directory: str, base: int) -> int | None:
     if records is None:
         return None
     try:
-        _, positions = index_entries(directory, base)
-        position = int(positions[-1]) if len(positions) and positions[-1] < records.size else 0
-        last = None
-        for header in _complete_headers(records, position):
-            last = header.last_offset if last is None else max(last, header.last_offset)
+        last = _last_offset_of(records, directory, base)
     finally:
         records.close()
     if len(_LAST_OFFSETS) > 65536:
