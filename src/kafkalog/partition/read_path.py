@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -54,10 +55,38 @@ def read_path(directory: str, bases: list[int], log_start: int) -> list[ReadRun]
     segment sits beside the older segment it replaced (a cleaner swap cut short: segment 0 holding offsets
     153..473 beside segment 63 holding 63..473), the cleaned one is read to its end and the older one only
     from 474: each offset is read once, in increasing order, as Kafka serves it.
+
+    A read from any offset is placed on this path (the run holding that offset), so a range split anywhere
+    gives the records of a whole read. Where Kafka differs: a fetch that starts inside the older of two
+    overlapping segments (offset 100 above) is served by Kafka from that older segment, here from the path.
+
+    Finding the path reads the tail of every closed segment once (``segment_last_offset``); the path is then
+    kept per directory while the directory's mtime and its segments stay the same (a roll, a deletion or a
+    cleaner's swap adds, removes or renames files, which moves the mtime), so a reader splitting a
+    partition into many small ranges pays one ``stat`` per range.
     """
-    runs: list[ReadRun] = []
     if not bases:
-        return runs
+        return []
+    try:
+        key = (os.stat(directory).st_mtime_ns, tuple(bases), log_start)
+    except FileNotFoundError:
+        key = None
+    cached = _PATHS.get(directory)
+    if key is not None and cached is not None and cached[0] == key:
+        return list(cached[1])
+    runs = _walk_path(directory, bases, log_start)
+    if key is not None:
+        if len(_PATHS) > 4096:
+            _PATHS.clear()
+        _PATHS[directory] = (key, runs)
+    return runs
+
+
+_PATHS: dict[str, tuple[tuple, list[ReadRun]]] = {}  # directory -> (its mtime, bases, log start; the path)
+
+
+def _walk_path(directory: str, bases: list[int], log_start: int) -> list[ReadRun]:
+    runs: list[ReadRun] = []
     cursor = log_start
     i = max(0, bisect.bisect_right(bases, cursor) - 1)
     while i < len(bases):
