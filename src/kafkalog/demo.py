@@ -32,6 +32,7 @@ from rich.table import Table
 from .manager import LogManager, TopicPartition
 from .record import CODEC_NAMES, build_batch, default_partition, to_arrow
 from .record.scan import map_file
+from .spark._require import PySparkMissingError, require_pyspark
 from .storage import Log
 from .testing import MockTime
 
@@ -389,6 +390,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-size", type=int, default=500)
     parser.add_argument("--seed", type=int, default=42)
     args = parser.parse_args(argv)
+    try:
+        require_pyspark()  # part 3 needs it: say so before parts 1 and 2 run, not after them
+    except PySparkMissingError as e:
+        raise SystemExit(f"kafkalog demo: {e}") from e
     return run(args.out, args.records, args.batch_size, args.seed)
 
 

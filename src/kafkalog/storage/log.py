@@ -26,6 +26,7 @@ from ..errors import (
 from ..record import RecordBatchBuilder, control_batch
 from ..record.batch import RECORDS_OFFSET
 from ..record.types import ControlRecordType, Record
+from .checkpoints import LeaderEpochCheckpointFile
 from .config import LogConfig
 from .files import (
     CLEANED_SUFFIX,
@@ -39,6 +40,7 @@ from .files import (
     parse_partition_dir,
     segment_file,
 )
+from .leader_epoch import LeaderEpochFileCache
 from .overlap import OVERLAP_MIN_BYTES, Check, checker
 from .producer_state import ProducerStateManager, sync_snapshot_if_exists
 from .segment import EMPTY_SLICE, FetchDataInfo, LogOffsetMetadata, LogSegment, TimestampAndOffset
@@ -111,6 +113,7 @@ class Log:
         high_watermark: int | None,
         rng: random.Random,
         auto_high_watermark: bool,
+        leader_epoch_cache: LeaderEpochFileCache | None = None,
     ) -> None:
         self.directory = Path(directory)
         self.topic, self.partition = _topic_partition(self.directory)
@@ -119,6 +122,10 @@ class Log:
         self.scheduler = scheduler
         self.segments = segments
         self.producer_state = producer_state
+        # Kafka's UnifiedLog.leaderEpochCache: loaded with the log and truncated to it (LogLoader).
+        self.leader_epoch_cache = leader_epoch_cache or LeaderEpochFileCache(
+            self.directory / LeaderEpochCheckpointFile.FILE_NAME, entries=[]
+        )
         self._rng = rng
         self._lock = threading.RLock()
         self._log_start_offset = offsets.log_start_offset
@@ -168,6 +175,7 @@ class Log:
         rng = rng or random.Random()
         directory.mkdir(parents=True, exist_ok=True)
         producer_state = ProducerStateManager(directory, producer_id_expiration_ms, clock)
+        epoch_cache = LeaderEpochFileCache(directory / LeaderEpochCheckpointFile.FILE_NAME)
         segments, offsets = load_log(
             directory,
             config,
@@ -177,6 +185,7 @@ class Log:
             log_start_offset=log_start_offset,
             recovery_point=recovery_point,
             had_clean_shutdown=had_clean_shutdown,
+            leader_epoch_cache=epoch_cache,
         )
         return cls(
             directory,
@@ -189,6 +198,7 @@ class Log:
             high_watermark,
             rng,
             auto_high_watermark,
+            epoch_cache,
         )
 
     # ----- offsets -------------------------------------------------------------------------
@@ -294,7 +304,7 @@ class Log:
                 if len(records) < OVERLAP_MIN_BYTES:
                     fast = validate_single_plain_batch(records, self._log_end_offset, now, self.config, leader_epoch)
                     if fast is not None:
-                        return self._append_validated(*fast, now)
+                        return self._append_validated(*fast, now, epoch=leader_epoch)
                 else:
                     appended = self._append_large(records, now, leader_epoch)
                     if appended is not None:
@@ -318,16 +328,16 @@ class Log:
             self._check_open()
             segment = self.segments.last()
             if size <= self.config.segment_bytes and not self._roll_due(segment, size, info, now):
-                return self._append_overlapped(segment, parts, size, info, now, check)
+                return self._append_overlapped(segment, parts, size, info, now, check, leader_epoch)
             max_ts = check.result()  # Kafka rolls only for a valid batch: check it first
         if max_ts is None:
             return None
         return self._append_validated(
-            *plain_batch_append(records, header, max_ts, self._log_end_offset, leader_epoch), now
+            *plain_batch_append(records, header, max_ts, self._log_end_offset, leader_epoch), now, epoch=leader_epoch
         )
 
     def _append_overlapped(
-        self, segment: LogSegment, parts: list, size: int, info: LogAppendInfo, now: int, check: Check
+        self, segment: LogSegment, parts: list, size: int, info: LogAppendInfo, now: int, check: Check, epoch: int
     ) -> LogAppendInfo | None:
         """Write a batch under a placeholder header while ``check`` runs; only a batch that passes gets
         its real header and becomes visible. One that fails (or whose header's max timestamp was wrong)
@@ -341,7 +351,9 @@ class Log:
             return header
 
         try:
-            return self._append_validated([_PLACEHOLDER_HEADER, parts[1]], size, info, now, segment, before_commit)
+            return self._append_validated(
+                [_PLACEHOLDER_HEADER, parts[1]], size, info, now, segment, before_commit, epoch=epoch
+            )
         except _Refused:
             return None
 
@@ -353,6 +365,8 @@ class Log:
         now: int,
         segment: LogSegment | None = None,
         before_commit: Callable[[], bytes | None] | None = None,
+        *,
+        epoch: int,
     ) -> LogAppendInfo:
         """Write a validated append with no producer state involved, rolling first unless ``segment`` is
         given (``before_commit``: see ``FileRecords.append``)."""
@@ -367,6 +381,8 @@ class Log:
         except (OSError, KafkaStorageError) as e:
             raise self._io_failure("appending records to", e) from e
         self._log_end_offset = info.last_offset + 1
+        if epoch != self.leader_epoch_cache._latest:
+            self.leader_epoch_cache.maybe_assign(epoch, info.first_offset)
         return self._complete_append(info)
 
     def _check_fits_segment(self, size: int) -> None:
@@ -451,7 +467,25 @@ class Log:
                 raise self._io_failure("appending records to", e) from e
             self._log_end_offset = info.last_offset + 1
             self._apply_producer_state(pending, segment)
+            self._assign_epochs(
+                validated if assign_offsets else batches, leader_epoch if assign_offsets else None, info
+            )
             return self._complete_append(info)
+
+    def _assign_epochs(self, batches: list, leader_epoch: int | None, info: LogAppendInfo) -> None:
+        """The leader epoch cache after an append (UnifiedLog.append): each v2 batch's partition leader epoch
+        starts at its base offset (for a leader's append, the epoch it stamped, at the first offset); a batch
+        of an older format clears the cache, as Kafka does, so that truncation falls back to the HW."""
+        cache = self.leader_epoch_cache
+        if any(b.magic < 2 for b in batches):
+            if len(cache):
+                cache.clear_and_flush()
+            return
+        if leader_epoch is not None:
+            cache.maybe_assign(leader_epoch, info.first_offset)
+            return
+        for batch in batches:
+            cache.maybe_assign(batch.partition_leader_epoch, batch.base_offset)
 
     def _analyze_producer_state(self, validated: list, origin: str):
         """Producer checks before the write: a duplicate batch, or the per-producer updates to apply after."""
@@ -770,6 +804,7 @@ class Log:
             self._log_start_offset = new_start
             if self._recovery_point < new_start:
                 self._recovery_point = new_start
+            self.leader_epoch_cache.truncate_from_start(new_start)
             self.producer_state.on_log_start_offset_incremented(new_start)
             return True
 
@@ -968,6 +1003,7 @@ class Log:
             self._log_start_offset = min(self._log_start_offset, target_offset)
             self._recovery_point = min(self._recovery_point, target_offset)
             self._high_watermark = min(self._high_watermark, target_offset)
+            self.leader_epoch_cache.truncate_from_end(target_offset)
             self.producer_state.truncate_and_reload(self._log_start_offset, target_offset, self.clock.milliseconds())
             from .loader import replay_producer_state
 
@@ -986,6 +1022,7 @@ class Log:
             self._log_end_offset = new_offset
             self._recovery_point = new_offset
             self._high_watermark = new_offset
+            self.leader_epoch_cache.clear_and_flush()
             self.producer_state.truncate_fully_and_start_at(new_offset)
 
     # ----- lifecycle -----------------------------------------------------------------------
