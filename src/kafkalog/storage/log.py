@@ -131,7 +131,11 @@ class Log:
         self._log_start_offset = offsets.log_start_offset
         self._recovery_point = offsets.recovery_point
         self._log_end_offset = offsets.next_offset
+        # Whether appends move the high watermark, and by which rule: a standalone log is its own single-replica
+        # leader (HW = log end after each append); a Partition that leads the log installs its rule
+        # (maybeIncrementLeaderHW over its ISR) as ``leader_hw_rule``, run under this log's lock.
         self.auto_high_watermark = auto_high_watermark
+        self.leader_hw_rule: Callable[[], None] | None = None
         hw = offsets.next_offset if high_watermark is None and auto_high_watermark else (high_watermark or 0)
         self._high_watermark = 0
         self._set_high_watermark(hw)
@@ -251,8 +255,11 @@ class Log:
         return min(unstable, self._high_watermark) if unstable is not None else self._high_watermark
 
     # ----- appending -----------------------------------------------------------------------
-    def append(self, records, *, origin: str = CLIENT, leader_epoch: int = 0) -> LogAppendInfo:
+    def append(self, records, *, origin: str = CLIENT, leader_epoch: int | None = None) -> LogAppendInfo:
         """Append client batches, validated and given offsets as Kafka's leader does.
+
+        The batches are stamped with ``leader_epoch`` (default: the latest epoch of the leader epoch cache, 0 for
+        a log without one), which the cache records from the append's first offset when it is new.
 
         ``records`` is batch bytes, a RecordBatchBuilder, or a list of records: ``Record`` objects or
         (key, value[, timestamp[, headers]]) tuples, which go into one uncompressed batch.
@@ -268,6 +275,9 @@ class Log:
                     f"not {type(records).__name__}"
                 )
             records = bytes(records)
+        if leader_epoch is None:
+            latest = self.leader_epoch_cache._latest
+            leader_epoch = latest if latest >= 0 else 0
         return self._append(records, origin=origin, leader_epoch=leader_epoch, assign_offsets=True)
 
     def _build(self, records) -> bytes:
@@ -291,10 +301,13 @@ class Log:
         producer_id: int,
         producer_epoch: int,
         coordinator_epoch: int,
-        leader_epoch: int = 0,
+        leader_epoch: int | None = None,
     ) -> LogAppendInfo:
         """Write a COMMIT or ABORT marker, as the transaction coordinator does (origin coordinator)."""
         batch = control_batch(control_type, producer_id, producer_epoch, coordinator_epoch, self.clock.milliseconds())
+        if leader_epoch is None:
+            latest = self.leader_epoch_cache._latest
+            leader_epoch = latest if latest >= 0 else 0
         return self._append(batch, origin=COORDINATOR, leader_epoch=leader_epoch, assign_offsets=True)
 
     def _append(self, records: bytes, *, origin: str, leader_epoch: int, assign_offsets: bool) -> LogAppendInfo:
@@ -397,7 +410,11 @@ class Log:
         self.producer_state.update_map_end_offset(self._log_end_offset)
         info.log_start_offset = self._log_start_offset
         if self.auto_high_watermark:
-            self._set_high_watermark(self._log_end_offset)
+            rule = self.leader_hw_rule
+            if rule is None:
+                self._set_high_watermark(self._log_end_offset)
+            else:
+                rule()
         if self._log_end_offset - self._recovery_point >= self.config.flush_messages:
             self.flush()
         return info
