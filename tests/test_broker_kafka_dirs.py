@@ -1,0 +1,79 @@
+"""``kafkalog serve`` over log dirs that Kafka itself wrote (../shared/fixtures/broker-logs, copied first).
+
+A real client reads topics back over the wire; the oracle is the segment files as aiokafka's record codec
+parses them (independent of kafkalog). Kafka 2.1's v0 meta.properties has no cluster.id: the broker writes
+one into it, as Kafka does, so the cluster id stays the same across restarts.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import aiokafka.record.memory_records as aio_memory
+import pytest
+from kafka import KafkaConsumer, TopicPartition
+
+from brokertools import BrokerProcess
+from conftest import fixture_path
+from kafkalog.logdir import MetaProperties
+
+TOPICS = ["_schemas", "docker-connect-configs", "docker-connect-offsets"]
+
+
+def _file_records(partition_dir) -> list[tuple]:
+    out = []
+    for segment in sorted(partition_dir.glob("*.log")):
+        records = aio_memory.MemoryRecords(segment.read_bytes())
+        while records.has_next():
+            batch = records.next_batch()
+            if batch.is_control_batch:
+                continue
+            out.extend((r.offset, r.key, r.value, tuple(tuple(h) for h in r.headers)) for r in batch)
+    return out
+
+
+def _wire_records(bootstrap: str, topic: str) -> list[tuple]:
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False)
+    tp = TopicPartition(topic, 0)
+    consumer.assign([tp])
+    consumer.seek_to_beginning(tp)
+    end = consumer.end_offsets([tp])[tp]
+    got = []
+    while consumer.position(tp) < end:
+        for records in consumer.poll(timeout_ms=1000).values():
+            got.extend((r.offset, r.key, r.value, tuple(tuple(h) for h in r.headers)) for r in records)
+    consumer.close()
+    return got
+
+
+@pytest.fixture(scope="module")
+def kafka_dir(tmp_path_factory):
+    source = fixture_path("broker-logs", "mscaldas-cp512-lz4", "kafka-data")
+    target = tmp_path_factory.mktemp("kafka-written") / "kafka-data"
+    shutil.copytree(source, target)
+    for path in [target, *target.rglob("*")]:
+        path.chmod(path.stat().st_mode | 0o200)
+    return source, target
+
+
+def test_a_client_reads_kafka_written_topics_as_kafka_wrote_them(kafka_dir):
+    source, target = kafka_dir
+    node = MetaProperties.read(target).node_id
+    with BrokerProcess(target, {"broker.id": str(node)}) as server:
+        for topic in TOPICS:
+            expected = _file_records(source / f"{topic}-0")
+            assert expected, topic
+            assert _wire_records(server.bootstrap, topic) == expected, topic
+
+
+def test_the_cluster_id_written_into_a_v0_meta_properties_stays(kafka_dir):
+    _, target = kafka_dir
+    node = MetaProperties.read(target).node_id
+    with BrokerProcess(target, {"broker.id": str(node)}):
+        pass
+    first = MetaProperties.read(target)
+    with BrokerProcess(target, {"broker.id": str(node)}):
+        pass
+    second = MetaProperties.read(target)
+    assert first.version == 0 and first.node_id == node and first.cluster_id
+    assert second.cluster_id == first.cluster_id
