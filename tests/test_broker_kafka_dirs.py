@@ -77,3 +77,34 @@ def test_the_cluster_id_written_into_a_v0_meta_properties_stays(kafka_dir):
     second = MetaProperties.read(target)
     assert first.version == 0 and first.node_id == node and first.cluster_id
     assert second.cluster_id == first.cluster_id
+
+
+@pytest.fixture(scope="module")
+def kraft_dir(tmp_path_factory):
+    source = fixture_path("broker-logs", "itumelengmogase-cp77-kraft", "kafka-data")
+    target = tmp_path_factory.mktemp("kraft-written") / "kafka-data"
+    shutil.copytree(source, target)
+    for path in [target, *target.rglob("*")]:
+        path.chmod(path.stat().st_mode | 0o200)
+    return source, target
+
+
+def test_a_kraft_brokers_dir_keeps_its_cluster_id_leader_epochs_and_records(kraft_dir):
+    from kafka.protocol.metadata import MetadataRequest
+
+    from brokertools import RawClient
+
+    source, target = kraft_dir
+    meta = (source / "meta.properties").read_text()
+    props = dict(line.split("=", 1) for line in meta.splitlines() if "=" in line and not line.startswith("#"))
+    # The last line of a leader-epoch-checkpoint is "<latest epoch> <its start offset>".
+    latest_epoch = int((source / "_schemas-0" / "leader-epoch-checkpoint").read_text().split()[-2])
+    with BrokerProcess(target, {"node.id": props["node.id"]}) as server:
+        with RawClient(server.bootstrap) as c:
+            response = c.call(MetadataRequest(topics=None, allow_auto_topic_creation=False), 12)
+        assert response.cluster_id == props["cluster.id"]
+        topics = {t.name: t for t in response.topics}
+        assert topics["_schemas"].partitions[0].leader_epoch == latest_epoch
+        assert topics["__consumer_offsets"].is_internal and not topics["_schemas"].is_internal
+        assert len(topics["__consumer_offsets"].partitions) == 50
+        assert _wire_records(server.bootstrap, "_schemas") == _file_records(source / "_schemas-0")
