@@ -3,14 +3,16 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
+# Every Python tree of the repository that ruff lints and formats.
+LINTED := src tests benchmarks tools fuzz
 
-.PHONY: demo test bench reliability lint check-java clean
+.PHONY: demo test bench reliability lint check-java kcat clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "kafkalog needs Python 3.11 or newer; found " + sys.version.split()[0])'
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/python -m pip install --quiet -e '.[test,spark]'
 	@touch $(STAMP)
 
 # Spark (the pipeline, the demo and its tests) needs a JDK 17 or newer.
@@ -24,8 +26,18 @@ check-java:
 demo: check-java $(STAMP)
 	$(BIN)/python -m kafkalog.demo
 
-test: check-java $(STAMP)
-	$(BIN)/ruff check src tests benchmarks
+# The broker tests drive kcat (librdkafka's command-line client): installed here when missing, as root with apt.
+kcat:
+	@command -v kcat >/dev/null 2>&1 || command -v kafkacat >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    (apt-get install -y -qq kcat >/dev/null 2>&1 || \
+	     (apt-get update -qq >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat >/dev/null 2>&1)) || \
+	    echo "kafkalog: installing kcat with apt-get failed; the kcat tests will skip" >&2; \
+	  else \
+	    echo "kafkalog: kcat is not installed (apt-get install kcat as root); the kcat tests will skip" >&2; \
+	  fi; }
+
+test: check-java kcat $(STAMP) lint
 	$(BIN)/python -m pytest
 
 bench: $(STAMP)
@@ -35,9 +47,11 @@ bench: $(STAMP)
 reliability: $(STAMP)
 	$(BIN)/python -m tools.reliability $(RELIABILITY_ARGS)
 
+# ruff over every tree, and mypy over src/ (configured in pyproject.toml: strict on record/ and most of storage/).
 lint: $(STAMP)
-	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/ruff check $(LINTED)
+	$(BIN)/ruff format --check $(LINTED)
+	$(BIN)/mypy
 
 clean:
-	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache demo-output
+	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache .mypy_cache demo-output

@@ -20,6 +20,7 @@ BENCHMARKS = {
     "dump": "benchmarks.bench_dump",
     "cleaner": "benchmarks.bench_cleaner",
     "spark": "benchmarks.bench_spark",
+    "broker": "benchmarks.bench_broker",
 }
 DEFAULT_RESULTS = Path(__file__).resolve().parent / "results"
 

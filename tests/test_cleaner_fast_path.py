@@ -232,7 +232,6 @@ def test_read_ahead_workers_yield_to_the_cleaning_thread():
     assert os.getpriority(os.PRIO_PROCESS, 0) == mine
 
 
-
 def _walk_both(arena, sections, start_offset):
     """(records and digests of walk_records then digest_records, the same of walk_keys_and_hash), as lists."""
     starts, ends, counts, bases = (np.array(column, np.int64) for column in zip(*sections, strict=True))
@@ -246,8 +245,10 @@ def _walk_both(arena, sections, start_offset):
     together = kernels.walk_keys_and_hash(arena, starts, ends, counts, bases, *fused, start_offset, fused_digests)
     hashed = [(out[6] >= 0) & (out[3] >= start_offset)] * 16
     mask = np.stack(hashed, axis=1).reshape(-1)  # the digests of the records a put takes
-    return ((tuple(separate), [a.tolist() for a in (out[3], out[5], out[6])], digests[mask].tolist()),
-            (tuple(together), [a.tolist() for a in fused], fused_digests[mask].tolist()))
+    return (
+        (tuple(separate), [a.tolist() for a in (out[3], out[5], out[6])], digests[mask].tolist()),
+        (tuple(together), [a.tolist() for a in fused], fused_digests[mask].tolist()),
+    )
 
 
 @pytest.mark.parametrize("seed", range(8))

@@ -354,12 +354,15 @@ def test_root_checkpoints_round_trip_through_a_clean_restart(tmp_path: Path) -> 
         assert sum(len(v) for v in first[d].values()) > 0
 
     with LogManager(dirs) as manager:
-        for (topic, p), (start, end, hw) in expected.items():
+        for (topic, p), (start, end, _hw) in expected.items():
             lg = manager.get_log(topic, p)
+            # The checkpointed high watermark (hw, checked in the files above) is where a restarted replica starts;
+            # as a single-replica leader it then moves it to its log end (Kafka's makeLeader/maybeIncrementLeaderHW,
+            # issue 16), so a lagging checkpoint (users-1 at 77, orders-2 at 10) hides nothing after the restart.
             assert (lg.log_start_offset, lg.log_end_offset, lg.high_watermark, lg.recovery_point) == (
                 start,
                 end,
-                hw,
+                end,
                 end,
             ), (topic, p)
             assert manager._dir_of[TopicPartition(topic, p)] == where[(topic, p)]
@@ -369,8 +372,11 @@ def test_root_checkpoints_round_trip_through_a_clean_restart(tmp_path: Path) -> 
             values = [r.value for r in lg.records(start, isolation="log_end")]
             assert len(values) == end - start
         assert next(r.offset for r in manager.consume("orders", 0)) == 57
-    # a second clean restart with no change writes the very same checkpoints
+    # the restart checkpointed each high watermark at its log end; otherwise the very same checkpoints
+    for d in dirs:
+        first[d][HIGH_WATERMARK] = {tp: expected[tp][1] for tp in first[d][HIGH_WATERMARK]}
     assert {d: _checkpoints(d) for d in dirs} == first
+    # a second clean restart with no change writes the very same checkpoints
     with LogManager(dirs):
         pass
     assert {d: _checkpoints(d) for d in dirs} == first

@@ -537,9 +537,7 @@ def test_pushed_filters_give_the_same_rows(spark, appended, pushdown):
         expected = [r for r in whole if keep(r)]
         assert expected and rows(df.where(condition)) == expected, condition
     # Splits apply to the narrowed ranges.
-    narrowed = load(spark, appended, subscribe="events", minPartitions="3").where(
-        "partition = 0"
-    )
+    narrowed = load(spark, appended, subscribe="events", minPartitions="3").where("partition = 0")
     assert narrowed.rdd.getNumPartitions() == 3
     assert rows(narrowed) == [r for r in whole if r[0] == "events" and r[1] == 0]
 

@@ -6,6 +6,8 @@ They appear in the message so that an operator reading a log can find the bad by
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class KafkaLogError(Exception):
     """Base class of every error kafkalog raises on purpose."""
@@ -93,6 +95,8 @@ class IndexOffsetOverflowError(KafkaLogError):
 class LogSegmentOffsetOverflowError(KafkaLogError):
     """Kafka's LogSegmentOffsetOverflowException: a batch whose offsets do not fit its segment."""
 
+    segment: Any  # the LogSegment that overflowed, set where raised: the loader splits it and retries
+
 
 class OffsetsOutOfOrderError(KafkaLogError):
     """Kafka's OffsetsOutOfOrderException: follower-style appends whose offsets go backwards."""
@@ -124,6 +128,10 @@ class TransactionCoordinatorFencedError(InvalidTxnStateError):
 
 class KafkaStorageError(KafkaLogError):
     """Kafka's KafkaStorageException: an I/O failure; the log dir is taken offline."""
+
+    # Set on a failed append (readers use getattr with a default: an error from elsewhere may lack them).
+    io_error: BaseException | None  # the OSError underneath
+    rolled_back: bool  # whether the partial bytes were cut off again, leaving the log consistent
 
 
 class LogCleaningAbortedError(KafkaLogError):
@@ -170,3 +178,27 @@ class InconsistentBrokerIdError(InconsistentBrokerMetadataError):
 
 class InconsistentClusterIdError(InconsistentBrokerMetadataError):
     """Kafka's InconsistentClusterIdException: log dirs whose stored ``cluster.id`` differ."""
+
+
+class NotEnoughReplicasError(KafkaLogError):
+    """Kafka's NotEnoughReplicasException: acks=-1 while the ISR is smaller than min.insync.replicas."""
+
+
+class NotEnoughReplicasAfterAppendError(KafkaLogError):
+    """Kafka's NotEnoughReplicasAfterAppendException: the ISR shrank below min.insync.replicas after the write."""
+
+
+class InvalidRequiredAcksError(KafkaLogError):
+    """Kafka's InvalidRequiredAcksException: acks other than 0, 1 or -1."""
+
+
+class NotLeaderOrFollowerError(KafkaLogError):
+    """Kafka's NotLeaderOrFollowerException: this broker does not lead (or follow) the partition."""
+
+
+class FencedLeaderEpochError(KafkaLogError):
+    """Kafka's FencedLeaderEpochException: the request's leader epoch is older than the partition's."""
+
+
+class UnknownLeaderEpochError(KafkaLogError):
+    """Kafka's UnknownLeaderEpochException: the request's leader epoch is newer than the partition's."""

@@ -142,6 +142,10 @@ class LogManager:
         self.cluster_metadata: ClusterMetadataImage | None = None  # the KRaft metadata read at startup, if any
         self._unconfirmed: dict[str, str] = {}  # topics whose configs are unknown -> why
         self._offline_lock = threading.Lock()
+        from .replica_manager import ReplicaManager
+
+        # The one path for appends and reads: a Partition per log, led by this node (kafkalog.replica_manager).
+        self.replica_manager = ReplicaManager(self)
 
     # ----- startup and shutdown --------------------------------------------------------------
     def __enter__(self) -> LogManager:
@@ -430,8 +434,10 @@ class LogManager:
         self._dir_of[tp] = directory
         self._partition_counts[tp.topic] = self._partition_counts.get(tp.topic, 0) + 1
         self._attach(log_obj, directory)
+        self.replica_manager.add_partition(tp, log_obj)
 
     def _forget_logs(self) -> None:
+        self.replica_manager.clear()
         self._logs.clear()
         self._dir_of.clear()
         self._partition_counts.clear()
@@ -599,6 +605,7 @@ class LogManager:
                 # As Kafka's asyncDelete: out of the map first, so that neither the cleaner nor a retention pass
                 # can pick the log up again once its clean has been aborted.
                 log_obj = self._logs.pop(tp)
+                self.replica_manager.remove_partition(tp)
                 self._partition_counts[tp.topic] -= 1
                 directory = self._dir_of[tp]
                 self.cleaner.remove_partition(tp, directory)
@@ -683,9 +690,13 @@ class LogManager:
         headers=(),
         partition: int | None = None,
         timestamp: int | None = None,
+        *,
+        acks: int = -1,
     ) -> tuple[int, int]:
-        """Append one record; return (partition, offset). A key picks the partition as Kafka's default
-        partitioner does (murmur2); without a key or partition, partitions take turns."""
+        """Append one record through the replica manager; return (partition, offset). A key picks the partition
+        as Kafka's default partitioner does (murmur2); without a key or partition, partitions take turns.
+        ``acks`` is the producer's (default -1, all in-sync replicas, Kafka's producer default): NotEnoughReplicasError
+        when the topic's min.insync.replicas exceeds the ISR (this node), InvalidRequiredAcksError outside 0/1/-1."""
         count = self._partition_counts.get(topic, 0)
         if not count:
             raise UnknownTopicOrPartitionError(f"Topic '{topic}' does not exist.")
@@ -697,8 +708,11 @@ class LogManager:
             )
         builder = RecordBatchBuilder(clock=self.clock)
         builder.append(key, value, timestamp, headers)
-        info = self.get_log(topic, partition).append(builder)
-        return partition, info.first_offset
+        tp = TopicPartition(topic, partition)
+        result = self.replica_manager.append_records({tp: builder.build()}, acks)[tp]
+        if result.error is not None:
+            raise result.error
+        return partition, result.info.first_offset
 
     def consume(
         self,
@@ -707,10 +721,11 @@ class LogManager:
         from_offset: int | None = None,
         isolation: str = "read_uncommitted",
     ) -> Iterator[ConsumerRecord]:
-        """Every record of one partition (or of each partition in turn) from ``from_offset`` or the log start."""
+        """Every record of one partition (or of each partition in turn) from ``from_offset`` or the log start, up
+        to the high watermark (read_uncommitted) or the last stable offset (read_committed), as a consumer reads."""
         partitions = [partition] if partition is not None else [tp.partition for tp in self._partitions_of(topic)]
         for p in partitions:
-            for record in self.get_log(topic, p).records(from_offset, isolation):
+            for record in self.replica_manager.get_partition(topic, p).records(from_offset, isolation):
                 yield ConsumerRecord(
                     topic, p, record.offset, record.timestamp, record.key, record.value, record.headers
                 )

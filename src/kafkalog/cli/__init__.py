@@ -43,6 +43,9 @@ def _register() -> None:
     from . import commands
 
     commands.register(main)
+    from .serve import serve_command
+
+    main.add_command(serve_command)
 
 
 _register()

@@ -13,10 +13,15 @@ from pathlib import Path
 
 import click
 
+from ..manager import TopicPartition
 from ..record import CODEC_NAMES, build_batch, default_partition
-from .common import broker_config_option, log_dir_option, open_manager, parse_key_values
+from ..storage.config import load_properties
+from .common import broker_config_option, log_dir_option, open_manager, open_readonly, parse_key_values
 
 BATCH_RECORDS = 500  # records per batch appended to one partition
+
+
+ACKS_CHOICES = {"0": 0, "1": 1, "-1": -1, "all": -1}
 
 
 @click.command("produce")
@@ -27,6 +32,15 @@ BATCH_RECORDS = 500  # records per batch appended to one partition
 @click.option("--key-separator", help="Each line is <key><separator><value> (parse.key=true in Kafka's producer).")
 @click.option("--header", "headers", multiple=True, help="A header k=v added to every record (repeatable).")
 @click.option("--compression-codec", type=click.Choice(CODEC_NAMES), default="none", show_default=True)
+@click.option(
+    "--request-required-acks",
+    "acks",
+    type=click.Choice(list(ACKS_CHOICES)),
+    default="-1",
+    show_default=True,
+    help="The producer's acks, as kafka-console-producer's: -1/all waits for every in-sync replica and fails "
+    "(NotEnoughReplicasError) when the topic's min.insync.replicas exceeds them; 1 the leader; 0 none.",
+)
 @click.option(
     "--json",
     "json_lines",
@@ -42,39 +56,144 @@ def produce_command(
     key_separator: str | None,
     headers: tuple[str, ...],
     compression_codec: str,
+    acks: str,
     json_lines: bool,
     input_file,
 ) -> None:
-    """Append lines from INPUT_FILE (default stdin) to a topic, one record per line."""
+    """Append lines from INPUT_FILE (default stdin) to a topic, one record per line.
+
+    Records go through the log manager's replica manager, in batches of up to 500 per partition. If anything
+    fails part-way (a bad line, a refused append), every line before a bad line is still produced, as
+    kafka-console-producer sends each line as it reads it; the summary says how many records were written
+    and lists the lines that were not, and the command exits non-zero.
+    """
     fixed_headers = [(k, v.encode()) for k, v in parse_key_values(headers, "--header").items()]
     manager = open_manager(log_dirs, config_file)
+    producer = _Producer(manager, topic, compression_codec, ACKS_CHOICES[acks])
+    number = 0
     try:
         count = len(manager.describe_topic(topic).partitions)
-        pending: dict[int, list] = {}
-        produced = 0
         turn = 0
-        for number, raw in enumerate(input_file, start=1):
-            line = raw.rstrip(b"\r\n")
-            record = _parse_line(line, number, key_separator, json_lines, fixed_headers)
-            target = record.pop("partition")
-            if target is None:
-                target = partition
-            if target is None:
-                if record["key"] is not None:
-                    target = default_partition(record["key"], count)
-                else:
-                    target, turn = turn % count, turn + 1
-            if not 0 <= target < count:
-                raise click.BadParameter(f"line {number}: partition {target} does not exist ({count} partitions)")
-            rows = pending.setdefault(target, [])
-            rows.append(record)
-            if len(rows) >= BATCH_RECORDS:
-                produced += _flush(manager, topic, target, rows, compression_codec)
-        for target, rows in pending.items():
-            produced += _flush(manager, topic, target, rows, compression_codec)
-        click.echo(f"Produced {produced} records to {topic}.", err=True)
+        bad_line = None
+        try:
+            for number, raw in enumerate(input_file, start=1):
+                bad_line = number
+                line = raw.rstrip(b"\r\n")
+                record = _parse_line(line, number, key_separator, json_lines, fixed_headers)
+                target = record.pop("partition")
+                if target is None:
+                    target = partition
+                if target is None:
+                    if record["key"] is not None:
+                        target = default_partition(record["key"], count)
+                    else:
+                        target, turn = turn % count, turn + 1
+                if not 0 <= target < count:
+                    raise click.BadParameter(f"line {number}: partition {target} does not exist ({count} partitions)")
+                bad_line = None
+                record["line"] = number
+                producer.add(target, record)
+        except Exception:
+            if bad_line is not None:  # a bad line: the lines before it are produced, as the console producer
+                producer.flush_all(stop_at_error=True)
+            producer.report_failure(number, bad_line)
+            raise
+        try:
+            producer.flush_all()
+        except Exception:
+            producer.report_failure(number, bad_line=None)
+            raise
+        click.echo(f"Produced {producer.produced} records to {topic}.", err=True)
     finally:
         manager.shutdown()
+
+
+class _Producer:
+    """Batches records per partition and appends them through the replica manager, remembering which input lines
+    went in, so that a failure can say exactly what was and was not produced."""
+
+    def __init__(self, manager, topic: str, codec: str, acks: int) -> None:
+        self.manager = manager
+        self.topic = topic
+        self.codec = codec
+        self.acks = acks
+        self.pending: dict[int, list[dict]] = {}
+        self.produced = 0
+        self.failed_lines: list[int] = []  # lines of a batch whose append failed
+        self.where: dict[int, list[int]] = {}  # partition -> [first offset, last offset] written
+
+    def add(self, partition: int, record: dict) -> None:
+        rows = self.pending.setdefault(partition, [])
+        rows.append(record)
+        if len(rows) >= BATCH_RECORDS:
+            self.flush(partition)
+
+    def flush_all(self, stop_at_error: bool = False) -> None:
+        for partition in list(self.pending):
+            if stop_at_error:
+                try:
+                    self.flush(partition)
+                except Exception:
+                    return  # the first error is the one reported; the rest stays pending (not produced)
+            else:
+                self.flush(partition)
+
+    def flush(self, partition: int) -> None:
+        rows = self.pending.get(partition)
+        if not rows:
+            return
+        self.pending[partition] = []
+        now = self.manager.clock.milliseconds()
+        try:
+            batch = build_batch(
+                [r["key"] for r in rows],
+                [r["value"] for r in rows],
+                [r["timestamp"] if r["timestamp"] is not None else now for r in rows],
+                [r["headers"] for r in rows],
+                compression=self.codec,
+            )
+            tp = TopicPartition(self.topic, partition)
+            result = self.manager.replica_manager.append_records({tp: batch}, self.acks)[tp]
+        except Exception:
+            self.failed_lines.extend(r["line"] for r in rows)
+            raise
+        if result.error is not None:
+            self.failed_lines.extend(r["line"] for r in rows)
+            raise result.error
+        self.produced += len(rows)
+        span = self.where.setdefault(partition, [result.info.first_offset, result.info.last_offset])
+        span[1] = result.info.last_offset
+
+    def report_failure(self, lines_read: int, bad_line: int | None) -> None:
+        """On stderr: the records written (and where), the input lines not written, and what was not read."""
+        not_written = set(self.failed_lines)
+        for rows in self.pending.values():
+            not_written.update(r["line"] for r in rows)
+        if bad_line is not None and bad_line > 0:
+            not_written.add(bad_line)
+        where = ", ".join(f"partition {p} offsets {a}-{b}" for p, (a, b) in sorted(self.where.items()))
+        click.echo(
+            f"Produced {self.produced} records to {self.topic} before the error" + (f" ({where})" if where else ""),
+            err=True,
+        )
+        if not_written:
+            lines = _ranges(sorted(not_written))
+            noun = "line" if len(not_written) == 1 else "lines"
+            click.echo(f"Not produced: {len(not_written)} of the {lines_read} lines read: {noun} {lines}", err=True)
+        click.echo(f"Input after line {lines_read} was not read.", err=True)
+
+
+def _ranges(numbers: list[int]) -> str:
+    """1,2,3,7,9,10 -> '1-3, 7, 9-10'."""
+    out = []
+    start = prev = numbers[0]
+    for n in numbers[1:]:
+        if n != prev + 1:
+            out.append(f"{start}-{prev}" if prev != start else f"{start}")
+            start = n
+        prev = n
+    out.append(f"{start}-{prev}" if prev != start else f"{start}")
+    return ", ".join(out)
 
 
 def _parse_line(line: bytes, number: int, key_separator: str | None, json_lines: bool, fixed_headers) -> dict:
@@ -106,23 +225,6 @@ def _bytes(value) -> bytes | None:
     if value is None:
         return None
     return value.encode() if isinstance(value, str) else json.dumps(value).encode()
-
-
-def _flush(manager, topic: str, partition: int, rows: list, codec: str) -> int:
-    if not rows:
-        return 0
-    now = manager.clock.milliseconds()
-    batch = build_batch(
-        [r["key"] for r in rows],
-        [r["value"] for r in rows],
-        [r["timestamp"] if r["timestamp"] is not None else now for r in rows],
-        [r["headers"] for r in rows],
-        compression=codec,
-    )
-    manager.get_log(topic, partition).append(batch)
-    produced = len(rows)
-    rows.clear()
-    return produced
 
 
 @click.command("consume")
@@ -157,41 +259,47 @@ def consume_command(
     isolation_level: str,
     json_lines: bool,
 ) -> None:
-    """Print a topic's records, one per line, as kafka-console-consumer does."""
+    """Print a topic's records, one per line, as kafka-console-consumer does.
+
+    The log dirs are opened read-only: no lock is taken and nothing is written, so this works on a copy of a
+    live broker's dir and on a read-only file system. The high watermark is the log end offset, as a
+    single-replica leader's; when the replication-offset-checkpoint lags it, stderr says so."""
     if offset is not None and partition is None:
         raise click.UsageError("--offset needs --partition, as in kafka-console-consumer")
     if sum(x is not None and x is not False for x in (from_beginning or None, offset, timestamp)) > 1:
         raise click.UsageError("use only one of --from-beginning, --offset and --timestamp")
-    manager = open_manager(log_dirs, config_file)
+    if config_file is not None:
+        load_properties(config_file)  # checked; reading needs none of its settings
+    view = open_readonly(log_dirs)
+    parts = [view.partition(topic, partition)] if partition is not None else view.partitions_of(topic)
     printed = 0
     try:
-        partitions = (
-            [partition] if partition is not None else [p.partition for p in manager.describe_topic(topic).partitions]
-        )
         out = sys.stdout.buffer
-        for p in partitions:
-            log = manager.get_log(topic, p)
-            start = _start_offset(log, from_beginning, offset, timestamp)
-            for record in log.records(start, isolation_level):
+        for part in parts:
+            if part.high_watermark_note is not None and part.checkpointed_high_watermark is not None:
+                click.echo(
+                    f"Note: {part.name}: high watermark {part.high_watermark} {part.high_watermark_note}", err=True
+                )
+            start = _start_offset(part, from_beginning, offset, timestamp, isolation_level)
+            for record in part.records(start, isolation_level):
                 if max_messages is not None and printed >= max_messages:
                     return
-                out.write(_format(topic, p, record, print_key, key_separator, json_lines))
+                out.write(_format(topic, part.partition, record, print_key, key_separator, json_lines))
                 printed += 1
         out.flush()
     finally:
         click.echo(f"Processed a total of {printed} messages", err=True)
-        manager.shutdown()
 
 
-def _start_offset(log, from_beginning: bool, offset: int | None, timestamp: int | None) -> int:
+def _start_offset(part, from_beginning: bool, offset: int | None, timestamp: int | None, isolation: str) -> int:
     if from_beginning:
-        return log.log_start_offset
+        return part.log_start_offset
     if offset is not None:
         return offset
     if timestamp is not None:
-        found = log.offset_for_timestamp(timestamp)
-        return found.offset if found is not None else log.log_end_offset
-    return log.log_end_offset
+        found = part.offset_for_timestamp(timestamp)
+        return found if found is not None else part.bound(isolation)
+    return part.bound(isolation)
 
 
 def _format(topic: str, partition: int, record, print_key: bool, key_separator: str, json_lines: bool) -> bytes:

@@ -32,7 +32,13 @@ def _console() -> Console:
 
 @click.group("spark")
 def spark_command() -> None:
-    """Pipeline jobs on Apache Spark (local mode by default)."""
+    """Pipeline jobs on Apache Spark (local mode by default; needs the kafkalog[spark] extra)."""
+    from ..spark._require import PySparkMissingError, require_pyspark
+
+    try:
+        require_pyspark()
+    except PySparkMissingError as e:
+        raise click.ClickException(str(e)) from e
 
 
 @spark_command.command("export")

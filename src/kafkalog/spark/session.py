@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import TYPE_CHECKING
 
-from pyspark.sql import SparkSession
+from ._require import require_pyspark
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 # Small-machine defaults; anything in ``config`` wins.
 LOCAL_DEFAULTS = {
@@ -28,8 +32,12 @@ def local_session(
     Spark starts its Python workers with the system ``python3`` unless told otherwise, and that one lacks
     kafkalog and its dependencies: ``spark.pyspark.python`` and ``PYSPARK_PYTHON`` are set to
     ``sys.executable``. Startup takes about 5 s and the first Python data source query about 5 s more, so
-    share one session (tests use one for the whole run).
+    share one session (tests use one for the whole run). Without pyspark: ``PySparkMissingError`` naming the
+    ``kafkalog[spark]`` extra.
     """
+    require_pyspark()
+    from pyspark.sql import SparkSession
+
     from . import register
 
     os.environ["PYSPARK_PYTHON"] = sys.executable

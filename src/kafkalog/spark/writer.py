@@ -27,7 +27,11 @@ double seconds; optional, null means now). Other columns are ignored. Options:
 ``kafka.<producer config>``            ``kafka.compression.type``, ``kafka.batch.size``, ``kafka.buffer.memory``
                                        and ``kafka.max.block.ms`` mean the same as the names above; other
                                        producer configs (acks, linger.ms, ...) do not apply to files and are
-                                       ignored with a warning; ``kafka.transactional.id`` is refused.
+                                       ignored with a warning; ``kafka.transactional.id`` is refused. The sink
+                                       appends as a producer with Kafka's default acks=all, through the
+                                       partition layer (kafkalog.partition): a topic whose min.insync.replicas
+                                       exceeds its one replica fails the write with NotEnoughReplicasError
+                                       before anything is appended, as a Kafka producer's would fail.
 
 Topics are never created (the Kafka sink does not create them either): a topic must be in
 ``kafkalog-topics.json`` or have its partition directories in the log dirs, else the write fails with
@@ -135,6 +139,7 @@ from ..errors import (
     UnknownTopicOrPartitionError,
 )
 from ..logdir import LOCK_FILE, CleanShutdownFile, TopicConfigStore
+from ..partition import Partition
 from ..record.builder import _binary_columns, assemble_batch, encode_record_columns, encode_records_fast
 from ..record.compression import codec_id, codec_name
 from ..storage.checkpoints import CheckpointError, OffsetCheckpointFile
@@ -689,11 +694,19 @@ class PartitionAppender:
     as well as it can and records nothing, so the next writer recovers the partition.
     """
 
-    def __init__(self, part: logfiles.PartitionDir, config: LogConfig, max_block_ms: int = DEFAULT_MAX_BLOCK_MS):
+    def __init__(
+        self,
+        part: logfiles.PartitionDir,
+        config: LogConfig,
+        max_block_ms: int = DEFAULT_MAX_BLOCK_MS,
+        acks: int = -1,
+    ):
         self.part = part
         self.config = config
         self.max_block_ms = max_block_ms
+        self.acks = acks
         self.log: Log | None = None
+        self.partition: Partition | None = None
         self.opened_clean = False
         self._fd: int | None = None
         self._committed = False
@@ -705,7 +718,14 @@ class PartitionAppender:
             _flock_wait(fd, self.max_block_ms, f"partition {part.name} in {part.log_dir}")
             self._fd = fd
             self.log = self._open()
+            # The sink writes as the partition's leader (this task alone holds its write lock): acks and the
+            # high watermark as kafkalog.partition keeps them.
+            self.partition = Partition(self.log)
+            self.partition.make_leader()
         except BaseException:
+            if self.log is not None:
+                with contextlib.suppress(Exception):
+                    self.log.close()
             self._fd = None
             os.close(fd)
             raise
@@ -748,7 +768,7 @@ class PartitionAppender:
         return entry.last_seq + 1 if entry.batch_metadata else 0
 
     def append(self, batch: bytes):
-        return self.log.append(batch)
+        return self.partition.append_records_to_leader(batch, self.acks)
 
     def commit(self) -> int:
         """Close the log (flush, snapshot), checkpoint it, record the fingerprint; return the log end."""

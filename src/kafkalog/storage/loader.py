@@ -174,13 +174,19 @@ def _load_segment_files_into(segments, directory: Path, config: LogConfig, clock
 
 
 def recover_segment(
-    directory: Path, segment: LogSegment, earlier: LogSegments, config: LogConfig, clock: Time, log_start_offset: int
+    directory: Path,
+    segment: LogSegment,
+    earlier: LogSegments,
+    config: LogConfig,
+    clock: Time,
+    log_start_offset: int,
+    leader_epoch_cache=None,
 ) -> int:
     """Rebuild one segment's indexes with the producer state as of its base offset; return bytes cut."""
     state = ProducerStateManager(directory, clock=clock)
     state.truncate_and_reload(log_start_offset, segment.base_offset, clock.milliseconds())
     replay_producer_state(state, earlier, log_start_offset, segment.base_offset)
-    truncated = segment.recover(state)
+    truncated = segment.recover(state, leader_epoch_cache)
     state.take_snapshot()
     return truncated
 
@@ -205,7 +211,13 @@ def replay_producer_state(
 
 
 def recover_log(
-    directory: Path, segments: LogSegments, config: LogConfig, clock: Time, log_start_offset: int, recovery_point: int
+    directory: Path,
+    segments: LogSegments,
+    config: LogConfig,
+    clock: Time,
+    log_start_offset: int,
+    recovery_point: int,
+    leader_epoch_cache=None,
 ) -> None:
     """Step 4: re-validate every segment from floor(recovery point); a truncation deletes all that follows.
 
@@ -221,7 +233,7 @@ def recover_log(
                 state = ProducerStateManager(directory, clock=clock)
                 state.truncate_and_reload(log_start_offset, segment.base_offset, clock.milliseconds())
                 replay_producer_state(state, segments, log_start_offset, segment.base_offset)
-            truncated = segment.recover(state)
+            truncated = segment.recover(state, leader_epoch_cache)
             state.take_snapshot()
         except InvalidOffsetError as e:  # only this (LogLoader.recoverLog): an I/O error must not cut data
             log.warning("Found invalid offset during recovery of %s (%s); truncating it to its base offset", segment, e)
@@ -239,7 +251,13 @@ def recover_log(
 
 
 def _recover_torn_tail(
-    directory: Path, segments: LogSegments, last: LogSegment, config: LogConfig, clock: Time, log_start_offset: int
+    directory: Path,
+    segments: LogSegments,
+    last: LogSegment,
+    config: LogConfig,
+    clock: Time,
+    log_start_offset: int,
+    leader_epoch_cache=None,
 ) -> None:
     """Recover the last segment of a log marked cleanly shut down whose tail is not whole.
 
@@ -255,7 +273,7 @@ def _recover_torn_tail(
         last.size,
     )
     try:
-        recover_segment(directory, last, segments, config, clock, log_start_offset)
+        recover_segment(directory, last, segments, config, clock, log_start_offset, leader_epoch_cache)
     except InvalidOffsetError as e:
         log.warning("Found invalid offset during recovery of %s (%s); truncating it to its base offset", last, e)
         last.truncate_to(last.base_offset)
@@ -346,8 +364,12 @@ def load_log(
     log_start_offset: int,
     recovery_point: int,
     had_clean_shutdown: bool,
+    leader_epoch_cache=None,
 ):
-    """Load (and recover) a partition directory; return its segments and LoadedOffsets."""
+    """Load (and recover) a partition directory; return its segments and LoadedOffsets.
+
+    ``leader_epoch_cache`` (a LeaderEpochFileCache read from the partition's checkpoint) learns the epochs
+    of recovered batches and is truncated to the loaded log, as in Kafka's LogLoader.load."""
 
     swaps = remove_temp_files_and_collect_swaps(directory)
     complete_swaps(directory, swaps, config, clock, rng)
@@ -365,6 +387,7 @@ def load_log(
             log_start_offset=log_start_offset,
             recovery_point=recovery_point,
             had_clean_shutdown=had_clean_shutdown,
+            leader_epoch_cache=leader_epoch_cache,
         )
     except BaseException:  # a load that fails (an I/O error, say) leaves no descriptor or map behind
         _close_all(segments)
@@ -382,6 +405,7 @@ def _recover_and_finish(
     log_start_offset: int,
     recovery_point: int,
     had_clean_shutdown: bool,
+    leader_epoch_cache=None,
 ):
     """Recovery from the recovery point, then the offsets and producer state of the loaded segments."""
     from .log import LoadedOffsets
@@ -393,11 +417,13 @@ def _recover_and_finish(
             clock,
             rng,
             segments,
-            lambda: recover_log(directory, segments, config, clock, log_start_offset, recovery_point),
+            lambda: recover_log(
+                directory, segments, config, clock, log_start_offset, recovery_point, leader_epoch_cache
+            ),
         )
     last = segments.last()
     if had_clean_shutdown and last is not None and not last.has_whole_tail():
-        _recover_torn_tail(directory, segments, last, config, clock, log_start_offset)
+        _recover_torn_tail(directory, segments, last, config, clock, log_start_offset, leader_epoch_cache)
     next_offset = last.read_next_offset() if last is not None else log_start_offset
     if last is not None and next_offset < log_start_offset:
         log.warning(
@@ -409,11 +435,16 @@ def _recover_and_finish(
             segments.remove(segment.base_offset)
             segment.delete_if_exists()
         producer_state.truncate_fully_and_start_at(log_start_offset)
+        if leader_epoch_cache is not None:
+            leader_epoch_cache.clear_and_flush()
         next_offset = log_start_offset
     if not len(segments):
         segments.add(open_segment(directory, log_start_offset, config, clock, rng))
         next_offset = log_start_offset
     recovery = next_offset if had_clean_shutdown else min(recovery_point, next_offset)
+    if leader_epoch_cache is not None:  # issue 25: entries past the log end go, as in Kafka
+        leader_epoch_cache.truncate_from_end(next_offset)
+        leader_epoch_cache.truncate_from_start(log_start_offset)
     segments.last().reset_index_sizes()
     start = max(log_start_offset, segments.first().base_offset)
     producer_state.remove_stray_snapshots(segments.base_offsets)

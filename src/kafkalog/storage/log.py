@@ -26,6 +26,7 @@ from ..errors import (
 from ..record import RecordBatchBuilder, control_batch
 from ..record.batch import RECORDS_OFFSET
 from ..record.types import ControlRecordType, Record
+from .checkpoints import LeaderEpochCheckpointFile
 from .config import LogConfig
 from .files import (
     CLEANED_SUFFIX,
@@ -39,6 +40,7 @@ from .files import (
     parse_partition_dir,
     segment_file,
 )
+from .leader_epoch import LeaderEpochFileCache
 from .overlap import OVERLAP_MIN_BYTES, Check, checker
 from .producer_state import ProducerStateManager, sync_snapshot_if_exists
 from .segment import EMPTY_SLICE, FetchDataInfo, LogOffsetMetadata, LogSegment, TimestampAndOffset
@@ -111,6 +113,7 @@ class Log:
         high_watermark: int | None,
         rng: random.Random,
         auto_high_watermark: bool,
+        leader_epoch_cache: LeaderEpochFileCache | None = None,
     ) -> None:
         self.directory = Path(directory)
         self.topic, self.partition = _topic_partition(self.directory)
@@ -119,12 +122,20 @@ class Log:
         self.scheduler = scheduler
         self.segments = segments
         self.producer_state = producer_state
+        # Kafka's UnifiedLog.leaderEpochCache: loaded with the log and truncated to it (LogLoader).
+        self.leader_epoch_cache = leader_epoch_cache or LeaderEpochFileCache(
+            self.directory / LeaderEpochCheckpointFile.FILE_NAME, entries=[]
+        )
         self._rng = rng
         self._lock = threading.RLock()
         self._log_start_offset = offsets.log_start_offset
         self._recovery_point = offsets.recovery_point
         self._log_end_offset = offsets.next_offset
+        # Whether appends move the high watermark, and by which rule: a standalone log is its own single-replica
+        # leader (HW = log end after each append); a Partition that leads the log installs its rule
+        # (maybeIncrementLeaderHW over its ISR) as ``leader_hw_rule``, run under this log's lock.
         self.auto_high_watermark = auto_high_watermark
+        self.leader_hw_rule: Callable[[], None] | None = None
         hw = offsets.next_offset if high_watermark is None and auto_high_watermark else (high_watermark or 0)
         self._high_watermark = 0
         self._set_high_watermark(hw)
@@ -168,6 +179,7 @@ class Log:
         rng = rng or random.Random()
         directory.mkdir(parents=True, exist_ok=True)
         producer_state = ProducerStateManager(directory, producer_id_expiration_ms, clock)
+        epoch_cache = LeaderEpochFileCache(directory / LeaderEpochCheckpointFile.FILE_NAME)
         segments, offsets = load_log(
             directory,
             config,
@@ -177,6 +189,7 @@ class Log:
             log_start_offset=log_start_offset,
             recovery_point=recovery_point,
             had_clean_shutdown=had_clean_shutdown,
+            leader_epoch_cache=epoch_cache,
         )
         return cls(
             directory,
@@ -189,6 +202,7 @@ class Log:
             high_watermark,
             rng,
             auto_high_watermark,
+            epoch_cache,
         )
 
     # ----- offsets -------------------------------------------------------------------------
@@ -241,8 +255,11 @@ class Log:
         return min(unstable, self._high_watermark) if unstable is not None else self._high_watermark
 
     # ----- appending -----------------------------------------------------------------------
-    def append(self, records, *, origin: str = CLIENT, leader_epoch: int = 0) -> LogAppendInfo:
+    def append(self, records, *, origin: str = CLIENT, leader_epoch: int | None = None) -> LogAppendInfo:
         """Append client batches, validated and given offsets as Kafka's leader does.
+
+        The batches are stamped with ``leader_epoch`` (default: the latest epoch of the leader epoch cache, 0 for
+        a log without one), which the cache records from the append's first offset when it is new.
 
         ``records`` is batch bytes, a RecordBatchBuilder, or a list of records: ``Record`` objects or
         (key, value[, timestamp[, headers]]) tuples, which go into one uncompressed batch.
@@ -258,6 +275,9 @@ class Log:
                     f"not {type(records).__name__}"
                 )
             records = bytes(records)
+        if leader_epoch is None:
+            latest = self.leader_epoch_cache._latest
+            leader_epoch = latest if latest >= 0 else 0
         return self._append(records, origin=origin, leader_epoch=leader_epoch, assign_offsets=True)
 
     def _build(self, records) -> bytes:
@@ -281,10 +301,13 @@ class Log:
         producer_id: int,
         producer_epoch: int,
         coordinator_epoch: int,
-        leader_epoch: int = 0,
+        leader_epoch: int | None = None,
     ) -> LogAppendInfo:
         """Write a COMMIT or ABORT marker, as the transaction coordinator does (origin coordinator)."""
         batch = control_batch(control_type, producer_id, producer_epoch, coordinator_epoch, self.clock.milliseconds())
+        if leader_epoch is None:
+            latest = self.leader_epoch_cache._latest
+            leader_epoch = latest if latest >= 0 else 0
         return self._append(batch, origin=COORDINATOR, leader_epoch=leader_epoch, assign_offsets=True)
 
     def _append(self, records: bytes, *, origin: str, leader_epoch: int, assign_offsets: bool) -> LogAppendInfo:
@@ -294,7 +317,7 @@ class Log:
                 if len(records) < OVERLAP_MIN_BYTES:
                     fast = validate_single_plain_batch(records, self._log_end_offset, now, self.config, leader_epoch)
                     if fast is not None:
-                        return self._append_validated(*fast, now)
+                        return self._append_validated(*fast, now, epoch=leader_epoch)
                 else:
                     appended = self._append_large(records, now, leader_epoch)
                     if appended is not None:
@@ -318,16 +341,16 @@ class Log:
             self._check_open()
             segment = self.segments.last()
             if size <= self.config.segment_bytes and not self._roll_due(segment, size, info, now):
-                return self._append_overlapped(segment, parts, size, info, now, check)
+                return self._append_overlapped(segment, parts, size, info, now, check, leader_epoch)
             max_ts = check.result()  # Kafka rolls only for a valid batch: check it first
         if max_ts is None:
             return None
         return self._append_validated(
-            *plain_batch_append(records, header, max_ts, self._log_end_offset, leader_epoch), now
+            *plain_batch_append(records, header, max_ts, self._log_end_offset, leader_epoch), now, epoch=leader_epoch
         )
 
     def _append_overlapped(
-        self, segment: LogSegment, parts: list, size: int, info: LogAppendInfo, now: int, check: Check
+        self, segment: LogSegment, parts: list, size: int, info: LogAppendInfo, now: int, check: Check, epoch: int
     ) -> LogAppendInfo | None:
         """Write a batch under a placeholder header while ``check`` runs; only a batch that passes gets
         its real header and becomes visible. One that fails (or whose header's max timestamp was wrong)
@@ -341,7 +364,9 @@ class Log:
             return header
 
         try:
-            return self._append_validated([_PLACEHOLDER_HEADER, parts[1]], size, info, now, segment, before_commit)
+            return self._append_validated(
+                [_PLACEHOLDER_HEADER, parts[1]], size, info, now, segment, before_commit, epoch=epoch
+            )
         except _Refused:
             return None
 
@@ -353,6 +378,8 @@ class Log:
         now: int,
         segment: LogSegment | None = None,
         before_commit: Callable[[], bytes | None] | None = None,
+        *,
+        epoch: int,
     ) -> LogAppendInfo:
         """Write a validated append with no producer state involved, rolling first unless ``segment`` is
         given (``before_commit``: see ``FileRecords.append``)."""
@@ -367,6 +394,8 @@ class Log:
         except (OSError, KafkaStorageError) as e:
             raise self._io_failure("appending records to", e) from e
         self._log_end_offset = info.last_offset + 1
+        if epoch != self.leader_epoch_cache._latest:
+            self.leader_epoch_cache.maybe_assign(epoch, info.first_offset)
         return self._complete_append(info)
 
     def _check_fits_segment(self, size: int) -> None:
@@ -381,7 +410,11 @@ class Log:
         self.producer_state.update_map_end_offset(self._log_end_offset)
         info.log_start_offset = self._log_start_offset
         if self.auto_high_watermark:
-            self._set_high_watermark(self._log_end_offset)
+            rule = self.leader_hw_rule
+            if rule is None:
+                self._set_high_watermark(self._log_end_offset)
+            else:
+                rule()
         if self._log_end_offset - self._recovery_point >= self.config.flush_messages:
             self.flush()
         return info
@@ -451,7 +484,25 @@ class Log:
                 raise self._io_failure("appending records to", e) from e
             self._log_end_offset = info.last_offset + 1
             self._apply_producer_state(pending, segment)
+            self._assign_epochs(
+                validated if assign_offsets else batches, leader_epoch if assign_offsets else None, info
+            )
             return self._complete_append(info)
+
+    def _assign_epochs(self, batches: list, leader_epoch: int | None, info: LogAppendInfo) -> None:
+        """The leader epoch cache after an append (UnifiedLog.append): each v2 batch's partition leader epoch
+        starts at its base offset (for a leader's append, the epoch it stamped, at the first offset); a batch
+        of an older format clears the cache, as Kafka does, so that truncation falls back to the HW."""
+        cache = self.leader_epoch_cache
+        if any(b.magic < 2 for b in batches):
+            if len(cache):
+                cache.clear_and_flush()
+            return
+        if leader_epoch is not None:
+            cache.maybe_assign(leader_epoch, info.first_offset)
+            return
+        for batch in batches:
+            cache.maybe_assign(batch.partition_leader_epoch, batch.base_offset)
 
     def _analyze_producer_state(self, validated: list, origin: str):
         """Producer checks before the write: a duplicate batch, or the per-producer updates to apply after."""
@@ -770,6 +821,7 @@ class Log:
             self._log_start_offset = new_start
             if self._recovery_point < new_start:
                 self._recovery_point = new_start
+            self.leader_epoch_cache.truncate_from_start(new_start)
             self.producer_state.on_log_start_offset_incremented(new_start)
             return True
 
@@ -968,6 +1020,7 @@ class Log:
             self._log_start_offset = min(self._log_start_offset, target_offset)
             self._recovery_point = min(self._recovery_point, target_offset)
             self._high_watermark = min(self._high_watermark, target_offset)
+            self.leader_epoch_cache.truncate_from_end(target_offset)
             self.producer_state.truncate_and_reload(self._log_start_offset, target_offset, self.clock.milliseconds())
             from .loader import replay_producer_state
 
@@ -986,6 +1039,7 @@ class Log:
             self._log_end_offset = new_offset
             self._recovery_point = new_offset
             self._high_watermark = new_offset
+            self.leader_epoch_cache.clear_and_flush()
             self.producer_state.truncate_fully_and_start_at(new_offset)
 
     # ----- lifecycle -----------------------------------------------------------------------

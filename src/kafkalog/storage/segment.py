@@ -421,8 +421,9 @@ class LogSegment:
         return None if found is None else found.offset
 
     # ----- recovery and truncation ---------------------------------------------------------
-    def recover(self, producer_state=None) -> int:
-        """Rebuild the indexes from the .log, stopping at the first invalid batch; return the bytes cut."""
+    def recover(self, producer_state=None, leader_epoch_cache=None) -> int:
+        """Rebuild the indexes from the .log, stopping at the first invalid batch; return the bytes cut.
+        The leader epoch cache (when given) learns each batch's epoch newer than its latest, as in Kafka."""
         self.offset_index.reset()
         self.time_index.reset()
         self.txn_index.reset()
@@ -439,8 +440,13 @@ class LogSegment:
                     self.offset_index.append(batch.last_offset, valid_bytes)
                     self.time_index.maybe_append(self.max_timestamp_so_far, self.shallow_offset_of_max_timestamp_so_far)
                     last_index_entry = valid_bytes
-                if producer_state is not None and batch.magic >= 2:
-                    update_producer_state(producer_state, batch, self)
+                if batch.magic >= 2:
+                    if leader_epoch_cache is not None:
+                        epoch, latest = batch.partition_leader_epoch, leader_epoch_cache.latest_epoch
+                        if epoch >= 0 and (latest is None or epoch > latest):
+                            leader_epoch_cache.assign(epoch, batch.base_offset)
+                    if producer_state is not None:
+                        update_producer_state(producer_state, batch, self)
                 valid_bytes += batch.size_in_bytes
                 assert position + batch.size_in_bytes == valid_bytes
         except (CorruptRecordError, InvalidRecordError) as e:

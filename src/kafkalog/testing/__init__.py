@@ -3,7 +3,7 @@
 This subpackage is public on purpose (as Kafka ships ``MockTime`` in its test jar): ``MockTime`` and
 ``MockScheduler`` (``kafkalog.testing.clock``) make every time-based rule run on a clock the test moves by hand;
 ``kafkalog.testing.fuzz`` holds the fuzz targets and their oracle, imported on demand since it loads every parser.
-Nothing in the product imports it.
+The storage engine never imports it (only the demo, for its simulated clock).
 """
 
 from __future__ import annotations

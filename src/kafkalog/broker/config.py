@@ -1,0 +1,141 @@
+"""The broker's server.properties (Kafka's KafkaConfig, the socket-server and broker keys).
+
+The log keys (log.dirs, num.partitions, message.max.bytes, min.insync.replicas, every ``log.*``) are the
+storage layer's BrokerConfig; this module adds what only a network broker has: listeners, node id, the
+socket limits and the topic auto-creation switch, with Kafka's names and defaults.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import InvalidConfigurationError
+from ..storage.config import BrokerConfig, load_properties
+
+DEFAULT_LISTENER = "PLAINTEXT://127.0.0.1:9092"
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """One listener: ``NAME://host:port`` (an empty host binds every interface, as Kafka's)."""
+
+    name: str
+    host: str
+    port: int
+
+    @classmethod
+    def parse(cls, text: str, key: str) -> Endpoint:
+        name, sep, rest = text.strip().partition("://")
+        if not sep or not name:
+            raise InvalidConfigurationError(
+                f"Invalid value {text!r} for configuration {key}: expected NAME://host:port"
+            )
+        if rest.startswith("["):  # [ipv6]:port
+            host, _, port = rest[1:].partition("]:")
+        else:
+            host, _, port = rest.rpartition(":")
+        try:
+            number = int(port)
+        except ValueError:
+            raise InvalidConfigurationError(f"Invalid port in {text!r} for configuration {key}") from None
+        if not 0 <= number <= 65535:
+            raise InvalidConfigurationError(f"Invalid port {number} in {text!r} for configuration {key}")
+        if name.upper() != "PLAINTEXT":
+            raise InvalidConfigurationError(
+                f"Listener {name} in {key}: only PLAINTEXT listeners are supported (security is not built yet)"
+            )
+        return cls(name.upper(), host, number)
+
+
+def _endpoints(value: str, key: str) -> list[Endpoint]:
+    endpoints = [Endpoint.parse(part, key) for part in value.split(",") if part.strip()]
+    if not endpoints:
+        raise InvalidConfigurationError(f"No listener in configuration {key}")
+    return endpoints
+
+
+def _int(props: Mapping[str, str], key: str, default: int, minimum: int | None = None) -> int:
+    raw = props.get(key)
+    if raw is None:
+        return default
+    try:
+        value = int(str(raw).strip())
+    except ValueError:
+        raise InvalidConfigurationError(
+            f"Invalid value {raw} for configuration {key}: Not a number of type INT"
+        ) from None
+    if minimum is not None and value < minimum:
+        raise InvalidConfigurationError(
+            f"Invalid value {value} for configuration {key}: Value must be at least {minimum}"
+        )
+    return value
+
+
+def _bool(props: Mapping[str, str], key: str, default: bool) -> bool:
+    raw = props.get(key)
+    if raw is None:
+        return default
+    text = str(raw).strip().lower()
+    if text not in ("true", "false"):
+        raise InvalidConfigurationError(f"Invalid value {raw} for configuration {key}: Expected value to be a boolean")
+    return text == "true"
+
+
+class KafkaConfig:
+    """server.properties for ``kafkalog serve``.
+
+    Invariant: ``log`` is the storage BrokerConfig built from the same properties, so the log manager and the
+    broker never disagree about a log key; ``listeners`` has at least one endpoint and ``advertised`` as many.
+    """
+
+    def __init__(self, props: Mapping[str, str] | None = None) -> None:
+        self.props = {k: str(v) for k, v in (props or {}).items()}
+        p = self.props
+        self.listeners = _endpoints(p.get("listeners", DEFAULT_LISTENER), "listeners")
+        advertised = p.get("advertised.listeners")
+        self.advertised = _endpoints(advertised, "advertised.listeners") if advertised else list(self.listeners)
+        node = p.get("node.id", p.get("broker.id"))
+        self.node_id = _int({"node.id": node} if node is not None else {}, "node.id", 0, 0)
+        if "node.id" in p and "broker.id" in p and p["node.id"].strip() != p["broker.id"].strip():
+            raise InvalidConfigurationError(
+                f"node.id ({p['node.id']}) and broker.id ({p['broker.id']}) must be equal when both are set"
+            )
+        self.auto_create_topics_enable = _bool(p, "auto.create.topics.enable", True)
+        self.default_replication_factor = _int(p, "default.replication.factor", 1, 1)
+        if self.default_replication_factor != 1:
+            raise InvalidConfigurationError(
+                "default.replication.factor must be 1: this broker is a single node (replication is not built yet)"
+            )
+        self.socket_request_max_bytes = _int(p, "socket.request.max.bytes", 100 * 1024 * 1024, 1)
+        self.queued_max_requests = _int(p, "queued.max.requests", 500, 1)
+        self.group_initial_rebalance_delay_ms = _int(p, "group.initial.rebalance.delay.ms", 3000, 0)
+        self.log = BrokerConfig(self.props)
+
+    @classmethod
+    def load(cls, path: str | Path | None = None, overrides: Iterable[str] = ()) -> KafkaConfig:
+        """A server.properties file (if any), then ``key=value`` overrides, as kafka-server-start.sh's --override."""
+        props: dict[str, str] = dict(load_properties(path)) if path is not None else {}
+        for item in overrides:
+            key, sep, value = item.partition("=")
+            if not sep or not key.strip():
+                raise InvalidConfigurationError(f"Invalid --override {item!r}: expected key=value")
+            props[key.strip()] = value.strip()
+        return cls(props)
+
+    @property
+    def log_dirs(self) -> list[Path]:
+        return [Path(d) for d in self.log.log_dirs]
+
+    @property
+    def num_partitions(self) -> int:
+        return int(self.log.num_partitions)
+
+    @property
+    def message_max_bytes(self) -> int:
+        return int(self.log.message_max_bytes)
+
+    @property
+    def min_insync_replicas(self) -> int:
+        return int(self.log.min_insync_replicas)

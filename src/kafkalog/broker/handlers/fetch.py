@@ -1,0 +1,195 @@
+"""Fetch (key 1): sessionless fetches with long polling, read_committed, and zero-copy record bytes.
+
+The replica manager reads each partition up to its high watermark (read_uncommitted) or last stable offset
+(read_committed); a fetch offset inside a batch returns that whole batch, and the first batch is returned
+whole even over the size limits (KIP-74) -- both the storage read's rules. When fewer than ``min_bytes`` are
+available and ``max_wait_ms`` allows, the request waits in the purgatory until a high watermark it watches
+advances (the replica manager's hook) or the wait runs out; then it reads again and answers.
+
+The response is encoded here by hand, because its record sets are not Python bytes: each is a region of a
+segment file that the socket server sends with sendfile. Fetch sessions (KIP-227) are not kept: every
+response carries session id 0, which tells a client to send full requests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+import time
+
+from ...manager import TopicPartition
+from ...storage.file_records import EMPTY_SLICE
+from ..protocol import NONE, FileRegion, Response, error_code
+from ..replica_access import READ_COMMITTED, READ_UNCOMMITTED
+
+FETCH_SESSION_ID_NOT_FOUND = 70
+_INVALID_SESSION_ID = 0
+_FINAL_EPOCH = -1
+_INITIAL_EPOCH = 0
+
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+_PARTITION_FIXED = struct.Struct(">ihqqq")  # index, error, high watermark, last stable offset, log start offset
+_ABORTED = struct.Struct(">qq")
+
+
+def _uvarint(value: int) -> bytes:
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+class PartitionAnswer:
+    """What one partition of a Fetch response says."""
+
+    __slots__ = ("aborted", "error", "high_watermark", "last_stable_offset", "log_start_offset", "partition", "records")
+
+    def __init__(self, partition, error, high_watermark, last_stable_offset, log_start_offset, aborted, records):
+        self.partition = partition
+        self.error = error
+        self.high_watermark = high_watermark
+        self.last_stable_offset = last_stable_offset
+        self.log_start_offset = log_start_offset
+        self.aborted = aborted  # None (read_uncommitted) or [(producer id, first offset)]
+        self.records = records  # RecordsSlice (possibly empty)
+
+
+def encode_response(version: int, topics: list[tuple[str, list[PartitionAnswer]]], top_error: int = NONE) -> Response:
+    """The Fetch response body (v4-v12), record sets as file regions; flexible (compact, tagged) from v12."""
+    parts: list[bytes | FileRegion] = []
+    try:
+        _encode(version, topics, top_error, parts)
+    except BaseException:
+        Response(parts).close()
+        raise
+    return Response(parts)
+
+
+def _encode(version: int, topics, top_error: int, parts: list) -> None:
+    flexible = version >= 12
+    buf = bytearray(_I32.pack(0))  # throttle_time_ms
+    if version >= 7:
+        buf += _I16.pack(top_error) + _I32.pack(_INVALID_SESSION_ID)
+    buf += _uvarint(len(topics) + 1) if flexible else _I32.pack(len(topics))
+    for name, answers in topics:
+        encoded = name.encode("utf-8")
+        buf += _uvarint(len(encoded) + 1) if flexible else _I16.pack(len(encoded))
+        buf += encoded
+        buf += _uvarint(len(answers) + 1) if flexible else _I32.pack(len(answers))
+        for a in answers:
+            buf += _PARTITION_FIXED.pack(
+                a.partition, a.error, a.high_watermark, a.last_stable_offset, a.log_start_offset
+            )
+            if version < 5:
+                del buf[-8:]  # log_start_offset is v5+
+            if a.aborted is None:
+                buf += b"\x00" if flexible else _I32.pack(-1)
+            else:
+                buf += _uvarint(len(a.aborted) + 1) if flexible else _I32.pack(len(a.aborted))
+                for producer_id, first_offset in a.aborted:
+                    buf += _ABORTED.pack(producer_id, first_offset)
+                    if flexible:
+                        buf += b"\x00"
+            if version >= 11:
+                buf += _I32.pack(-1)  # preferred_read_replica
+            size = a.records.size
+            # Never a null record set (librdkafka rejects one): an empty partition has zero bytes.
+            buf += _uvarint(size + 1) if flexible else _I32.pack(size)
+            if size:
+                parts.append(bytes(buf))
+                parts.append(FileRegion(a.records))
+                buf = bytearray()
+            if flexible:
+                buf += b"\x00"  # partition tagged fields
+        if flexible:
+            buf += b"\x00"  # topic tagged fields
+    if flexible:
+        buf += b"\x00"  # response tagged fields
+    parts.append(bytes(buf))
+
+
+def _read(broker, fetch_infos, isolation: str, max_bytes: int):
+    return broker.replica_manager.fetch_messages(fetch_infos, isolation, max_bytes, True)
+
+
+def _answers(results, order, isolation: str) -> list[tuple[str, list[PartitionAnswer]]]:
+    committed = isolation == READ_COMMITTED
+    by_topic: dict[str, list[PartitionAnswer]] = {}
+    for tp in order:
+        r = results[tp]
+        if r.error is not None:
+            answer = PartitionAnswer(
+                tp.partition,
+                error_code(r.error),
+                r.high_watermark,
+                r.last_stable_offset,
+                r.log_start_offset,
+                None,
+                EMPTY_SLICE,
+            )
+        else:
+            aborted = None
+            if committed:
+                aborted = [(t.producer_id, t.first_offset) for t in (r.info.aborted_transactions or [])]
+            answer = PartitionAnswer(
+                tp.partition, NONE, r.high_watermark, r.last_stable_offset, r.log_start_offset, aborted, r.info.records
+            )
+        by_topic.setdefault(tp.topic, []).append(answer)
+    return list(by_topic.items())
+
+
+def _total_bytes(results) -> int:
+    return sum(r.info.records.size for r in results.values() if r.error is None and r.info is not None)
+
+
+async def handle(broker, header, request) -> Response:
+    version = header.api_version
+    if version >= 7 and request.session_id != _INVALID_SESSION_ID:
+        # This broker never creates a session, so a client cannot hold an id of one.
+        return encode_response(version, [], FETCH_SESSION_ID_NOT_FOUND)
+    isolation = READ_COMMITTED if request.isolation_level == 1 else READ_UNCOMMITTED
+    fetch_infos: dict[TopicPartition, tuple[int, int]] = {}
+    order: list[TopicPartition] = []
+    for topic in request.topics:
+        for p in topic.partitions:
+            tp = TopicPartition(topic.topic, p.partition)
+            if tp not in fetch_infos:
+                order.append(tp)
+            fetch_infos[tp] = (p.fetch_offset, max(0, p.partition_max_bytes))
+    max_bytes = request.max_bytes if request.max_bytes > 0 else 0
+    results = _read(broker, fetch_infos, isolation, max_bytes)
+    wait_ms = request.max_wait_ms
+    if (
+        wait_ms > 0
+        and fetch_infos
+        and _total_bytes(results) < request.min_bytes
+        and not any(r.error is not None for r in results.values())
+    ):
+        results = await _wait(broker, fetch_infos, isolation, max_bytes, request.min_bytes, wait_ms, results)
+    return encode_response(version, _answers(results, order, isolation))
+
+
+async def _wait(broker, fetch_infos, isolation, max_bytes, min_bytes, wait_ms, results):
+    """Sleep until a watched high watermark advances with enough bytes, or ``wait_ms`` has passed."""
+    deadline = time.monotonic() + wait_ms / 1000.0
+    partitions = list(fetch_infos)
+    purgatory = broker.purgatory
+    while True:
+        event = purgatory.watch(partitions)
+        try:
+            # Re-read once after registering: data that arrived in between must not be waited for.
+            results = _read(broker, fetch_infos, isolation, max_bytes)
+            if _total_bytes(results) >= max(1, min_bytes) or any(r.error is not None for r in results.values()):
+                return results
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or broker.stopping:
+                return results
+            try:
+                await asyncio.wait_for(event.wait(), remaining)
+            except TimeoutError:
+                return _read(broker, fetch_infos, isolation, max_bytes)
+        finally:
+            purgatory.unwatch(partitions, event)

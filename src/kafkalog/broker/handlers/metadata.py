@@ -1,0 +1,100 @@
+"""Metadata (key 3): this broker, the cluster id, and every partition led by this broker; auto-creates topics."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+
+from ...errors import InvalidTopicError, TopicExistsError, UnknownTopicOrPartitionError
+from ...logdir import parse_uuid, validate_topic_name
+from ..protocol import (
+    INVALID_TOPIC_EXCEPTION,
+    NONE,
+    UNKNOWN_TOPIC_OR_PARTITION,
+    MetadataResponse,
+    Response,
+    error_code,
+)
+
+log = logging.getLogger("kafka.server.KafkaApis")
+
+Broker = MetadataResponse.MetadataResponseBroker
+Topic = MetadataResponse.MetadataResponseTopic
+Partition = Topic.MetadataResponsePartition
+ZERO_UUID = uuid.UUID(int=0)
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
+
+
+def topic_uuid(text: str | None) -> uuid.UUID:
+    return uuid.UUID(bytes=parse_uuid(text)) if text else ZERO_UUID
+
+
+def describe(broker, name: str) -> Topic:
+    """One topic's metadata: every partition led by this node, with itself as the only replica."""
+    description = broker.log_manager.describe_topic(name)
+    node = broker.node_id
+    partitions = []
+    for p in description.partitions:
+        view = broker.replica_manager.get_partition(name, p.partition)
+        partitions.append(
+            Partition(
+                error_code=NONE,
+                partition_index=p.partition,
+                leader_id=node,
+                leader_epoch=view.leader_epoch,
+                replica_nodes=[node],
+                isr_nodes=sorted(view.isr),
+                offline_replicas=[],
+            )
+        )
+    return Topic(
+        error_code=NONE,
+        name=name,
+        topic_id=topic_uuid(description.topic_id),
+        is_internal=name in INTERNAL_TOPICS,
+        partitions=partitions,
+    )
+
+
+def _error_topic(name: str, code: int) -> Topic:
+    return Topic(error_code=code, name=name, topic_id=ZERO_UUID, is_internal=False, partitions=[])
+
+
+def _topic_or_error(broker, name: str, allow_auto_create: bool) -> Topic:
+    try:
+        validate_topic_name(name)
+    except InvalidTopicError:
+        return _error_topic(name, INVALID_TOPIC_EXCEPTION)
+    try:
+        return describe(broker, name)
+    except UnknownTopicOrPartitionError:
+        pass
+    if not (allow_auto_create and broker.config.auto_create_topics_enable):
+        return _error_topic(name, UNKNOWN_TOPIC_OR_PARTITION)
+    try:
+        broker.auto_create_topic(name)
+    except TopicExistsError:
+        pass
+    except Exception as e:
+        log.warning("Auto-creation of topic %s failed: %s", name, e)
+        return _error_topic(name, error_code(e))
+    return describe(broker, name)
+
+
+async def handle(broker, header, request) -> Response:
+    version = header.api_version
+    if request.topics is None or (version == 0 and not request.topics):
+        topics = [describe(broker, name) for name in broker.log_manager.topics()]
+    else:
+        allow = request.allow_auto_topic_creation if version >= 4 else True
+        topics = [_topic_or_error(broker, t.name or "", allow) for t in request.topics]
+    host, port = broker.advertised_endpoint()
+    response = MetadataResponse(
+        version=version,
+        throttle_time_ms=0,
+        brokers=[Broker(node_id=broker.node_id, host=host, port=port, rack=None)],
+        cluster_id=broker.cluster_id,
+        controller_id=broker.node_id,
+        topics=topics,
+    )
+    return Response.of(response, version)

@@ -1,0 +1,99 @@
+"""Produce (key 0): client batches appended as they came, through the replica manager; Kafka's error codes.
+
+acks=0 gets no response; an acks=0 request that failed closes the connection instead, as Kafka does, so
+that the producer notices. A produce request of v3 or later carries exactly one magic-2 batch per
+partition (Kafka's ProduceRequest.validateRecords); anything else is INVALID_RECORD without touching the log.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+
+from ...manager import TopicPartition
+from ...storage.validator import NO_TIMESTAMP
+from ..network import CLOSE
+from ..protocol import CORRUPT_MESSAGE, INVALID_RECORD, NONE, ProduceResponse, Response, error_code, error_message
+
+log = logging.getLogger("kafka.server.KafkaApis")
+
+TopicResponse = ProduceResponse.TopicProduceResponse
+PartitionResponse = TopicResponse.PartitionProduceResponse
+_BATCH_HEAD = struct.Struct(">qib")  # base offset, batch length, (leader epoch...) magic at byte 16
+MAGIC_OFFSET = 16
+
+
+def check_one_batch(records) -> str | None:
+    """Why ``records`` is not exactly one magic-2 batch (None when it is)."""
+    if len(records) < 61:
+        return "Produce requests with version 3 and above must contain exactly one record batch"
+    (length,) = struct.unpack_from(">i", records, 8)
+    if length + 12 != len(records):
+        return "Produce requests with version 3 and above are only allowed to contain exactly one record batch"
+    if records[MAGIC_OFFSET] != 2:
+        return "Produce requests with version 3 and above are only allowed to contain record batches with magic 2"
+    return None
+
+
+async def handle(broker, header, request):
+    acks = request.acks
+    entries: dict[TopicPartition, bytes] = {}
+    early: dict[TopicPartition, tuple[int, str]] = {}
+    order: list[TopicPartition] = []
+    for topic in request.topic_data:
+        for part in topic.partition_data:
+            tp = TopicPartition(topic.name, part.index)
+            order.append(tp)
+            records = part.records
+            if records is None:
+                early[tp] = (CORRUPT_MESSAGE, "The record set of a produce request must not be null")
+                continue
+            problem = check_one_batch(records)
+            if problem is not None:
+                early[tp] = (INVALID_RECORD, problem)
+                continue
+            entries[tp] = bytes(records)
+    results = broker.replica_manager.append_records(entries, acks) if entries else {}
+    if acks == 0:
+        failed = [tp for tp in order if tp in early or results[tp].error is not None]
+        if failed:
+            log.info(
+                "Closing connection: a produce request with acks=0 failed for %s (%s)",
+                ", ".join(map(str, failed)),
+                "; ".join(early[tp][1] if tp in early else str(results[tp].error) for tp in failed),
+            )
+            return CLOSE
+        return None
+    version = header.api_version
+    by_topic: dict[str, list] = {}
+    for tp in order:
+        if tp in early:
+            code, message = early[tp]
+            part = PartitionResponse(index=tp.partition, error_code=code, base_offset=-1, error_message=message)
+        else:
+            result = results[tp]
+            if result.error is not None:
+                part = PartitionResponse(
+                    index=tp.partition,
+                    error_code=error_code(result.error),
+                    base_offset=-1,
+                    log_start_offset=-1,
+                    error_message=error_message(result.error),
+                )
+            else:
+                info = result.info
+                append_time = info.log_append_time if info.log_append_time != NO_TIMESTAMP else -1
+                part = PartitionResponse(
+                    index=tp.partition,
+                    error_code=NONE,
+                    base_offset=info.first_offset,
+                    log_append_time_ms=append_time,
+                    log_start_offset=info.log_start_offset,
+                )
+        by_topic.setdefault(tp.topic, []).append(part)
+    response = ProduceResponse(
+        version=version,
+        responses=[TopicResponse(name=name, partition_responses=parts) for name, parts in by_topic.items()],
+        throttle_time_ms=0,
+    )
+    return Response.of(response, version)

@@ -1,0 +1,108 @@
+"""CreateTopics (key 19) and DeleteTopics (key 20), through the log manager."""
+
+from __future__ import annotations
+
+import logging
+
+from ...errors import UnknownTopicOrPartitionError
+from ...logdir import validate_topic_name
+from ..protocol import (
+    INVALID_REPLICATION_FACTOR,
+    INVALID_REQUEST,
+    NONE,
+    CreateTopicsResponse,
+    DeleteTopicsResponse,
+    Response,
+    error_code,
+    error_message,
+)
+from .metadata import ZERO_UUID, topic_uuid
+
+log = logging.getLogger("kafka.server.KafkaApis")
+
+Created = CreateTopicsResponse.CreatableTopicResult
+Deleted = DeleteTopicsResponse.DeletableTopicResult
+
+
+def _create_one(broker, topic, validate_only: bool) -> Created:
+    partitions = topic.num_partitions if topic.num_partitions != -1 else broker.config.num_partitions
+    replication = (
+        topic.replication_factor if topic.replication_factor != -1 else broker.config.default_replication_factor
+    )
+
+    def failed(code: int, message: str) -> Created:
+        return Created(
+            name=topic.name,
+            topic_id=ZERO_UUID,
+            error_code=code,
+            error_message=message,
+            num_partitions=-1,
+            replication_factor=-1,
+            configs=None,
+        )
+
+    if topic.assignments:
+        return failed(INVALID_REQUEST, "Replica assignments are not supported by this single-node broker")
+    if replication != 1:
+        return failed(
+            INVALID_REPLICATION_FACTOR,
+            f"Unable to replicate the partition {replication} time(s): The target replication factor of "
+            f"{replication} cannot be reached because only 1 broker(s) are registered.",
+        )
+    configs = {c.name: c.value for c in topic.configs}
+    try:
+        validate_topic_name(topic.name)
+        if validate_only:
+            from ...storage.config import LogConfig
+
+            LogConfig(configs, broker=broker.config.log)
+            if topic.name in broker.log_manager.topics():
+                from ...errors import TopicExistsError
+
+                raise TopicExistsError(f"Topic '{topic.name}' already exists.")
+            topic_id = ZERO_UUID
+        else:
+            description = broker.log_manager.create_topic(topic.name, partitions, configs)
+            topic_id = topic_uuid(description.topic_id)
+            log.info("Created topic %s with %d partition(s) and configs %s", topic.name, partitions, configs)
+    except Exception as e:
+        return failed(error_code(e), error_message(e))
+    return Created(
+        name=topic.name,
+        topic_id=topic_id,
+        error_code=NONE,
+        error_message=None,
+        num_partitions=partitions,
+        replication_factor=1,
+        configs=[],
+    )
+
+
+async def handle_create(broker, header, request) -> Response:
+    version = header.api_version
+    results = [_create_one(broker, t, bool(request.validate_only)) for t in request.topics]
+    return Response.of(CreateTopicsResponse(version=version, throttle_time_ms=0, topics=results), version)
+
+
+def _delete_one(broker, name: str | None) -> Deleted:
+    if name is None:
+        return Deleted(
+            name=None,
+            topic_id=ZERO_UUID,
+            error_code=error_code(UnknownTopicOrPartitionError("")),
+            error_message="Deleting topics by id is not supported yet",
+        )
+    try:
+        topic_id = topic_uuid(broker.log_manager.describe_topic(name).topic_id)
+        broker.log_manager.delete_topic(name)
+        log.info("Deleted topic %s", name)
+        return Deleted(name=name, topic_id=topic_id, error_code=NONE, error_message=None)
+    except Exception as e:
+        return Deleted(name=name, topic_id=ZERO_UUID, error_code=error_code(e), error_message=error_message(e))
+
+
+async def handle_delete(broker, header, request) -> Response:
+    version = header.api_version
+    names = [t.name for t in request.topics] if version >= 6 else list(request.topic_names)
+    results = [_delete_one(broker, name) for name in names]
+    return Response.of(DeleteTopicsResponse(version=version, throttle_time_ms=0, responses=results), version)

@@ -1,0 +1,212 @@
+"""The socket server: Kafka's framing on asyncio streams, one task per connection.
+
+Each connection reads a 4-byte size and that many bytes, hands the frame to the request router, and writes
+the response before it reads the next frame: as Kafka's processor mutes a channel while its request is being
+served, responses go out in request order and a client may pipeline as many requests as it likes (they wait
+in the socket). A frame larger than ``socket.request.max.bytes`` or a negative size closes the connection, as
+does a request the router cannot parse; nothing a client sends can stop the server or touch another
+connection.
+
+Fetch responses carry regions of segment files: with ``zero_copy`` they are written with ``loop.sendfile``,
+which uses ``os.sendfile`` on a plain socket, so record bytes never enter Python; without it (TLS, later)
+they are read and copied, to the same bytes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import struct
+from collections.abc import Awaitable, Callable
+
+from .config import Endpoint
+from .protocol import FileRegion, InvalidRequestError, Response
+
+log = logging.getLogger("kafka.network.SocketServer")
+
+_SIZE = struct.Struct(">i")
+CLOSE = object()  # a handler's answer meaning: close this connection (e.g. an acks=0 produce that failed)
+
+Handler = Callable[["Connection", memoryview], Awaitable["tuple[bytes, Response] | object | None"]]
+
+
+class _Fd:
+    """A file-like view of a segment's descriptor for loop.sendfile, which wants fileno() and seek().
+
+    The descriptor stays owned by the segment; sendfile is given explicit offsets, so seek has nothing to do.
+    """
+
+    __slots__ = ("_fd",)
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+
+    def fileno(self) -> int:
+        return self._fd
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        return offset
+
+
+class Connection:
+    """One client connection: its address and the id Kafka's logs give it (local-remote-index)."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, index: int) -> None:
+        self.reader = reader
+        self.writer = writer
+        local = writer.get_extra_info("sockname") or ("?", 0)
+        peer = writer.get_extra_info("peername") or ("?", 0)
+        self.id = f"{local[0]}:{local[1]}-{peer[0]}:{peer[1]}-{index}"
+        self.closed = False
+        self.busy = False  # a request has been read and its response is not yet written
+
+
+class SocketServer:
+    """Accept connections on each listener and serve Kafka requests on them.
+
+    Invariant: at most one request per connection is being handled at any time, and its response is written
+    completely (or the connection closed) before the next frame is read.
+    """
+
+    def __init__(
+        self,
+        listeners: list[Endpoint],
+        handler: Handler,
+        *,
+        max_request_bytes: int,
+        zero_copy: bool = True,
+    ) -> None:
+        self.listeners = listeners
+        self.handler = handler
+        self.max_request_bytes = max_request_bytes
+        self.zero_copy = zero_copy
+        self.bound: list[tuple[str, int]] = []
+        self._servers: list[asyncio.base_events.Server] = []
+        self._connections: dict[asyncio.Task, Connection] = {}
+        self._index = 0
+        self._stopping = False
+        self.sendfile_calls = 0
+
+    async def start(self) -> None:
+        for endpoint in self.listeners:
+            host = endpoint.host or None
+            server = await asyncio.start_server(self._accept, host, endpoint.port, reuse_address=True, backlog=1024)
+            self._servers.append(server)
+            for sock in server.sockets:
+                address = sock.getsockname()
+                self.bound.append((address[0], address[1]))
+                log.info("Awaiting socket connections on %s:%d (listener %s).", address[0], address[1], endpoint.name)
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        sock = writer.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._index += 1
+        conn = Connection(reader, writer, self._index)
+        task = asyncio.current_task()
+        self._connections[task] = conn
+        try:
+            await self._serve(conn)
+        except (ConnectionError, asyncio.IncompleteReadError, TimeoutError):
+            pass
+        except asyncio.CancelledError:
+            pass
+        except Exception:
+            log.exception("Unexpected error on connection %s; closing it", conn.id)
+        finally:
+            self._connections.pop(task, None)
+            conn.closed = True
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+    async def _serve(self, conn: Connection) -> None:
+        reader = conn.reader
+        while not self._stopping:
+            head = await reader.readexactly(4)
+            (size,) = _SIZE.unpack(head)
+            if size < 0 or size > self.max_request_bytes:
+                log.warning(
+                    "Closing connection %s: frame size %d is %s (socket.request.max.bytes=%d)",
+                    conn.id,
+                    size,
+                    "negative" if size < 0 else "larger than the limit",
+                    self.max_request_bytes,
+                )
+                return
+            frame = await reader.readexactly(size)
+            conn.busy = True
+            try:
+                answer = await self.handler(conn, memoryview(frame))
+            except InvalidRequestError as e:
+                log.warning("Closing connection %s due to an invalid request: %s", conn.id, e)
+                return
+            if answer is CLOSE:
+                return
+            if answer is not None:
+                header, response = answer
+                try:
+                    await self._send(conn, header, response)
+                finally:
+                    response.close()
+            conn.busy = False
+
+    async def _send(self, conn: Connection, header: bytes, response: Response) -> None:
+        """Write one response: its size and header, then each part (file regions by sendfile when zero-copy)."""
+        writer = conn.writer
+        pending = bytearray(_SIZE.pack(len(header) + response.size))
+        pending += header
+        for part in response.parts:
+            if isinstance(part, FileRegion):
+                if self.zero_copy:
+                    writer.write(bytes(pending))
+                    pending.clear()
+                    await self._sendfile(writer, part)
+                else:
+                    data = part.read()
+                    if len(data) != part.size:
+                        raise ConnectionError(f"{part.path} was truncated while being sent; closing {conn.id}")
+                    pending += data
+            else:
+                pending += part
+        if pending:
+            writer.write(bytes(pending))
+        await writer.drain()
+
+    async def _sendfile(self, writer: asyncio.StreamWriter, part: FileRegion) -> None:
+        loop = asyncio.get_running_loop()
+        self.sendfile_calls += 1
+        sent = await loop.sendfile(writer.transport, _Fd(part.fd), part.position, part.size, fallback=False)
+        if sent != part.size:  # a file truncated under the send: the frame cannot be completed (FileRecords.writeTo)
+            raise ConnectionError(f"Size of {part.path} was truncated during a send: sent {sent} of {part.size}")
+
+    async def stop(self, drain_timeout: float = 10.0) -> None:
+        """Stop accepting, let each connection finish the request it is serving, then close them."""
+        self._stopping = True
+        for server in self._servers:
+            server.close()
+        busy = []
+        for task, conn in list(self._connections.items()):
+            if conn.busy:
+                busy.append(task)
+            else:  # waiting for its next frame: nothing in flight
+                task.cancel()
+        if busy:
+            _, pending = await asyncio.wait(busy, timeout=drain_timeout)
+            for task in pending:
+                log.warning("Closing connection %s with a request still in flight", self._connections[task].id)
+                task.cancel()
+        remaining = list(self._connections)
+        if remaining:
+            await asyncio.wait(remaining, timeout=1.0)
+        for server in self._servers:
+            with contextlib.suppress(Exception):
+                await server.wait_closed()
+
+
+def has_native_sendfile() -> bool:
+    return hasattr(os, "sendfile")

@@ -1,0 +1,339 @@
+"""Kafka's wire protocol: request headers, the supported APIs and versions, error codes, response frames.
+
+Bodies are decoded and encoded by kafka-python's schema classes, which are generated at import time from
+Kafka's own ``common/message/*.json`` (see the package docstring for why, with the measurements). The request
+header is parsed here by hand, because its version depends on the API and version it names, and a broker must
+answer an ApiVersions request whose version it does not know (KIP-511) before it can decode anything else.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from dataclasses import dataclass, field
+
+from kafka.protocol.admin import (
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+    DeleteRecordsRequest,
+    DeleteRecordsResponse,
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
+    DescribeClusterRequest,
+    DescribeClusterResponse,
+    DescribeConfigsRequest,
+    DescribeConfigsResponse,
+)
+from kafka.protocol.consumer import (
+    FetchRequest,
+    FetchResponse,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+    OffsetForLeaderEpochRequest,
+    OffsetForLeaderEpochResponse,
+)
+from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse
+from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdResponse, ProduceRequest, ProduceResponse
+
+from ..storage.file_records import RecordsSlice
+
+# ----- error codes (Kafka's org.apache.kafka.common.protocol.Errors) ---------------------------------------
+UNKNOWN_SERVER_ERROR = -1
+NONE = 0
+OFFSET_OUT_OF_RANGE = 1
+CORRUPT_MESSAGE = 2
+UNKNOWN_TOPIC_OR_PARTITION = 3
+LEADER_NOT_AVAILABLE = 5
+NOT_LEADER_OR_FOLLOWER = 6
+REQUEST_TIMED_OUT = 7
+MESSAGE_TOO_LARGE = 10
+INVALID_TOPIC_EXCEPTION = 17
+RECORD_LIST_TOO_LARGE = 18
+NOT_ENOUGH_REPLICAS = 19
+INVALID_REQUIRED_ACKS = 21
+INVALID_TIMESTAMP = 32
+UNSUPPORTED_VERSION = 35
+TOPIC_ALREADY_EXISTS = 36
+INVALID_PARTITIONS = 37
+INVALID_REPLICATION_FACTOR = 38
+INVALID_CONFIG = 40
+INVALID_REQUEST = 42
+UNSUPPORTED_FOR_MESSAGE_FORMAT = 43
+OUT_OF_ORDER_SEQUENCE_NUMBER = 45
+DUPLICATE_SEQUENCE_NUMBER = 46
+INVALID_PRODUCER_EPOCH = 47
+INVALID_TXN_STATE = 48
+KAFKA_STORAGE_ERROR = 56
+UNKNOWN_LEADER_EPOCH = 75
+FENCED_LEADER_EPOCH = 74
+UNSUPPORTED_COMPRESSION_TYPE = 76
+INVALID_RECORD = 87
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
+COORDINATOR_NOT_AVAILABLE = 15
+UNKNOWN_TOPIC_ID = 100
+
+# kafkalog's exception class names (Kafka's exception names) -> Kafka's error code. Looked up along the MRO,
+# by name so that a layer's new error class (e.g. the partition layer's) needs no import here.
+_ERROR_CODES = {
+    "OffsetOutOfRangeError": OFFSET_OUT_OF_RANGE,
+    "CorruptRecordError": CORRUPT_MESSAGE,
+    "UnknownTopicOrPartitionError": UNKNOWN_TOPIC_OR_PARTITION,
+    "NotLeaderOrFollowerError": NOT_LEADER_OR_FOLLOWER,
+    "RecordTooLargeError": MESSAGE_TOO_LARGE,
+    "InvalidTopicError": INVALID_TOPIC_EXCEPTION,
+    "RecordBatchTooLargeError": RECORD_LIST_TOO_LARGE,
+    "NotEnoughReplicasError": NOT_ENOUGH_REPLICAS,
+    "NotEnoughReplicasAfterAppendError": 20,
+    "InvalidRequiredAcksError": INVALID_REQUIRED_ACKS,
+    "InvalidTimestampError": INVALID_TIMESTAMP,
+    "TopicExistsError": TOPIC_ALREADY_EXISTS,
+    "InvalidPartitionsError": INVALID_PARTITIONS,
+    "InvalidReplicationFactorError": INVALID_REPLICATION_FACTOR,
+    "InvalidConfigurationError": INVALID_CONFIG,
+    "UnsupportedForMessageFormatError": UNSUPPORTED_FOR_MESSAGE_FORMAT,
+    "OutOfOrderSequenceError": OUT_OF_ORDER_SEQUENCE_NUMBER,
+    "DuplicateSequenceError": DUPLICATE_SEQUENCE_NUMBER,
+    "InvalidProducerEpochError": INVALID_PRODUCER_EPOCH,
+    "InvalidTxnStateError": INVALID_TXN_STATE,
+    "KafkaStorageError": KAFKA_STORAGE_ERROR,
+    "FencedLeaderEpochError": FENCED_LEADER_EPOCH,
+    "UnknownLeaderEpochError": UNKNOWN_LEADER_EPOCH,
+    "UnsupportedCompressionTypeError": UNSUPPORTED_COMPRESSION_TYPE,
+    "InvalidRecordError": INVALID_RECORD,
+}
+
+
+def error_code(error: BaseException | None) -> int:
+    """Kafka's error code for ``error`` (NONE for None, UNKNOWN_SERVER_ERROR for an unexpected exception)."""
+    if error is None:
+        return NONE
+    for klass in type(error).__mro__:
+        code = _ERROR_CODES.get(klass.__name__)
+        if code is not None:
+            return code
+    return UNKNOWN_SERVER_ERROR
+
+
+def error_message(error: BaseException | None) -> str | None:
+    return None if error is None else str(error)
+
+
+# ----- APIs ------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ApiSpec:
+    """One API this broker serves: its key, the versions it accepts, and the schema classes of its messages."""
+
+    key: int
+    name: str
+    min_version: int
+    max_version: int
+    request: type
+    response: type
+    flexible_from: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "flexible_from", self.request._flexible_versions[0])
+
+    def flexible(self, version: int) -> bool:
+        return version >= self.flexible_from
+
+
+# Versions: at least what every common client needs (issue 18); the upper bounds stop where a version needs what
+# this broker has not built (Fetch 13+ and Metadata 13 need topic ids everywhere, Produce 12+ KIP-890 transactions).
+APIS: dict[int, ApiSpec] = {
+    spec.key: spec
+    for spec in (
+        ApiSpec(0, "Produce", 3, 11, ProduceRequest, ProduceResponse),
+        ApiSpec(1, "Fetch", 4, 12, FetchRequest, FetchResponse),
+        ApiSpec(2, "ListOffsets", 1, 7, ListOffsetsRequest, ListOffsetsResponse),
+        ApiSpec(3, "Metadata", 0, 12, MetadataRequest, MetadataResponse),
+        ApiSpec(18, "ApiVersions", 0, 4, ApiVersionsRequest, ApiVersionsResponse),
+        ApiSpec(19, "CreateTopics", 2, 7, CreateTopicsRequest, CreateTopicsResponse),
+        ApiSpec(20, "DeleteTopics", 1, 6, DeleteTopicsRequest, DeleteTopicsResponse),
+        ApiSpec(22, "InitProducerId", 0, 4, InitProducerIdRequest, InitProducerIdResponse),
+        ApiSpec(21, "DeleteRecords", 0, 2, DeleteRecordsRequest, DeleteRecordsResponse),
+        ApiSpec(23, "OffsetForLeaderEpoch", 2, 4, OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse),
+        ApiSpec(32, "DescribeConfigs", 1, 4, DescribeConfigsRequest, DescribeConfigsResponse),
+        ApiSpec(60, "DescribeCluster", 0, 1, DescribeClusterRequest, DescribeClusterResponse),
+    )
+}
+API_VERSIONS_KEY = 18
+
+
+class InvalidRequestError(Exception):
+    """A request the broker cannot parse (Kafka's InvalidRequestException): the connection is closed."""
+
+
+@dataclass(frozen=True)
+class RequestHeader:
+    """A request header (v1, or v2 = v1 + tagged fields); ``size`` is its length in the frame."""
+
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    size: int
+
+
+_HEAD = struct.Struct(">hhih")
+
+
+def _read_uvarint(data: memoryview, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        if pos >= len(data) or shift > 28:
+            raise InvalidRequestError("Malformed unsigned varint in the request header")
+        b = data[pos]
+        pos += 1
+        value |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return value, pos
+        shift += 7
+
+
+def parse_header(frame: memoryview) -> tuple[RequestHeader, ApiSpec | None]:
+    """The header of one request frame (without its size prefix), and the API it names (None if unknown).
+
+    Raises InvalidRequestError for a header that cannot be read. The header version follows the API version:
+    v2 (tagged fields) when that version is flexible. An unknown API or version cannot say which, so it is
+    read as v1, which is all an ApiVersions reply needs.
+    """
+    if len(frame) < _HEAD.size:
+        raise InvalidRequestError(f"Request of {len(frame)} bytes is shorter than a request header")
+    api_key, api_version, correlation_id, client_len = _HEAD.unpack_from(frame, 0)
+    pos = _HEAD.size
+    client_id = None
+    if client_len >= 0:
+        if pos + client_len > len(frame):
+            raise InvalidRequestError("The request header's client id runs past the end of the request")
+        try:
+            client_id = bytes(frame[pos : pos + client_len]).decode("utf-8")
+        except UnicodeDecodeError:
+            raise InvalidRequestError("The request header's client id is not UTF-8") from None
+        pos += client_len
+    elif client_len != -1:
+        raise InvalidRequestError(f"Invalid client id length {client_len} in the request header")
+    spec = APIS.get(api_key)
+    if spec is not None and spec.min_version <= api_version <= spec.max_version and spec.flexible(api_version):
+        count, pos = _read_uvarint(frame, pos)
+        for _ in range(count):
+            _, pos = _read_uvarint(frame, pos)
+            size, pos = _read_uvarint(frame, pos)
+            pos += size
+            if pos > len(frame):
+                raise InvalidRequestError("A tagged field of the request header runs past the end of the request")
+    return RequestHeader(api_key, api_version, correlation_id, client_id, pos), spec
+
+
+def decode_request(spec: ApiSpec, header: RequestHeader, frame: memoryview):
+    """The request body, decoded by its schema; InvalidRequestError when it does not parse.
+
+    Beyond the decoder, a null in a field the schema does not declare nullable is refused here (Kafka's
+    generated readers refuse it while parsing), so handlers never meet a None they were not promised.
+    """
+    version = header.api_version
+    try:
+        request = spec.request[version].decode(frame[header.size :])
+    except Exception as e:  # the schema decoder raises struct.error, ValueError, IndexError, UnicodeDecodeError...
+        raise InvalidRequestError(
+            f"Error parsing {spec.name} v{version} request (correlation id {header.correlation_id}): "
+            f"{type(e).__name__}: {e}"
+        ) from None
+    problem = _null_where_not_nullable(request, version)
+    if problem is not None:
+        raise InvalidRequestError(
+            f"Error parsing {spec.name} v{version} request (correlation id {header.correlation_id}): "
+            f"non-nullable field {problem} was serialized as null"
+        )
+    return request
+
+
+def _null_where_not_nullable(container, version: int) -> str | None:
+    """The name of the first field holding a null its schema forbids at ``version`` (None if there is none)."""
+    for schema_field in container._struct._fields:  # the generated schema's fields (no public accessor)
+        if not schema_field.for_version_q(version) or schema_field._tag is not None:
+            continue
+        value = getattr(container, schema_field.name)
+        if value is None:
+            # kafka-python reads the zero UUID as None; a uuid field is never null on the wire.
+            if schema_field.type_str != "uuid" and not schema_field.nullable_for_version_q(version):
+                return schema_field.name
+        elif schema_field.is_struct_array():
+            for item in value:
+                problem = _null_where_not_nullable(item, version)
+                if problem is not None:
+                    return f"{schema_field.name}.{problem}"
+        elif schema_field.is_struct():
+            problem = _null_where_not_nullable(value, version)
+            if problem is not None:
+                return f"{schema_field.name}.{problem}"
+    return None
+
+
+def response_header(spec: ApiSpec, header: RequestHeader) -> bytes:
+    """The response header: v1 (with an empty tagged-field section) for flexible versions, else v0.
+
+    ApiVersions responses always use v0, so a client can read one whatever version it asked for (KIP-511).
+    """
+    correlation = struct.pack(">i", header.correlation_id)
+    if spec.key != API_VERSIONS_KEY and spec.flexible(header.api_version):
+        return correlation + b"\x00"
+    return correlation
+
+
+class FileRegion:
+    """``size`` bytes at ``position`` of a segment file, on a descriptor of its own.
+
+    The descriptor is a dup of the segment's, taken when the region is read from the log, so the bytes stay
+    reachable even if the segment is closed or deleted before the response is written (Kafka holds the
+    FileChannel the same way); ``close`` releases it.
+    """
+
+    __slots__ = ("fd", "path", "position", "size")
+
+    def __init__(self, records: RecordsSlice) -> None:
+        self.fd = os.dup(records.file._fd)
+        self.path = records.file.path
+        self.position = records.position
+        self.size = records.size
+
+    def read(self) -> bytes:
+        """The region's bytes (the copying path): fewer only if the file was truncated."""
+        chunks, position, left = [], self.position, self.size
+        while left > 0:
+            chunk = os.pread(self.fd, left, position)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            position += len(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+@dataclass
+class Response:
+    """A response body to send after its header: encoded bytes, and for Fetch, regions of segment files.
+
+    ``parts`` are written in order; a FileRegion part is sent from its file (os.sendfile) without entering
+    Python, unless the connection must copy (e.g. TLS, later). ``close`` releases the regions' descriptors.
+    """
+
+    parts: list[bytes | FileRegion]
+
+    @classmethod
+    def of(cls, message, version: int) -> Response:
+        return cls([message.encode(version=version)])
+
+    @property
+    def size(self) -> int:
+        return sum(len(p) if isinstance(p, bytes | bytearray) else p.size for p in self.parts)
+
+    def close(self) -> None:
+        for part in self.parts:
+            if isinstance(part, FileRegion):
+                part.close()

@@ -1,0 +1,142 @@
+"""KafkaServer: the log manager, the replica manager, the socket server and the request router of one node.
+
+``startup`` loads the log dirs (recovering after an unclean shutdown), then listens; ``shutdown`` stops
+accepting, lets in-flight requests finish, and shuts the log manager down, which flushes and writes the
+clean-shutdown marker so that the next start skips recovery.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import signal
+from pathlib import Path
+
+from ..errors import KafkaStorageError
+from ..logdir import MetaProperties
+from ..manager import LogManager
+from .apis import RequestRouter
+from .config import KafkaConfig
+from .network import SocketServer
+from .producer_ids import ProducerIdManager
+from .purgatory import FetchPurgatory
+from .replica_access import ReplicaManager, prepare_replica_manager
+
+log = logging.getLogger("kafka.server.KafkaServer")
+
+
+def _meta_properties(config: KafkaConfig) -> MetaProperties:
+    """The cluster id and node id of the log dirs, created on first start; a node id mismatch is refused."""
+    found = [(d, m) for d in config.log_dirs if (m := MetaProperties.read(d)) is not None]
+    for directory, meta in found:
+        if meta.node_id is not None and meta.node_id != config.node_id:
+            raise KafkaStorageError(
+                f"Stored node id {meta.node_id} doesn't match the configured node.id {config.node_id} "
+                f"in meta.properties of {directory}. If you moved your data, make sure your configured node id "
+                "matches. If you intend to create a new node, you should remove all data in your data directories."
+            )
+    cluster_ids = {m.cluster_id for _, m in found if m.cluster_id}
+    if len(cluster_ids) > 1:
+        raise KafkaStorageError(f"The log dirs belong to different clusters: {sorted(cluster_ids)}")
+    template = MetaProperties.generate(cluster_id=next(iter(cluster_ids), None), node_id=config.node_id)
+    for directory in config.log_dirs:
+        meta = MetaProperties.read(directory)
+        if meta is None:
+            Path(directory).mkdir(parents=True, exist_ok=True)
+            MetaProperties.generate(cluster_id=template.cluster_id, node_id=config.node_id).write(directory)
+        elif meta.cluster_id is None:
+            # A ZooKeeper-era v0 file may lack cluster.id (the cluster id lived in ZooKeeper); Kafka itself then
+            # writes the id into the v0 file, so it stays the same across restarts.
+            dataclasses.replace(meta, cluster_id=template.cluster_id).write(directory)
+    return template
+
+
+class KafkaServer:
+    """One broker. Invariant: requests are served only between a completed startup and the start of shutdown."""
+
+    def __init__(self, config: KafkaConfig, *, zero_copy: bool = True) -> None:
+        self.config = config
+        self.node_id = config.node_id
+        self.zero_copy = zero_copy
+        self.log_manager: LogManager | None = None
+        self.replica_manager: ReplicaManager | None = None
+        self.producer_ids: ProducerIdManager | None = None
+        self.purgatory: FetchPurgatory | None = None
+        self.socket_server: SocketServer | None = None
+        self.cluster_id: str | None = None
+        self.stopping = False
+        self._stopped = asyncio.Event()
+
+    # ----- lifecycle --------------------------------------------------------------------------------
+    async def startup(self) -> None:
+        log.info("[KafkaServer id=%d] starting", self.node_id)
+        meta = _meta_properties(self.config)
+        self.cluster_id = meta.cluster_id
+        self.log_manager = LogManager(self.config.log_dirs, self.config.log)
+        self.replica_manager = prepare_replica_manager(self.log_manager, self.node_id)
+        self.log_manager.startup()
+        self.purgatory = FetchPurgatory(asyncio.get_running_loop())
+        self.replica_manager.add_listener(self.purgatory.notify)
+        self.producer_ids = ProducerIdManager(self.log_manager.log_dirs[0])
+        self.socket_server = SocketServer(
+            self.config.listeners,
+            RequestRouter(self),
+            max_request_bytes=self.config.socket_request_max_bytes,
+            zero_copy=self.zero_copy,
+        )
+        try:
+            await self.socket_server.start()
+        except BaseException:
+            self.log_manager.shutdown()
+            raise
+        log.info("[KafkaServer id=%d] started (cluster id %s)", self.node_id, self.cluster_id)
+
+    async def shutdown(self) -> None:
+        if self.stopping:
+            return
+        self.stopping = True
+        log.info("[KafkaServer id=%d] shutting down", self.node_id)
+        if self.purgatory is not None:
+            self.purgatory.wake_all()  # long polls answer now rather than at their max wait
+        if self.socket_server is not None:
+            await self.socket_server.stop()
+        if self.log_manager is not None:
+            self.log_manager.shutdown()
+        log.info("[KafkaServer id=%d] shut down completed", self.node_id)
+        self._stopped.set()
+
+    async def serve_forever(self) -> None:
+        """Start, run until SIGTERM or SIGINT, then shut down cleanly."""
+        await self.startup()
+        loop = asyncio.get_running_loop()
+        stop = asyncio.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        try:
+            await stop.wait()
+        finally:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.remove_signal_handler(sig)
+            await self.shutdown()
+
+    # ----- what the handlers use ----------------------------------------------------------------------
+    @property
+    def bound_addresses(self) -> list[tuple[str, int]]:
+        return list(self.socket_server.bound) if self.socket_server else []
+
+    def advertised_endpoint(self) -> tuple[str, int]:
+        """(host, port) clients are told to connect to: advertised.listeners, else the first bound listener."""
+        endpoint = self.config.advertised[0]
+        host, port = endpoint.host, endpoint.port
+        if port == 0 or not host or host == "0.0.0.0":
+            bound_host, bound_port = self.bound_addresses[0] if self.bound_addresses else ("127.0.0.1", port)
+            if port == 0:
+                port = bound_port
+            if not host or host == "0.0.0.0":
+                host = bound_host if bound_host not in ("0.0.0.0", "::") else "127.0.0.1"
+        return host, port
+
+    def auto_create_topic(self, name: str) -> None:
+        self.log_manager.create_topic(name, self.config.num_partitions)
+        log.info("Auto-created topic %s with %d partition(s)", name, self.config.num_partitions)

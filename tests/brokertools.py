@@ -1,0 +1,185 @@
+"""Helpers for the broker tests: a ``kafkalog serve`` subprocess on a free loopback port, and a raw Kafka client.
+
+The server listens on port 0 and the tests read the port it got from its log line ("Awaiting socket
+connections on HOST:PORT"), so no port is guessed and no two test modules collide.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from kafka.protocol.metadata import ApiVersionsRequest
+
+REPO = Path(__file__).resolve().parents[1]
+_LISTENING = re.compile(r"Awaiting socket connections on (\S+):(\d+)")
+
+
+class BrokerProcess:
+    """``kafkalog serve`` in a subprocess; ``bootstrap`` is its host:port once started."""
+
+    def __init__(self, log_dir: Path, overrides: dict[str, str] | None = None) -> None:
+        self.log_dir = Path(log_dir)
+        settings = {"listeners": "PLAINTEXT://127.0.0.1:0", "log.dirs": str(self.log_dir)}
+        settings.update(overrides or {})
+        self.args = [sys.executable, "-c", "from kafkalog.cli import main; main()", "serve"]
+        for key, value in settings.items():
+            self.args += ["--override", f"{key}={value}"]
+        self.proc: subprocess.Popen | None = None
+        self.lines: list[str] = []
+        self.host = "127.0.0.1"
+        self.port = 0
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def start(self, timeout: float = 60.0) -> BrokerProcess:
+        env = dict(os.environ)
+        src = str(REPO / "src")
+        env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        self.proc = subprocess.Popen(
+            self.args, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, stdin=subprocess.DEVNULL, text=True, env=env
+        )
+        found = threading.Event()
+
+        def drain() -> None:
+            for line in self.proc.stderr:
+                self.lines.append(line)
+                m = _LISTENING.search(line)
+                if m and not found.is_set():
+                    self.host, self.port = m.group(1), int(m.group(2))
+                    found.set()
+            found.set()
+
+        threading.Thread(target=drain, daemon=True).start()
+        if not found.wait(timeout) or not self.port:
+            self.stop()
+            raise RuntimeError("kafkalog serve did not start:\n" + "".join(self.lines))
+        return self
+
+    def stop(self, timeout: float = 30.0) -> int:
+        if self.proc is None:
+            return 0
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.returncode
+
+    @property
+    def log(self) -> str:
+        return "".join(self.lines)
+
+    def __enter__(self) -> BrokerProcess:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+# ----- a raw protocol client ----------------------------------------------------------------------------
+def frame(api_key: int, version: int, body: bytes, correlation_id: int = 1, client_id: str | None = "test") -> bytes:
+    """A request frame with a v1 header, or v2 (empty tagged fields) when ``flexible``-by-key-and-version."""
+    from kafkalog.broker.protocol import APIS
+
+    spec = APIS.get(api_key)
+    header = struct.pack(">hhi", api_key, version, correlation_id)
+    if client_id is None:
+        header += struct.pack(">h", -1)
+    else:
+        encoded = client_id.encode()
+        header += struct.pack(">h", len(encoded)) + encoded
+    if spec is not None and spec.min_version <= version <= spec.max_version and spec.flexible(version):
+        header += b"\x00"
+    payload = header + body
+    return struct.pack(">i", len(payload)) + payload
+
+
+def encode_request(message, version: int, correlation_id: int = 1) -> bytes:
+    return frame(message.API_KEY, version, message.encode(version=version), correlation_id)
+
+
+class RawClient:
+    """One TCP connection speaking Kafka frames; responses are returned as (correlation id, body bytes)."""
+
+    def __init__(self, bootstrap: str, timeout: float = 10.0) -> None:
+        host, port = bootstrap.rsplit(":", 1)
+        self.sock = socket.create_connection((host, int(port)), timeout=timeout)
+
+    def send(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def _read_exactly(self, n: int) -> bytes:
+        chunks = []
+        while n:
+            chunk = self.sock.recv(n)
+            if not chunk:
+                raise ConnectionError("connection closed by the broker")
+            chunks.append(chunk)
+            n -= len(chunk)
+        return b"".join(chunks)
+
+    def receive(self) -> bytes:
+        (size,) = struct.unpack(">i", self._read_exactly(4))
+        return self._read_exactly(size)
+
+    def call(self, message, version: int, correlation_id: int = 1):
+        """Send ``message`` at ``version`` and decode its response."""
+        from kafkalog.broker.protocol import APIS
+
+        spec = APIS[message.API_KEY]
+        self.send(encode_request(message, version, correlation_id))
+        body = self.receive()
+        (corr,) = struct.unpack_from(">i", body)
+        assert corr == correlation_id, f"correlation id {corr} != {correlation_id}"
+        skip = 5 if spec.flexible(version) and spec.key != 18 else 4
+        return spec.response[version].decode(body[skip:])
+
+    def closed_by_peer(self, timeout: float = 5.0) -> bool:
+        """True if the broker closes the connection within ``timeout`` (reads EOF)."""
+        self.sock.settimeout(timeout)
+        try:
+            return self.sock.recv(1) == b""
+        except (ConnectionResetError, BrokenPipeError):
+            return True
+        except TimeoutError:
+            return False
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.sock.close()
+
+    def __enter__(self) -> RawClient:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def api_versions_ok(bootstrap: str) -> bool:
+    """The broker answers ApiVersions on a fresh connection (it is alive and serving)."""
+    with RawClient(bootstrap) as client:
+        response = client.call(ApiVersionsRequest(version=3, client_software_name="t", client_software_version="1"), 3)
+        return response.error_code == 0
+
+
+def wait_until(predicate, timeout: float = 10.0, interval: float = 0.05) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return predicate()

@@ -1,0 +1,291 @@
+"""The partition layer (Kafka's Partition and ReplicaManager): leader epoch, ISR, high watermark, acks, reads.
+
+Expected behaviour from Kafka's core/src/main/scala/kafka/cluster/Partition.scala (makeLeader,
+maybeIncrementLeaderHW, appendRecordsToLeader, fetchOffsetForTimestamp, lastOffsetForLeaderEpoch) and
+ReplicaManager.appendRecords / readFromLocalLog; error names from Kafka's exceptions.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from kafkalog.cli import main
+from kafkalog.errors import (
+    FencedLeaderEpochError,
+    InvalidRequiredAcksError,
+    NotEnoughReplicasError,
+    NotLeaderOrFollowerError,
+    OffsetOutOfRangeError,
+    UnknownLeaderEpochError,
+    UnknownTopicOrPartitionError,
+)
+from kafkalog.manager import LogManager, TopicPartition
+from kafkalog.partition import Partition
+from kafkalog.record import RecordBatchBuilder
+from kafkalog.storage.log import LATEST_TIMESTAMP, Log
+from kafkalog.testing import MockTime
+
+
+def batch(*values: bytes, timestamp: int | None = None, **kwargs) -> bytes:
+    builder = RecordBatchBuilder(clock=MockTime(), **kwargs)
+    for v in values or (b"v",):
+        builder.append(None, v, timestamp)
+    return builder.build()
+
+
+def offsets_read(partition: Partition, offset: int, isolation: str = "read_uncommitted") -> list[int]:
+    return [r.offset for r in partition.records(offset, isolation)]
+
+
+@pytest.fixture
+def log(tmp_path: Path):
+    lg = Log.open(tmp_path / "t-0", {"min.insync.replicas": 1}, MockTime())
+    yield lg
+    lg.close()
+
+
+def test_make_leader_moves_a_lagging_high_watermark_to_the_log_end(tmp_path: Path) -> None:
+    with Log.open(tmp_path / "t-0", clock=MockTime()) as lg:
+        for _ in range(5):
+            lg.append(batch())
+    # A restart whose checkpointed high watermark lags (a kill -9 before the checkpoint): HW 1 of LEO 5.
+    lg = Log.open(tmp_path / "t-0", clock=MockTime(), high_watermark=1)
+    assert lg.high_watermark == 1
+    partition = Partition(lg)
+    heard = []
+    partition.add_listener(lambda p, hw: heard.append(hw))
+    assert partition.make_leader() is True
+    assert (partition.leader_epoch, partition.isr, partition.high_watermark) == (0, {0}, 5)
+    assert heard == [5]
+    assert offsets_read(partition, 0) == [0, 1, 2, 3, 4]
+    lg.close()
+
+
+def test_leader_appends_stamp_the_epoch_and_advance_the_high_watermark(log: Log) -> None:
+    partition = Partition(log, local_broker_id=3)
+    partition.make_leader(leader_epoch=7, isr={3})
+    assert log.leader_epoch_cache.entries == [(7, 0)]  # makeLeader assigns a new epoch at the log end
+    heard = []
+    partition.add_listener(lambda p, hw: heard.append(hw))
+    info = partition.append_records_to_leader(batch(b"a", b"b"), required_acks=-1)
+    assert (info.first_offset, info.last_offset, partition.high_watermark) == (0, 1, 2)
+    assert heard == [2]
+    assert [b.partition_leader_epoch for b in log.read(0, 1 << 20, "log_end").records.batches()] == [7]
+    partition.make_leader(leader_epoch=9, isr={3})
+    partition.append_records_to_leader(batch(b"c"), required_acks=1)
+    assert log.leader_epoch_cache.entries == [(7, 0), (9, 2)]
+    assert partition.last_offset_for_leader_epoch(7) == (7, 2)
+    assert partition.last_offset_for_leader_epoch(8) == (7, 2)
+    assert partition.last_offset_for_leader_epoch(9) == (9, 3)
+    assert partition.last_offset_for_leader_epoch(10) == (-1, -1)  # UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
+    assert partition.last_offset_for_leader_epoch(-1) == (-1, -1)
+
+
+@pytest.mark.parametrize("acks", [2, -2, 100])
+def test_invalid_required_acks_write_nothing(log: Log, acks: int) -> None:
+    partition = Partition(log)
+    partition.make_leader()
+    with pytest.raises(InvalidRequiredAcksError):
+        partition.append_records_to_leader(batch(), required_acks=acks)
+    assert log.log_end_offset == 0
+
+
+def test_min_insync_replicas_above_the_isr_refuses_acks_all_before_writing(tmp_path: Path) -> None:
+    with Log.open(tmp_path / "t-0", {"min.insync.replicas": 2}, MockTime()) as lg:
+        partition = Partition(lg)
+        partition.make_leader()
+        with pytest.raises(NotEnoughReplicasError, match=r"ISR \[0\] is insufficient .* min.isr requirement of 2"):
+            partition.append_records_to_leader(batch(), required_acks=-1)
+        assert lg.log_end_offset == 0 and lg.size == 0
+        # acks 1 and 0 do not wait for the ISR (Kafka checks min.insync.replicas for acks=all only)
+        assert partition.append_records_to_leader(batch(), required_acks=1).first_offset == 0
+        assert partition.append_records_to_leader(batch(), required_acks=0).first_offset == 1
+        assert partition.high_watermark == 2
+        # with a second in-sync replica acks=all is accepted, and the HW waits for the follower
+        partition.make_leader(leader_epoch=1, isr={0, 1})
+        assert partition.high_watermark == 2
+        partition.append_records_to_leader(batch(), required_acks=-1)
+        assert (partition.log_end_offset, partition.high_watermark) == (3, 2)
+
+
+def test_the_high_watermark_is_the_smallest_log_end_over_the_isr(log: Log) -> None:
+    partition = Partition(log)
+    partition.make_leader(leader_epoch=0, isr={0, 1, 2})
+    for _ in range(4):
+        partition.append_records_to_leader(batch(), required_acks=1)
+    assert partition.high_watermark == 0
+    assert offsets_read(partition, 0) == []  # nothing past the HW for a consumer
+    assert [r.offset for b in partition.fetch_records(0, 1 << 20, "log_end").records.batches() for r in b] == [
+        0,
+        1,
+        2,
+        3,
+    ]
+    heard = []
+    partition.add_listener(lambda p, hw: heard.append(hw))
+    assert partition.update_follower_log_end_offset(1, 3) is False  # replica 2 is still at 0
+    assert partition.update_follower_log_end_offset(2, 2) is True
+    assert (partition.high_watermark, heard) == (2, [2])
+    assert offsets_read(partition, 0) == [0, 1]
+    partition.update_follower_log_end_offset(2, 4)
+    assert partition.high_watermark == 3
+
+
+def test_read_committed_stops_at_the_last_stable_offset(log: Log) -> None:
+    partition = Partition(log)
+    partition.make_leader()
+    partition.append_records_to_leader(batch(b"plain"), 1)
+    txn = batch(b"t1", b"t2", producer_id=42, producer_epoch=0, base_sequence=0, is_transactional=True)
+    partition.append_records_to_leader(txn, 1)
+    partition.append_records_to_leader(batch(b"after"), 1)
+    assert (partition.high_watermark, partition.last_stable_offset) == (4, 1)
+    assert offsets_read(partition, 0, "read_committed") == [0]
+    assert offsets_read(partition, 0, "read_uncommitted") == [0, 1, 2, 3]
+
+
+def test_offset_for_timestamp_is_bounded_by_the_isolation(log: Log) -> None:
+    partition = Partition(log)
+    partition.make_leader(leader_epoch=2, isr={0, 1})
+    partition.append_records_to_leader(batch(b"a", timestamp=1000), 1)
+    partition.append_records_to_leader(batch(b"b", timestamp=2000), 1)
+    partition.update_follower_log_end_offset(1, 1)  # HW 1
+    latest = partition.fetch_offset_for_timestamp(LATEST_TIMESTAMP, "read_uncommitted")
+    assert (latest.offset, latest.leader_epoch) == (1, 2)
+    assert partition.fetch_offset_for_timestamp(LATEST_TIMESTAMP, None).offset == 2
+    assert partition.fetch_offset_for_timestamp(1500, None).offset == 1
+    assert partition.fetch_offset_for_timestamp(1500, "read_uncommitted") is None  # offset 1 is above the HW
+    found = partition.fetch_offset_for_timestamp(500, "read_uncommitted")
+    assert (found.offset, found.timestamp, found.leader_epoch) == (0, 1000, 2)
+
+
+def test_leader_epoch_checks_and_non_leaders(log: Log) -> None:
+    partition = Partition(log)
+    partition.make_leader(leader_epoch=5)
+    partition.append_records_to_leader(batch(), 1)
+    assert partition.fetch_records(0, 1024, current_leader_epoch=5).records.size > 0
+    with pytest.raises(FencedLeaderEpochError):
+        partition.fetch_records(0, 1024, current_leader_epoch=4)
+    with pytest.raises(UnknownLeaderEpochError):
+        partition.fetch_records(0, 1024, current_leader_epoch=6)
+    with pytest.raises(OffsetOutOfRangeError):
+        partition.fetch_records(5, 1024)
+    partition.make_follower(leader_id=1, leader_epoch=6)
+    with pytest.raises(NotLeaderOrFollowerError):
+        partition.append_records_to_leader(batch(), 1)
+    with pytest.raises(NotLeaderOrFollowerError):
+        partition.fetch_records(0, 1024)
+    assert partition.fetch_records(0, 1024, "log_end", fetch_only_from_leader=False).records.size > 0
+
+
+def test_truncation_follows_the_leaders_epochs(log: Log) -> None:
+    partition = Partition(log)
+    partition.make_leader(leader_epoch=1)
+    for _ in range(3):
+        partition.append_records_to_leader(batch(), 1)
+    partition.make_leader(leader_epoch=2)
+    for _ in range(3):
+        partition.append_records_to_leader(batch(), 1)
+    assert log.leader_epoch_cache.entries == [(1, 0), (2, 3)]
+    # the leader says epoch 2 ended at 5 on its side: we keep 0..4
+    assert partition.truncate_to_epoch_end(2, 5) == 5
+    assert (partition.log_end_offset, partition.high_watermark) == (5, 5)
+    # the leader knows only epoch 1, ending at 2: our epoch-2 entries go with the records
+    assert partition.truncate_to_epoch_end(1, 2) == 2
+    assert log.leader_epoch_cache.entries == [(1, 0)]
+    assert partition.truncate_to(1) is True and partition.log_end_offset == 1
+
+
+# ----- ReplicaManager, through the LogManager ------------------------------------------------------------------
+
+
+def test_replica_manager_appends_and_fetches_per_partition(tmp_path: Path) -> None:
+    with LogManager(tmp_path, clock=MockTime()) as manager:
+        manager.create_topic("t", 2)
+        manager.create_topic("strict", 1, {"min.insync.replicas": "2"})
+        rm = manager.replica_manager
+        woken = []
+        rm.add_listener(woken.append)
+        t0, t1, strict, missing = (TopicPartition("t", 0), TopicPartition("t", 1), TopicPartition("strict", 0),
+                                   TopicPartition("nope", 0))  # fmt: skip
+        results = rm.append_records({t0: batch(b"a" * 100), t1: batch(b"b"), strict: batch(), missing: batch()}, -1)
+        assert results[t0].error is None and results[t0].info.first_offset == 0
+        assert results[t1].error is None
+        assert isinstance(results[strict].error, NotEnoughReplicasError)
+        assert isinstance(results[missing].error, UnknownTopicOrPartitionError)
+        assert woken == [t0, t1]
+        assert manager.get_log("strict", 0).log_end_offset == 0
+        bad = rm.append_records({t0: batch(), t1: batch()}, 2)
+        assert all(isinstance(r.error, InvalidRequiredAcksError) for r in bad.values())
+        assert manager.get_log("t", 0).log_end_offset == 1
+        rm.append_records({t0: batch(b"c" * 100)}, 1)
+        # KIP-74: the first partition with data may exceed the limit; then the total limit holds
+        fetched = rm.fetch_messages({t0: (0, 10), t1: (0, 1 << 20), missing: (0, 100)}, "read_uncommitted", 10)
+        assert len(list(fetched[t0].info.records.batches())) == 1
+        assert fetched[t0].high_watermark == 2 and fetched[t0].log_start_offset == 0
+        assert fetched[t1].info.records.size == 0
+        assert isinstance(fetched[missing].error, UnknownTopicOrPartitionError)
+        with pytest.raises(UnknownTopicOrPartitionError):
+            rm.get_partition("nope", 0)
+        assert rm.get_partition("t", 1).leader_epoch == 0
+
+
+def test_log_manager_produce_takes_acks_and_names_kafkas_errors(tmp_path: Path) -> None:
+    with LogManager(tmp_path, clock=MockTime()) as manager:
+        manager.create_topic("strict", 1, {"min.insync.replicas": "2"})
+        with pytest.raises(NotEnoughReplicasError):
+            manager.produce("strict", b"v")
+        with pytest.raises(InvalidRequiredAcksError):
+            manager.produce("strict", b"v", acks=5)
+        assert manager.produce("strict", b"v", acks=1) == (0, 0)
+        assert manager.produce("strict", b"w", acks=0) == (0, 1)
+        assert [r.value for r in manager.consume("strict", 0)] == [b"v", b"w"]
+
+
+def run(*args: str, input: str | None = None):
+    return CliRunner().invoke(main, list(args), input=input)
+
+
+def test_cli_produce_acks_and_min_insync_replicas(tmp_path: Path) -> None:
+    d = str(tmp_path)
+    create = ("topics", "--log-dir", d, "--create", "--topic", "s", "--config", "min.insync.replicas=2")
+    assert run(*create).exit_code == 0
+    refused = run("produce", "--log-dir", d, "--topic", "s", input="a\nb\n")
+    assert refused.exit_code == 1
+    assert "is insufficient to satisfy the min.isr requirement of 2 for partition s-0" in refused.output
+    assert "Produced 0 records to s before the error" in refused.output
+    assert "Not produced: 2 of the 2 lines read: lines 1-2" in refused.output
+    assert "Produced 2 records to s." not in refused.output
+    ok = run("produce", "--log-dir", d, "--topic", "s", "--request-required-acks", "1", input="a\nb\n")
+    assert ok.exit_code == 0 and "Produced 2 records to s." in ok.output
+    assert run("produce", "--log-dir", d, "--topic", "s", "--request-required-acks", "0", input="c\n").exit_code == 0
+    invalid = run("produce", "--log-dir", d, "--topic", "s", "--request-required-acks", "2", input="c\n")
+    assert invalid.exit_code == 2 and "'2' is not one of" in invalid.output
+    consumed = run("consume", "--log-dir", d, "--topic", "s", "--from-beginning")
+    assert consumed.stdout.splitlines() == ["a", "b", "c"]
+
+
+def test_spark_sink_appends_through_the_partition_layer(tmp_path: Path) -> None:
+    """The sink writes as a producer with Kafka's default acks=all: min.insync.replicas above its one replica
+    refuses the write before anything is appended (NotEnoughReplicasError), as a Kafka producer's send fails."""
+    pytest.importorskip("pyspark")
+    import pyarrow as pa
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    from kafkalog.spark.writer import WriterIdentity, write_arrow
+
+    log_dir = tmp_path / "logs"
+    with LogManager([log_dir], clock=MockTime()) as manager:
+        manager.create_topic("strict", 1, {"min.insync.replicas": "2"})
+        manager.create_topic("ok", 1)
+    schema = StructType([StructField("value", StringType())])
+    rows = pa.RecordBatch.from_pydict({"value": ["a", "b", "c"]})
+    with pytest.raises(NotEnoughReplicasError):
+        write_arrow({"path": str(log_dir), "topic": "strict"}, schema, [rows], WriterIdentity("job", 0))
+    assert write_arrow({"path": str(log_dir), "topic": "ok"}, schema, [rows], WriterIdentity("job", 0)).appended == 3
+    with LogManager([log_dir], clock=MockTime()) as manager:
+        assert manager.get_log("strict", 0).log_end_offset == 0
+        assert [r.value for r in manager.consume("ok", 0)] == [b"a", b"b", b"c"]
+        assert manager.get_log("ok", 0).high_watermark == 3
