@@ -109,9 +109,11 @@ def test_one_directory_id_in_two_dirs_is_refused(tmp_path):
 def test_the_cli_refuses_them_too(tmp_path):
     a = make_dir(tmp_path / "a", kraft_props())
     b = make_dir(tmp_path / "b", kraft_props(**{"node.id": "2"}))
-    result = CliRunner().invoke(main, ["topics", "--list", "--log-dir", str(a), "--log-dir", str(b)])
+    args = ["topics", "--create", "--topic", "t", "--log-dir", str(a), "--log-dir", str(b)]
+    result = CliRunner().invoke(main, args)
     assert result.exit_code == 1
     assert "Error: Stored node id 2 doesn't match previous node id 1" in result.output
+    assert not list(a.glob("t-*")) and not list(b.glob("t-*"))
 
 
 def test_a_dir_without_meta_properties_beside_a_kraft_one_gets_the_same_ids(tmp_path):
@@ -146,3 +148,11 @@ def test_fresh_dirs_share_one_new_cluster_and_the_configured_node_id(tmp_path):
     assert metas[0].directory_id != metas[1].directory_id
     with LogManager(dirs, {}):  # and they are accepted at the next start
         pass
+
+
+def test_the_manager_names_the_cluster_id_its_dirs_agree_on(tmp_path):
+    props = real_props(KRAFT_META)
+    a = make_dir(tmp_path / "a", props)
+    with LogManager([a, tmp_path / "b"], {}) as manager:
+        assert manager.cluster_id == props["cluster.id"]
+        assert set(manager.meta_properties) == {a, tmp_path / "b"}

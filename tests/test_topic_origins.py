@@ -292,3 +292,19 @@ def test_dynamic_broker_log_configs_in_the_metadata_are_named(tmp_path, caplog):
         image = read_cluster_metadata([tmp_path])
     assert image.configs == {(4, ""): {"log.retention.ms": "60000"}}
     assert "log.retention.ms=60000 (cluster default)" in caplog.text
+
+
+def test_kraft_dir_cli_clean_compacts_the_metadata_s_compacted_topics(tmp_path):
+    """After an append rolls the week-old segments, `kafkalog clean` cleans the topics the metadata makes
+    compacted (and only those)."""
+    data = copy_dir(KRAFT, tmp_path)
+    clock = MockTime(start_ms=newest_timestamp(data) + 3 * WEEK_MS)
+    with LogManager([data], {"log.cleaner.enable": "false"}, clock) as manager:
+        for topic, partition in (("_schemas", 0), ("__consumer_offsets", 29)):
+            key = records_of(data / f"{topic}-{partition}")[-1][2]
+            manager.produce(topic, b"new", key=key, partition=partition)
+    result = CliRunner().invoke(main, ["clean", str(data)])
+    assert result.exit_code == 0, result.output
+    assert "_schemas-0" in result.output and "__consumer_offsets-29" in result.output
+    assert "No log is eligible" not in result.output
+    assert len(records_of(data / "_schemas-0")) == 2  # the latest of its one key, and the new record

@@ -141,6 +141,7 @@ class LogManager:
         self._offline_dirs: dict[Path, str] = {}  # Kafka's LogDirFailureChannel: failed dir -> why
         self.cluster_metadata: ClusterMetadataImage | None = None  # the KRaft metadata read at startup, if any
         self._unconfirmed: dict[str, str] = {}  # topics whose configs are unknown -> why
+        self.meta_properties: dict[Path, MetaProperties] = {}  # each log dir's, checked at startup
         self._offline_lock = threading.Lock()
         from .replica_manager import ReplicaManager
 
@@ -209,6 +210,7 @@ class LogManager:
         id, equal to node.id/broker.id if configured, no directory id twice), then write one into each dir that
         has none, alike the others' (KafkaServer / kafka-storage.sh format)."""
         metas = {d: m for d in self.log_dirs if (m := MetaProperties.read(d)) is not None}
+        self.meta_properties = metas  # verified below, completed as dirs get theirs
         configured = self.broker.node_id if self.broker.node_id >= 0 else None
         verify_meta_properties(metas, configured)
         taken = {m.directory_id for m in metas.values() if m.directory_id is not None}
@@ -271,6 +273,12 @@ class LogManager:
                 "; ".join(sorted(set(self._unconfirmed.values()))),
                 ", ".join(sorted(self._unconfirmed)),
             )
+
+    @property
+    def cluster_id(self) -> str | None:
+        """The cluster id the log dirs' meta.properties agree on (None before startup, or in ZooKeeper-era files
+        that have none)."""
+        return next((m.cluster_id for m in self.meta_properties.values() if m.cluster_id is not None), None)
 
     @property
     def unconfirmed_topics(self) -> dict[str, str]:

@@ -14,6 +14,9 @@ read by kafkalog.storage.cluster_metadata), a ZooKeeper-era broker in ZooKeeper,
 
 Whatever the source, the internal topics get the configs Kafka creates them with where the source says nothing,
 and ``__consumer_offsets`` / ``__transaction_state`` are always compacted (``internal_topic_configs``).
+
+It reads and decides only (the LogManager stores the result), and depends on ``logdir`` and ``storage`` alone,
+so the read-only view (partition.readonly) uses it too.
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ import click
 
 from ..manager import LogManager
 from ..partition.readonly import CLEAN_SHUTDOWN_MARKER, LOG_DIR_ROOT_FILES, ReadOnlyLogDir, log_dir_problem
+from ..storage.cluster_metadata import METADATA_PARTITION_DIR
 from ..storage.config import load_properties
 
 log_dir_option = click.option(
@@ -76,6 +77,10 @@ def private_copy_manager(log_dir: Path, config_file: Path | None, topic: str) ->
                 shutil.copy2(log_dir / name, copy / name)
         for part in partitions:
             shutil.copytree(part.directory, copy / Path(part.directory).name)
+        metadata = log_dir / METADATA_PARTITION_DIR
+        if metadata.is_dir():  # a KRaft broker's topic configs: its snapshots and metadata log segments
+            keep = shutil.ignore_patterns("*.index", "*.timeindex", "*.snapshot", "*.part", "*.deleted")
+            shutil.copytree(metadata, copy / METADATA_PARTITION_DIR, ignore=keep)
         manager = open_manager((copy,), config_file)
         try:
             yield manager

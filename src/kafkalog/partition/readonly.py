@@ -20,6 +20,8 @@ import pyarrow as pa
 
 from ..errors import KafkaLogError, KafkaStorageError, OffsetOutOfRangeError, UnknownTopicOrPartitionError
 from ..logdir import PartitionMetadataFile, TopicConfigStore
+from ..storage.cluster_metadata import ClusterMetadataImage
+from ..topic_origins import read_cluster_metadata, resolve_topic
 from .aborted import AbortedFilter, collect_aborted_txns, read_txn_index
 from .read_path import ReadRun, last_stable_offset, path_batches, read_path, read_range, runs_from
 from .segment_files import (
@@ -330,6 +332,7 @@ class ReadOnlyLogDir:
             for key, part in parts.items()
         }
         self._store: TopicConfigStore | None = None
+        self._metadata: tuple[ClusterMetadataImage | None] | None = None  # read on first use
 
     @property
     def clean_shutdown(self) -> bool:
@@ -369,6 +372,12 @@ class ReadOnlyLogDir:
         return state.topic_id if state is not None else None
 
     def config_overrides(self, topic: str) -> dict[str, str]:
-        """The topic's config overrides as kafkalog recorded them (empty for a dir kafkalog did not create)."""
-        state = self._topic_store().get(topic)
-        return dict(state.config) if state is not None else {}
+        """The topic's config overrides as a LogManager would load them (kafkalog.topic_origins): kafkalog's
+        record for a topic it created, else the KRaft cluster metadata's; empty when neither knows them."""
+        parts = self.partitions_of(topic)
+        stored = self._topic_store().get(topic)
+        if self._metadata is None:
+            self._metadata = (read_cluster_metadata([Path(d) for d in self.log_dirs]),)
+        directories = [Path(p.directory) for p in parts]
+        resolution = resolve_topic(topic, stored, self._metadata[0], directories, len(parts))
+        return dict(resolution.state.config)
