@@ -352,7 +352,7 @@ def _cli_recover(data: bytes, workdir: Path) -> None:
 
 def _spark_logfiles(data: bytes, workdir: Path) -> None:
     """The Spark source's file reader (no JVM): offsets, ranges, timestamps and transactions of a hostile partition."""
-    from ..spark import logfiles
+    from ..partition import readonly as logfiles
 
     partition = workdir / "topic-0"
     partition.mkdir(exist_ok=True)
