@@ -380,3 +380,19 @@ def test_spark_reads_past_a_lagging_high_watermark_checkpoint(spark, tmp_path: P
     assert sorted(bytes(r.value) for r in df.select("value").collect()) == [b"v%d" % i for i in range(10)]
     assert df.count() == 10
     assert tree_state(tmp_path) == before
+
+
+def test_describe_takes_a_kraft_brokers_topic_configs_from_its_metadata(tmp_path: Path) -> None:
+    # Kafka creates __consumer_offsets compacted, and Schema Registry and Connect create their topics
+    # compacted; the KRaft fixture's metadata snapshots hold those ConfigRecords (issue 25).
+    copy = tmp_path / "kraft"
+    shutil.copytree(fixture_path("broker-logs", "itumelengmogase-cp77-kraft", "kafka-data"), copy)
+    before = tree_state(copy)
+    described = run("topics", "--log-dir", str(copy), "--describe").output.splitlines()
+    heads = {line.split("\t")[0][len("Topic: ") :]: line for line in described if line.startswith("Topic: ")}
+    for topic in ("__consumer_offsets", "__transaction_state", "_schemas", "docker-connect-configs"):
+        configs = heads[topic].split("Configs: ")[1].split(",")
+        assert "cleanup.policy=compact" in configs, heads[topic]
+        assert "TopicId: None" not in heads[topic]
+    assert "__cluster_metadata" not in heads
+    assert tree_state(copy) == before
