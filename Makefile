@@ -47,9 +47,11 @@ bench: $(STAMP)
 reliability: $(STAMP)
 	$(BIN)/python -m tools.reliability $(RELIABILITY_ARGS)
 
+# ruff over every tree, and mypy over src/ (configured in pyproject.toml: strict on record/ and most of storage/).
 lint: $(STAMP)
 	$(BIN)/ruff check $(LINTED)
 	$(BIN)/ruff format --check $(LINTED)
+	$(BIN)/mypy
 
 clean:
-	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache demo-output
+	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache .mypy_cache demo-output

@@ -173,11 +173,15 @@ def test_console_script_and_debug_flag(tmp_path: Path) -> None:
     locked.startup()
     try:
         quiet = subprocess.run(
-            [str(script), "topics", "--log-dir", str(tmp_path), "--list"], capture_output=True, text=True, timeout=120
+            # A command that writes (--create) locks the dir; reading ones (--list) take no lock, so they run.
+            [str(script), "topics", "--log-dir", str(tmp_path), "--create", "--topic", "u"],
+            capture_output=True,
+            text=True,
+            timeout=120,
         )
         assert quiet.returncode == 1 and "Failed to acquire lock" in quiet.stderr and "Traceback" not in quiet.stderr
         loud = subprocess.run(
-            [str(script), "--debug", "topics", "--log-dir", str(tmp_path), "--list"],
+            [str(script), "--debug", "topics", "--log-dir", str(tmp_path), "--create", "--topic", "u"],
             capture_output=True,
             text=True,
             timeout=120,

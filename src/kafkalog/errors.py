@@ -6,6 +6,8 @@ They appear in the message so that an operator reading a log can find the bad by
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class KafkaLogError(Exception):
     """Base class of every error kafkalog raises on purpose."""
@@ -93,6 +95,8 @@ class IndexOffsetOverflowError(KafkaLogError):
 class LogSegmentOffsetOverflowError(KafkaLogError):
     """Kafka's LogSegmentOffsetOverflowException: a batch whose offsets do not fit its segment."""
 
+    segment: Any  # the LogSegment that overflowed, set where raised: the loader splits it and retries
+
 
 class OffsetsOutOfOrderError(KafkaLogError):
     """Kafka's OffsetsOutOfOrderException: follower-style appends whose offsets go backwards."""
@@ -124,6 +128,10 @@ class TransactionCoordinatorFencedError(InvalidTxnStateError):
 
 class KafkaStorageError(KafkaLogError):
     """Kafka's KafkaStorageException: an I/O failure; the log dir is taken offline."""
+
+    # Set on a failed append (readers use getattr with a default: an error from elsewhere may lack them).
+    io_error: BaseException | None  # the OSError underneath
+    rolled_back: bool  # whether the partial bytes were cut off again, leaving the log consistent
 
 
 class LogCleaningAbortedError(KafkaLogError):

@@ -20,7 +20,7 @@ from .config import KafkaConfig
 from .network import SocketServer
 from .producer_ids import ProducerIdManager
 from .purgatory import FetchPurgatory
-from .replica_access import ReplicaManager
+from .replica_access import ReplicaManager, prepare_replica_manager
 
 log = logging.getLogger("kafka.server.KafkaServer")
 
@@ -68,8 +68,8 @@ class KafkaServer:
         meta = _meta_properties(self.config)
         self.cluster_id = meta.cluster_id
         self.log_manager = LogManager(self.config.log_dirs, self.config.log)
+        self.replica_manager = prepare_replica_manager(self.log_manager, self.node_id)
         self.log_manager.startup()
-        self.replica_manager = ReplicaManager(self.log_manager, self.node_id, self.config.min_insync_replicas)
         self.purgatory = FetchPurgatory(asyncio.get_running_loop())
         self.replica_manager.add_listener(self.purgatory.notify)
         self.producer_ids = ProducerIdManager(self.log_manager.log_dirs[0])

@@ -1,12 +1,17 @@
-"""What several commands share: opening a log dir through the LogManager, and config options."""
+"""What several commands share: opening log dirs (read-only, or through the LogManager), and config options."""
 
 from __future__ import annotations
 
+import contextlib
+import shutil
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import click
 
 from ..manager import LogManager
+from ..partition.readonly import CLEAN_SHUTDOWN_MARKER, LOG_DIR_ROOT_FILES, ReadOnlyLogDir, log_dir_problem
 from ..storage.config import load_properties
 
 log_dir_option = click.option(
@@ -40,6 +45,42 @@ def open_manager(
     manager = LogManager(list(log_dirs), broker)
     manager.startup()
     return manager
+
+
+def open_readonly(log_dirs: tuple[Path, ...]) -> ReadOnlyLogDir:
+    """The read-only view of existing log dirs, for a command that only reads: no lock, nothing written, and
+    a folder that is missing or is not a log dir refused with a usage error that says why."""
+    for directory in log_dirs:
+        problem = log_dir_problem(directory)
+        if problem is not None:
+            raise click.UsageError(problem)
+    return ReadOnlyLogDir(list(log_dirs))
+
+
+@contextlib.contextmanager
+def private_copy_manager(log_dir: Path, config_file: Path | None, topic: str) -> Iterator[LogManager]:
+    """A started LogManager over a private copy of ``topic``'s partitions, for commands that need Kafka's
+    whole log machinery (the retention rules, a dry-run clean) but must not write into the log dir.
+
+    Loading a log writes (indexes, snapshots, checkpoints, the lock, the clean-shutdown marker), so the
+    topic's partition directories and the dir's root files are copied, with their mtimes, into a temporary
+    directory (under TMPDIR) that is removed afterwards; the copy loads as the original would, and the log
+    dir itself is only read. The copy needs as much free space as the topic's files take."""
+    view = open_readonly((log_dir,))
+    partitions = view.partitions_of(topic)
+    with tempfile.TemporaryDirectory(prefix="kafkalog-readonly-") as scratch:
+        copy = Path(scratch) / "log-dir"
+        copy.mkdir()
+        for name in (*LOG_DIR_ROOT_FILES, CLEAN_SHUTDOWN_MARKER):
+            if (log_dir / name).is_file():
+                shutil.copy2(log_dir / name, copy / name)
+        for part in partitions:
+            shutil.copytree(part.directory, copy / Path(part.directory).name)
+        manager = open_manager((copy,), config_file)
+        try:
+            yield manager
+        finally:
+            manager.shutdown()
 
 
 def parse_key_values(items: tuple[str, ...], what: str) -> dict[str, str]:

@@ -15,7 +15,8 @@ import click
 
 from ..manager import TopicPartition
 from ..record import CODEC_NAMES, build_batch, default_partition
-from .common import broker_config_option, log_dir_option, open_manager, parse_key_values
+from ..storage.config import load_properties
+from .common import broker_config_option, log_dir_option, open_manager, open_readonly, parse_key_values
 
 BATCH_RECORDS = 500  # records per batch appended to one partition
 
@@ -258,41 +259,47 @@ def consume_command(
     isolation_level: str,
     json_lines: bool,
 ) -> None:
-    """Print a topic's records, one per line, as kafka-console-consumer does."""
+    """Print a topic's records, one per line, as kafka-console-consumer does.
+
+    The log dirs are opened read-only: no lock is taken and nothing is written, so this works on a copy of a
+    live broker's dir and on a read-only file system. The high watermark is the log end offset, as a
+    single-replica leader's; when the replication-offset-checkpoint lags it, stderr says so."""
     if offset is not None and partition is None:
         raise click.UsageError("--offset needs --partition, as in kafka-console-consumer")
     if sum(x is not None and x is not False for x in (from_beginning or None, offset, timestamp)) > 1:
         raise click.UsageError("use only one of --from-beginning, --offset and --timestamp")
-    manager = open_manager(log_dirs, config_file)
+    if config_file is not None:
+        load_properties(config_file)  # checked; reading needs none of its settings
+    view = open_readonly(log_dirs)
+    parts = [view.partition(topic, partition)] if partition is not None else view.partitions_of(topic)
     printed = 0
     try:
-        partitions = (
-            [partition] if partition is not None else [p.partition for p in manager.describe_topic(topic).partitions]
-        )
         out = sys.stdout.buffer
-        for p in partitions:
-            log = manager.get_log(topic, p)
-            start = _start_offset(log, from_beginning, offset, timestamp)
-            for record in log.records(start, isolation_level):
+        for part in parts:
+            if part.high_watermark_note is not None and part.checkpointed_high_watermark is not None:
+                click.echo(
+                    f"Note: {part.name}: high watermark {part.high_watermark} {part.high_watermark_note}", err=True
+                )
+            start = _start_offset(part, from_beginning, offset, timestamp, isolation_level)
+            for record in part.records(start, isolation_level):
                 if max_messages is not None and printed >= max_messages:
                     return
-                out.write(_format(topic, p, record, print_key, key_separator, json_lines))
+                out.write(_format(topic, part.partition, record, print_key, key_separator, json_lines))
                 printed += 1
         out.flush()
     finally:
         click.echo(f"Processed a total of {printed} messages", err=True)
-        manager.shutdown()
 
 
-def _start_offset(log, from_beginning: bool, offset: int | None, timestamp: int | None) -> int:
+def _start_offset(part, from_beginning: bool, offset: int | None, timestamp: int | None, isolation: str) -> int:
     if from_beginning:
-        return log.log_start_offset
+        return part.log_start_offset
     if offset is not None:
         return offset
     if timestamp is not None:
-        found = log.offset_for_timestamp(timestamp)
-        return found.offset if found is not None else log.log_end_offset
-    return log.log_end_offset
+        found = part.offset_for_timestamp(timestamp)
+        return found if found is not None else part.bound(isolation)
+    return part.bound(isolation)
 
 
 def _format(topic: str, partition: int, record, print_key: bool, key_separator: str, json_lines: bool) -> bytes:

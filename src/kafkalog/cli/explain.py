@@ -6,6 +6,9 @@ that ends it, the dirty ratio against min.cleanable.dirty.ratio, and the size a 
 It renders ``LogManager.explain_retention`` as a table, and with ``--html`` as a segment timeline:
 segments on an offset axis and a time axis, the active segment, the retention horizon, and why each
 segment is kept.
+
+Both only read the log dir: they run the log manager's rules on a private copy of the topic's partitions
+(see ``cli.common.private_copy_manager``), so nothing in the log dir is written, locked or recovered.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from rich.table import Table
 
 from ..compaction import CompactionExplanation
 from ..retention import RetentionExplanation
-from .common import broker_config_option, open_manager
+from .common import broker_config_option, private_copy_manager
 
 
 @click.group("explain")
@@ -44,11 +47,8 @@ def explain_retention_command(
 ) -> None:
     """For each segment of TOPIC in LOG_DIR: its offsets, largest timestamp, size, and the rule that will
     delete it (or why none can yet), with the time of the retention check that will and when its files go."""
-    manager = open_manager((log_dir,), config_file)
-    try:
+    with private_copy_manager(log_dir, config_file, topic) as manager:
         explanations = manager.explain_retention(topic, partition)
-    finally:
-        manager.shutdown()
     console = Console(width=200) if not Console().is_terminal else Console()
     for explanation in explanations:
         console.print(_table(explanation))
@@ -80,14 +80,11 @@ def explain_compaction_command(
 ) -> None:
     """For each partition of TOPIC in LOG_DIR: the dirty section, what bounds it, the dirty ratio, whether the
     cleaner would clean it now and why, and the size one clean would leave (a dry run; nothing is written)."""
-    manager = open_manager((log_dir,), config_file)
-    try:
+    with private_copy_manager(log_dir, config_file, topic) as manager:
         partitions = (
             [partition] if partition is not None else [p.partition for p in manager.describe_topic(topic).partitions]
         )
         explanations = [manager.explain_compaction(topic, p, estimate=not no_estimate) for p in partitions]
-    finally:
-        manager.shutdown()
     console = Console(width=200) if not Console().is_terminal else Console()
     for explanation in explanations:
         console.print(compaction_table(explanation))

@@ -6,8 +6,9 @@ from pathlib import Path
 
 import click
 
+from ..partition.readonly import ReadOnlyLogDir
 from ..storage.config import load_properties
-from .common import log_dir_option, open_manager, parse_key_values
+from .common import log_dir_option, open_manager, open_readonly, parse_key_values
 
 
 @click.command("topics")
@@ -45,17 +46,14 @@ def topics_command(
     overrides, broker_files = _split_configs(configs)
     if action in ("create", "alter", "delete") and not topic:
         raise click.UsageError(f"--topic is required with --{action}")
+    if action in ("list", "describe"):
+        _show(log_dirs, action, topic)
+        return
     manager = open_manager(log_dirs, broker_files[0] if broker_files else None)
     try:
         if action == "create":
             manager.create_topic(topic, partitions, overrides)
             click.echo(f"Created topic {topic}.")
-        elif action == "list":
-            for name in manager.topics():
-                click.echo(name)
-        elif action == "describe":
-            for name in [topic] if topic else manager.topics():
-                _describe(manager, name)
         elif action == "alter":
             updates = {**overrides, **{key: None for key in delete_configs}}
             if not updates:
@@ -78,17 +76,31 @@ def _split_configs(configs: tuple[str, ...]) -> tuple[dict[str, str], list[Path]
     return parse_key_values(tuple(c for c in configs if "=" in c), "--config"), files
 
 
-def _describe(manager, name: str) -> None:
-    """kafka-topics --describe's lines, with the storage facts a log dir has."""
-    description = manager.describe_topic(name)
-    configs = ",".join(f"{k}={v}" for k, v in sorted(description.config_overrides.items()))
+def _show(log_dirs: tuple[Path, ...], action: str, topic: str | None) -> None:
+    """--list and --describe, on the read-only view of the log dirs: no lock taken, nothing written."""
+    view = open_readonly(log_dirs)
+    if action == "list":
+        for name in view.topics():
+            click.echo(name)
+        return
+    for name in [topic] if topic else view.topics():
+        _describe(view, name)
+
+
+def _describe(view: ReadOnlyLogDir, name: str) -> None:
+    """kafka-topics --describe's lines, with the storage facts a log dir has. A high watermark derived from
+    the log end because the replication-offset-checkpoint lags it is followed by why."""
+    partitions = view.partitions_of(name)
+    configs = ",".join(f"{k}={v}" for k, v in sorted(view.config_overrides(name).items()))
     click.echo(
-        f"Topic: {name}\tTopicId: {description.topic_id}\tPartitionCount: {len(description.partitions)}\t"
+        f"Topic: {name}\tTopicId: {view.topic_id(name)}\tPartitionCount: {len(partitions)}\t"
         f"ReplicationFactor: 1\tConfigs: {configs}"
     )
-    for p in description.partitions:
+    for p in partitions:
+        note = p.high_watermark_note
+        hw = f"{p.high_watermark} ({note})" if note is not None and p.checkpointed_high_watermark is not None else ""
         click.echo(
             f"\tTopic: {name}\tPartition: {p.partition}\tLeader: 0\tReplicas: 0\tIsr: 0\t"
             f"LogDir: {p.log_dir}\tLogStartOffset: {p.log_start_offset}\tLogEndOffset: {p.log_end_offset}\t"
-            f"HighWatermark: {p.high_watermark}\tSegments: {p.segments}\tSize: {p.size_bytes}"
+            f"HighWatermark: {hw or p.high_watermark}\tSegments: {p.segment_count}\tSize: {p.size_bytes}"
         )

@@ -33,6 +33,7 @@ from pathlib import Path
 import click
 
 from ..errors import CorruptRecordError, CorruptSnapshotError, KafkaLogError
+from ..partition.readonly import log_dir_problem
 from ..storage.checkpoints import (
     CheckpointError,
     CheckpointFile,
@@ -1069,6 +1070,8 @@ def verify_command(path: Path, compacted: bool, partial: bool, index_interval_by
     Checks batch sizes and CRCs, offset order, segment bases, the offset and time indexes against the log,
     .txnindex files, producer snapshots, partial tails, and the root checkpoints.
     """
+    if not is_partition_dir(path) and (problem := log_dir_problem(path)) is not None:
+        raise click.UsageError(f"{problem}; verify takes a log dir or a partition directory")
     options = ScanOptions(index_interval_bytes=index_interval_bytes, compacted=compacted, partial=partial)
     result = _with_progress(path, lambda o: verify_path(path, o), options)
     _print_result(result)

@@ -1,4 +1,5 @@
-"""The partition layer (Kafka's cluster.Partition): leadership, ISR, high watermark and acks over a storage Log.
+"""The partition layer (Kafka's cluster.Partition): leadership, ISR, high watermark and acks over a storage Log;
+and ``readonly``, the read-only view of log dirs that every command that only reads uses.
 
 Layering: record <- storage <- partition <- manager (LogManager, ReplicaManager) <- broker <- cli, spark.
 """

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterator
+from typing import TYPE_CHECKING, cast
 
 from ..errors import InvalidRecordError, KafkaLogError
 from . import compression
 from .checksums import crc32c
 from .types import (
     NO_SEQUENCE,
+    BytesLike,
     EndTransactionMarker,
     Record,
     TimestampType,
@@ -22,6 +24,9 @@ from .types import (
 )
 from .varint import read_varint, read_varlong
 from .view import BatchView
+
+if TYPE_CHECKING:
+    from typing_extensions import Buffer
 
 LOG_OVERHEAD = 12
 MAGIC_OFFSET = 16
@@ -72,7 +77,20 @@ class RecordBatch(BatchView):
         "record_count",
     )
 
-    def __init__(self, buffer, position: int = 0) -> None:
+    base_offset: int
+    batch_length: int
+    partition_leader_epoch: int
+    magic: int
+    attributes: int
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    record_count: int
+
+    def __init__(self, buffer: Buffer, position: int = 0) -> None:
         super().__init__(buffer, position)
         view = self._buffer
         try:
@@ -171,7 +189,7 @@ class RecordBatch(BatchView):
         )
 
     # ----- records -------------------------------------------------------------------------
-    def records_section(self):
+    def records_section(self) -> memoryview:
         """The records bytes after the 61-byte header, decompressed when the batch is compressed."""
         section = self._buffer[self.position + RECORDS_OFFSET : self.position + self.size_in_bytes]
         codec = self.compression_type
@@ -194,7 +212,7 @@ class RecordBatch(BatchView):
             return iter(())
         return self._iter_records(self.records_section(), count)
 
-    def _iter_records(self, section, count: int) -> Iterator[Record]:
+    def _iter_records(self, section: memoryview, count: int) -> Iterator[Record]:
         log_append_time = self.max_timestamp if self.attributes & TIMESTAMP_TYPE_MASK else None
         base_offset, base_ts, base_seq = self.base_offset, self.base_timestamp, self.base_sequence
         pos, end = 0, len(section)
@@ -240,7 +258,7 @@ class RecordBatch(BatchView):
 
 
 def decode_record(
-    section,
+    section: BytesLike,
     pos: int,
     end: int,
     base_offset: int,
@@ -279,7 +297,7 @@ def decode_record(
         hkey, pos = _read_bytes(section, pos, end, hkey_len)
         hval_len, pos = read_varint(section, pos, end)
         hval, pos = _read_bytes(section, pos, end, hval_len)
-        headers.append((hkey.decode("utf-8", "replace"), hval))
+        headers.append((cast(bytes, hkey).decode("utf-8", "replace"), hval))  # hkey_len >= 0: not None
     if pos - start != body_len:
         raise InvalidRecordError(
             f"Invalid record size: expected to read {body_len} bytes in record payload, but instead read {pos - start}"
@@ -290,7 +308,7 @@ def decode_record(
     return record, pos
 
 
-def _read_bytes(section, pos: int, end: int, length: int) -> tuple[bytes | None, int]:
+def _read_bytes(section: BytesLike, pos: int, end: int, length: int) -> tuple[bytes | None, int]:
     if length < 0:
         return None, pos
     if length > end - pos:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import struct
 import time
 from collections.abc import Iterable, Sequence
+from typing import Any, TypeAlias
 
 import numpy as np
 import pyarrow as pa
@@ -32,6 +33,7 @@ from .types import (
     NO_PRODUCER_ID,
     NO_SEQUENCE,
     NO_TIMESTAMP,
+    BytesLike,
     ControlRecordType,
     Header,
     TimestampType,
@@ -45,6 +47,12 @@ _PREFIX_STRUCT = struct.Struct(">qiibI")  # baseOffset, batchLength, partitionLe
 _TAIL_STRUCT = struct.Struct(">hiqqqhii")  # attributes .. recordsCount: the CRC-covered header part
 _EMPTY_U8 = np.zeros(0, np.uint8)
 _EMPTY_I64 = np.zeros(0, np.int64)
+
+
+# A column of keys or values: a sequence of bytes-like or None, or an Arrow binary/string (chunked) array.
+BinaryColumn: TypeAlias = Any
+# One sequence of (key, value) header pairs per record.
+HeaderColumn: TypeAlias = Sequence[Sequence[Header]]
 
 
 def _now_ms() -> int:
@@ -69,7 +77,7 @@ class RecordBatchBuilder:
         is_control: bool = False,
         log_append_time: int | None = None,
         delete_horizon_ms: int | None = None,
-        clock=None,
+        clock: Any = None,  # anything with milliseconds() (kafkalog.clock.Time); None: the system clock
     ) -> None:
         self.compression_type = _codecs.codec_id(compression)
         self.compression_level = _codecs.resolve_level(self.compression_type, compression_level)
@@ -91,7 +99,7 @@ class RecordBatchBuilder:
         self._clock = clock
         self.log_append_time = log_append_time
         # One (key, value, timestamp, headers) tuple per record: a single list append per record.
-        self._records: list[tuple] = []
+        self._records: list[tuple[BytesLike | None, BytesLike | None, int, Iterable[Header]]] = []
         self._offsets: list[int] | None = None
         self._has_headers = False
 
@@ -175,7 +183,14 @@ class RecordBatchBuilder:
         ts = np.asarray(timestamps, dtype=np.int64)
         return self._encode_columns(keys, values, ts, headers if self._has_headers else None, self._offset_deltas())
 
-    def _encode_columns(self, keys, values, ts: np.ndarray, headers, offset_deltas: np.ndarray):
+    def _encode_columns(
+        self,
+        keys: BinaryColumn,
+        values: BinaryColumn,
+        ts: np.ndarray,
+        headers: HeaderColumn | None,
+        offset_deltas: np.ndarray,
+    ) -> tuple[bytes, int, int, int]:
         if self.timestamp_type == TimestampType.LOG_APPEND_TIME:
             max_ts = self.log_append_time if self.log_append_time is not None else self._now()
         else:  # MemoryRecordsBuilder keeps the largest timestamp, starting from NO_TIMESTAMP (-1)
@@ -184,7 +199,13 @@ class RecordBatchBuilder:
         section = encode_records_fast(keys, values, ts - base_ts, offset_deltas, headers)
         return section, base_ts, max_ts, int(offset_deltas[-1])
 
-    def build_from(self, keys, values, timestamps=None, headers=None) -> bytes:
+    def build_from(
+        self,
+        keys: BinaryColumn,
+        values: BinaryColumn,
+        timestamps: Sequence[int] | np.ndarray | None = None,
+        headers: HeaderColumn | None = None,
+    ) -> bytes:
         """Build one batch from whole columns with this builder's settings: the bulk path, no per-record Python.
 
         ``keys`` and ``values``: sequences of bytes or None, or Arrow binary/string arrays. ``timestamps``:
@@ -250,7 +271,13 @@ class RecordBatchBuilder:
         )
 
 
-def build_batch(keys, values, timestamps=None, headers=None, **options) -> bytes:
+def build_batch(
+    keys: BinaryColumn,
+    values: BinaryColumn,
+    timestamps: Sequence[int] | np.ndarray | None = None,
+    headers: HeaderColumn | None = None,
+    **options: Any,
+) -> bytes:
     """One v2 batch from whole columns: ``RecordBatchBuilder(**options).build_from(...)``."""
     return RecordBatchBuilder(**options).build_from(keys, values, timestamps, headers)
 
@@ -355,13 +382,19 @@ def control_batch(
 # ----- the two record encoders ------------------------------------------------------------------
 
 
-def _field(data) -> bytes:
+def _field(data: BytesLike | None) -> bytes:
     if data is None:
         return b"\x01"  # zigzag(-1)
     return encode_varint(len(data)) + bytes(data)
 
 
-def encode_records_reference(keys, values, ts_deltas, offset_deltas, headers) -> bytes:
+def encode_records_reference(
+    keys: Sequence[BytesLike | None],
+    values: Sequence[BytesLike | None],
+    ts_deltas: Iterable[int],
+    offset_deltas: Iterable[int],
+    headers: HeaderColumn,
+) -> bytes:
     """Encode records one by one (DefaultRecord.writeTo): the clear reference path."""
     out = bytearray()
     for key, value, tsd, od, hdrs in zip(keys, values, ts_deltas, offset_deltas, headers, strict=True):
@@ -379,7 +412,7 @@ def encode_records_reference(keys, values, ts_deltas, offset_deltas, headers) ->
     return bytes(out)
 
 
-def _binary_columns(items) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _binary_columns(items: BinaryColumn) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(data, start, length) arrays of bytes-or-None items (a sequence or an Arrow array); length -1 is None."""
     if len(items) == 0:
         return _EMPTY_U8, _EMPTY_I64, _EMPTY_I64
@@ -399,7 +432,11 @@ def _binary_columns(items) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def encode_records_fast(
-    keys: list, values: list, ts_deltas: np.ndarray, offset_deltas: np.ndarray, headers: list | None
+    keys: BinaryColumn,
+    values: BinaryColumn,
+    ts_deltas: np.ndarray,
+    offset_deltas: np.ndarray,
+    headers: HeaderColumn | None,
 ) -> bytes:
     """Encode every record in one numba pass; byte-identical to encode_records_reference.
 
@@ -419,7 +456,13 @@ def encode_records_fast(
 
 
 def encode_record_columns(
-    keys, values, header_keys, header_values, header_counts: np.ndarray, ts_deltas, offset_deltas
+    keys: BinaryColumn,
+    values: BinaryColumn,
+    header_keys: BinaryColumn,
+    header_values: BinaryColumn,
+    header_counts: np.ndarray,
+    ts_deltas: np.ndarray,
+    offset_deltas: np.ndarray,
 ) -> bytes:
     """The records section from whole columns, in one numba pass: keys, values, header keys (UTF-8 bytes)
     and header values as lists of bytes/None or Arrow binary arrays; ``header_counts`` per record."""

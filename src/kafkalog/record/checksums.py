@@ -3,19 +3,23 @@
 from __future__ import annotations
 
 import zlib
+from typing import TYPE_CHECKING
 
 from crc32c import crc32c as _crc32c
+
+if TYPE_CHECKING:
+    from typing_extensions import Buffer
 
 _P1, _P2, _P3, _P4, _P5 = 0x9E3779B1, 0x85EBCA77, 0xC2B2AE3D, 0x27D4EB2F, 0x165667B1
 _M = 0xFFFFFFFF
 
 
-def crc32c(data, value: int = 0) -> int:
+def crc32c(data: Buffer, value: int = 0) -> int:
     """CRC-32C (Castagnoli) as an unsigned int; ``value`` continues a running CRC. Hardware-accelerated."""
     return _crc32c(data, value)
 
 
-def crc32(data) -> int:
+def crc32(data: Buffer) -> int:
     """CRC-32 (IEEE, java.util.zip.CRC32) as an unsigned int, for magic 0 and 1 messages."""
     return zlib.crc32(data) & _M
 
@@ -24,7 +28,7 @@ def _rotl(x: int, r: int) -> int:
     return ((x << r) | (x >> (32 - r))) & _M
 
 
-def xxhash32(data, seed: int = 0) -> int:
+def xxhash32(data: Buffer, seed: int = 0) -> int:
     """xxHash32 of ``data``. Pure Python: it only covers lz4 frame descriptors and the rare block checksums."""
     data = memoryview(data).cast("B")
     n = len(data)

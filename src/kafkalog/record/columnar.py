@@ -8,7 +8,8 @@ the two equal. Control batches are skipped unless asked for, as a consumer never
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -20,6 +21,9 @@ from .batch import RecordBatch
 from .legacy import LegacyBatch
 from .scan import AnyBatch, iter_batches
 from .types import Record, TimestampType
+
+if TYPE_CHECKING:
+    from typing_extensions import Buffer
 
 HEADER_TYPE = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
 SCHEMA = pa.schema(
@@ -50,7 +54,7 @@ BatchFilter = Callable[[AnyBatch], bool]
 MAX_RUN_BYTES = 64 * 1024 * 1024
 
 
-def to_arrow(buffer, **options) -> pa.Table:
+def to_arrow(buffer: Buffer, **options: Any) -> pa.Table:
     """Decode every batch in ``buffer`` (bytes, memoryview, mmap) into a table with ``SCHEMA``.
 
     Takes the options of ``batches_to_arrow``. A CRC mismatch raises CorruptRecordError.
@@ -199,7 +203,7 @@ def _arena(run: list[RecordBatch]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return np.frombuffer(b"".join(sections), dtype=np.uint8), starts, ends
 
 
-def _raise_first_overcount(run, starts, ends) -> None:
+def _raise_first_overcount(run: Sequence[RecordBatch], starts: np.ndarray, ends: np.ndarray) -> None:
     for b, s, e in zip(run, starts, ends, strict=True):
         if b.record_count > (e - s) // 7 + 1:
             raise InvalidRecordError(
@@ -276,7 +280,7 @@ def _records_table(records: list[Record], ts_type: TimestampType) -> pa.Table:
     )
 
 
-def reference_to_arrow(buffer, *, include_control: bool = False) -> pa.Table:
+def reference_to_arrow(buffer: Buffer, *, include_control: bool = False) -> pa.Table:
     """The same table as ``to_arrow``, built by the per-record reference iterators (for tests)."""
     tables = []
     for batch in iter_batches(buffer):

@@ -150,7 +150,7 @@ def _scalar_default(kind: str, text: str | None) -> Any:
 
 
 def _compile_struct(
-    name: str, fields: list[dict], flexible: tuple[int, int] | None, common: dict[str, list[dict]]
+    name: str, fields: list[dict[str, Any]], flexible: tuple[int, int] | None, common: dict[str, list[dict[str, Any]]]
 ) -> _Struct:
     compiled = []
     for spec in fields:
@@ -201,7 +201,7 @@ def _control_schema(name: str) -> _Schema:
     return _schema(CONTROL_RECORDS[name])
 
 
-def _schema(spec: dict) -> _Schema:
+def _schema(spec: dict[str, Any]) -> _Schema:
     struct = _compile_struct(spec["name"], spec["fields"], spec["flexibleVersions"], spec.get("commonStructs", {}))
     return _Schema(spec["name"], spec["validVersions"], struct, spec.get("apiKey"))
 
@@ -323,7 +323,8 @@ class _Reader:
 def _length(r: _Reader, flexible: bool, wide: bool) -> int:
     if flexible:
         return r.uvarint() - 1
-    return r.fixed("int32") if wide else r.fixed("int16")
+    length: int = r.fixed("int32") if wide else r.fixed("int16")
+    return length
 
 
 def _read_value(r: _Reader, f: _Field, version: int, flexible: bool) -> Any:
@@ -390,14 +391,14 @@ def _read_struct(r: _Reader, s: _Struct, version: int) -> Message:
             tag, size = r.uvarint(), r.uvarint()
             if size > r.remaining:
                 raise MetadataParseError(f"Tagged field {tag} claims {size} bytes, but only {r.remaining} remain")
-            f = s.tags.get(tag)
-            if f is None or not _in(f.tagged, version) or not _in(f.versions, version):
+            tagged = s.tags.get(tag)
+            if tagged is None or not _in(tagged.tagged, version) or not _in(tagged.versions, version):
                 r.pos += size  # an unknown tagged field: Kafka keeps it raw; it does not appear in the JSON
                 continue
             inner = _Reader(r.data, r.pos, r.pos + size)
-            values[f.key] = _read_value(inner, f, version, True)
+            values[tagged.key] = _read_value(inner, tagged, version, True)
             r.pos += size
-            seen.add(f.key)
+            seen.add(tagged.key)
         # The JsonConverter writes a tagged field only when it differs from its default.
         sent = {key for key in seen if values[key] != s.field(key).default(version)}
         written = [f.key for f in s.fields if f.key in written or f.key in sent]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from ..errors import CorruptRecordError, InvalidRecordError
 from . import compression
@@ -18,10 +19,14 @@ from .types import (
     NO_PRODUCER_ID,
     NO_SEQUENCE,
     NO_TIMESTAMP,
+    BytesLike,
     Record,
 )
 from .types import TimestampType as TsType
 from .view import BatchView
+
+if TYPE_CHECKING:
+    from typing_extensions import Buffer
 
 LOG_OVERHEAD = 12
 RECORD_OVERHEAD_V0 = 14
@@ -48,7 +53,11 @@ class LegacyBatch(BatchView):
     has_producer_id = False
     delete_horizon_ms = None
 
-    def __init__(self, buffer, position: int = 0) -> None:
+    offset: int
+    size: int
+    magic: int
+
+    def __init__(self, buffer: Buffer, position: int = 0) -> None:
         super().__init__(buffer, position)
         view = self._buffer
         self.offset, self.size = struct.unpack_from(">qi", view, position)
@@ -92,7 +101,8 @@ class LegacyBatch(BatchView):
         """The message's own timestamp (-1 for magic 0)."""
         if self.magic == 0:
             return NO_TIMESTAMP
-        return struct.unpack_from(">q", self._buffer, self.position + _ATTRIBUTES_OFFSET + 1)[0]
+        timestamp: int = struct.unpack_from(">q", self._buffer, self.position + _ATTRIBUTES_OFFSET + 1)[0]
+        return timestamp
 
     max_timestamp = timestamp
 
@@ -182,7 +192,9 @@ class LegacyBatch(BatchView):
         )
 
 
-def _parse_key_value(buf, position: int, size_in_bytes: int, magic: int) -> tuple[bytes | None, bytes | None]:
+def _parse_key_value(
+    buf: BytesLike, position: int, size_in_bytes: int, magic: int
+) -> tuple[bytes | None, bytes | None]:
     end = position + size_in_bytes
     pos = position + _ATTRIBUTES_OFFSET + 1 + (8 if magic == 1 else 0)
     key, pos = _sized(buf, pos, end)
@@ -190,7 +202,7 @@ def _parse_key_value(buf, position: int, size_in_bytes: int, magic: int) -> tupl
     return key, value
 
 
-def _sized(buf, pos: int, end: int) -> tuple[bytes | None, int]:
+def _sized(buf: BytesLike, pos: int, end: int) -> tuple[bytes | None, int]:
     if pos + 4 > end:
         raise CorruptRecordError("Legacy message ends inside a length field")
     (length,) = struct.unpack_from(">i", buf, pos)

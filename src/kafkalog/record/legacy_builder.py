@@ -12,7 +12,7 @@ from ..errors import UnsupportedCompressionTypeError
 from . import compression
 from .checksums import crc32, xxhash32
 from .legacy import TIMESTAMP_TYPE_MASK
-from .types import NO_TIMESTAMP, TimestampType
+from .types import NO_TIMESTAMP, BytesLike, TimestampType
 
 INT32_MAX = (1 << 31) - 1
 _PREFIX = struct.Struct(">qiI")  # offset, size, crc
@@ -53,7 +53,7 @@ def build_legacy(
     base_offset = records[0][0]
     relative = magic > 0 and codec != compression.NONE
     parts = []
-    last_offset = None
+    last_offset: int | None = None
     max_timestamp = NO_TIMESTAMP
     for offset, timestamp, key, value in records:
         if last_offset is not None and offset <= last_offset:
@@ -80,10 +80,13 @@ def build_legacy(
         # the 4 magic bytes of the frame.
         packed = packed[:6] + bytes([(xxhash32(packed[:6]) >> 8) & 0xFF]) + packed[7:]
     wrapper_timestamp = log_append_time if append_time else max_timestamp
+    assert last_offset is not None  # records is not empty (checked above), so the loop set it
     return _message(magic, last_offset, codec | type_bit, wrapper_timestamp, None, packed)
 
 
-def _message(magic: int, offset: int, attributes: int, timestamp: int, key, value) -> bytes:
+def _message(
+    magic: int, offset: int, attributes: int, timestamp: int, key: BytesLike | None, value: BytesLike | None
+) -> bytes:
     """One (offset, size, message) entry: CRC-32 over magic..value (LegacyRecord.write)."""
     if timestamp < 0 and timestamp != NO_TIMESTAMP:
         raise ValueError(f"Invalid message timestamp {timestamp}")

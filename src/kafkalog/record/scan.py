@@ -11,17 +11,22 @@ import mmap
 import os
 import struct
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from ..errors import CorruptRecordError
 from .batch import HEADER_SIZE_UP_TO_MAGIC, LOG_OVERHEAD, MAGIC_OFFSET, RecordBatch
 from .legacy import RECORD_OVERHEAD_V0, LegacyBatch
+from .types import BytesLike
+
+if TYPE_CHECKING:
+    from typing_extensions import Buffer
 
 _PREFIX = struct.Struct(">qi")
 AnyBatch = RecordBatch | LegacyBatch
 
 
 def iter_batches(
-    buffer, start: int = 0, end: int | None = None, *, max_message_size: int | None = None
+    buffer: Buffer, start: int = 0, end: int | None = None, *, max_message_size: int | None = None
 ) -> Iterator[AnyBatch]:
     """Yield a view of each batch in ``buffer[start:end]``: RecordBatch for v2, LegacyBatch for v0/v1.
 
@@ -44,7 +49,7 @@ def iter_batches(
         pos += batch_size
 
 
-def batch_positions(buffer, start: int = 0, end: int | None = None) -> Iterator[tuple[int, int, int]]:
+def batch_positions(buffer: Buffer, start: int = 0, end: int | None = None) -> Iterator[tuple[int, int, int]]:
     """Yield (position, size, magic) of each complete batch, applying the same rules as iter_batches."""
     view = buffer if isinstance(buffer, memoryview) else memoryview(buffer)
     end = len(view) if end is None else min(end, len(view))
@@ -57,8 +62,10 @@ def batch_positions(buffer, start: int = 0, end: int | None = None) -> Iterator[
         pos += batch_size
 
 
-def batch_size_at(view, pos: int, end: int, max_message_size: int | None = None) -> int | None:
+def batch_size_at(view: BytesLike, pos: int, end: int, max_message_size: int | None = None) -> int | None:
     """Total size of the batch at ``pos``, None for a partial tail; raise on corruption."""
+    offset: int
+    size: int
     offset, size = _PREFIX.unpack_from(view, pos)
     if size < RECORD_OVERHEAD_V0:
         raise CorruptRecordError(
@@ -78,7 +85,7 @@ def batch_size_at(view, pos: int, end: int, max_message_size: int | None = None)
     return LOG_OVERHEAD + size
 
 
-def map_file(path: str | os.PathLike) -> memoryview:
+def map_file(path: str | os.PathLike[str]) -> memoryview:
     """Memory-map a file read-only and return a byte view of it (empty for an empty file)."""
     with open(path, "rb") as f:
         size = os.fstat(f.fileno()).st_size
@@ -87,7 +94,7 @@ def map_file(path: str | os.PathLike) -> memoryview:
         return memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
 
 
-def iter_file_batches(path: str | os.PathLike, *, start: int = 0) -> Iterator[AnyBatch]:
+def iter_file_batches(path: str | os.PathLike[str], *, start: int = 0) -> Iterator[AnyBatch]:
     """Scan a segment file through a read-only memory map; a view keeps the map alive."""
     try:
         yield from iter_batches(map_file(path), start)

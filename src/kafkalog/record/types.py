@@ -5,7 +5,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import NamedTuple
+from typing import NamedTuple, TypeAlias
 
 from ..errors import InvalidRecordError
 
@@ -16,6 +16,8 @@ NO_SEQUENCE = -1
 NO_PARTITION_LEADER_EPOCH = -1
 
 Header = tuple[str, bytes | None]
+# What the readers and writers take as bytes: any of these, read by index and slice (never copied on purpose).
+BytesLike: TypeAlias = bytes | bytearray | memoryview
 
 
 class TimestampType(IntEnum):

@@ -7,6 +7,7 @@ The whole-batch paths in ``columnar`` and ``builder`` implement the same rules v
 from __future__ import annotations
 
 from ..errors import InvalidRecordError
+from .types import BytesLike
 
 _MASK32 = 0xFFFFFFFF
 _MASK64 = 0xFFFFFFFFFFFFFFFF
@@ -86,7 +87,7 @@ def size_of_varlong(value: int) -> int:
     return size
 
 
-def _read_leb128(buf, pos: int, end: int | None, max_bytes: int, what: str) -> tuple[int, int]:
+def _read_leb128(buf: BytesLike, pos: int, end: int | None, max_bytes: int, what: str) -> tuple[int, int]:
     """Raw LEB128 value of at most ``max_bytes`` bytes at ``pos``; return (value, next position)."""
     if end is None:
         end = len(buf)
@@ -104,7 +105,7 @@ def _read_leb128(buf, pos: int, end: int | None, max_bytes: int, what: str) -> t
     )
 
 
-def read_unsigned_varint(buf, pos: int, end: int | None = None) -> tuple[int, int]:
+def read_unsigned_varint(buf: BytesLike, pos: int, end: int | None = None) -> tuple[int, int]:
     """Decode an unsigned varint at ``pos``; return (value as signed int32, next position).
 
     Like Java: a 5th byte with its continuation bit set is an error, bits above 32 are dropped.
@@ -114,14 +115,14 @@ def read_unsigned_varint(buf, pos: int, end: int | None = None) -> tuple[int, in
     return (value - (1 << 32) if value & 0x80000000 else value), pos
 
 
-def read_varint(buf, pos: int, end: int | None = None) -> tuple[int, int]:
+def read_varint(buf: BytesLike, pos: int, end: int | None = None) -> tuple[int, int]:
     """Decode a zigzag varint (int32) at ``pos``; return (value, next position)."""
     raw, pos = read_unsigned_varint(buf, pos, end)
     raw &= _MASK32
     return (raw >> 1) ^ -(raw & 1), pos
 
 
-def read_varlong(buf, pos: int, end: int | None = None) -> tuple[int, int]:
+def read_varlong(buf: BytesLike, pos: int, end: int | None = None) -> tuple[int, int]:
     """Decode a zigzag varlong (int64) at ``pos``; return (value, next position)."""
     value, pos = _read_leb128(buf, pos, end, 10, "varlong")
     value &= _MASK64

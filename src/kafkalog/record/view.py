@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING
 
 from ..errors import CorruptRecordError
+
+if TYPE_CHECKING:
+    from typing_extensions import Buffer
 
 
 class BatchView(ABC):
@@ -12,14 +16,18 @@ class BatchView(ABC):
 
     __slots__ = ("_buffer", "position")
 
-    def __init__(self, buffer, position: int) -> None:
+    def __init__(self, buffer: Buffer, position: int) -> None:
         self._buffer = buffer if isinstance(buffer, memoryview) else memoryview(buffer)
         self.position = position
 
     # Provided by each format.
     crc: int
-    size_in_bytes: int
     min_size_in_bytes: int
+
+    if TYPE_CHECKING:  # a property in each format (declared here for the checks below; no runtime member)
+
+        @property
+        def size_in_bytes(self) -> int: ...
 
     @abstractmethod
     def compute_checksum(self) -> int:

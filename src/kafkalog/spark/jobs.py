@@ -17,9 +17,9 @@ from pathlib import Path
 import pyarrow as pa
 
 from ..logdir import TopicConfigStore
+from ..partition import readonly as logfiles
 from ..record.scan import batch_positions, map_file
 from ..storage.config import LogConfig
-from . import logfiles
 
 EXPORT_STATE_FILE = "_kafkalog_offsets.json"
 CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"

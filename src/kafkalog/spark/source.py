@@ -98,7 +98,7 @@ from pyspark.sql.types import (
 )
 
 from ..errors import InvalidConfigurationError, OffsetOutOfRangeError, UnknownTopicOrPartitionError
-from . import logfiles
+from ..partition import readonly as logfiles
 
 FORMAT_NAME = "kafkalog"
 EARLIEST, LATEST = -2, -1

@@ -62,7 +62,7 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from ..errors import InvalidConfigurationError, OffsetOutOfRangeError
-from . import logfiles
+from ..partition import readonly as logfiles
 from .source import (
     EARLIEST,
     LATEST,

@@ -216,7 +216,7 @@ class OffsetCheckpointFile:
 
     def write(self, offsets: Mapping[TopicPartition, int], sync: bool = True) -> None:
         """Replace the checkpoint with ``offsets``, in the mapping's order."""
-        self.checkpoint.write(((tuple(tp), offset) for tp, offset in offsets.items()), sync)
+        self.checkpoint.write((((tp[0], tp[1]), offset) for tp, offset in offsets.items()), sync)
 
     def read(self) -> dict[TopicPartition, int]:
         """The checkpointed offsets; a partition listed twice keeps its last offset, as Kafka's HashMap does."""

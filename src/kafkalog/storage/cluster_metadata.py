@@ -26,7 +26,7 @@ from pathlib import Path
 
 from ..errors import CorruptRecordError, KafkaLogError, MetadataParseError
 from ..record.kraft import MetadataRecord, decode_control_value, decode_metadata_record
-from ..record.types import ControlRecordType, control_record_type
+from ..record.types import ControlRecordType, Record, control_record_type
 from .file_records import FileRecords
 
 log = logging.getLogger(__name__)
@@ -215,7 +215,7 @@ def list_snapshots(directory: str | Path) -> list[SnapshotId]:
     return sorted(found)
 
 
-def _records(path: Path, start_offset: int = 0) -> Iterator[tuple[int, bool, object]]:
+def _records(path: Path, start_offset: int = 0) -> Iterator[tuple[int, bool, Record]]:
     """(offset, is_control, record) of every record at or after ``start_offset`` in one file of batches.
 
     A batch with a bad CRC raises CorruptRecordError; a partial batch at the end ends the file quietly.
@@ -269,7 +269,7 @@ def read_snapshot(path: str | Path) -> list[tuple[int, MetadataRecord]]:
     return out
 
 
-def _decode(record, path: Path) -> MetadataRecord:
+def _decode(record: Record, path: Path) -> MetadataRecord:
     if record.value is None:
         raise MetadataParseError(f"Metadata record at offset {record.offset} of {path.name} has no value")
     try:

@@ -15,11 +15,13 @@ import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ..errors import CorruptRecordError, KafkaStorageError
 from ..record.batch import HEADER_SIZE_UP_TO_MAGIC, MAGIC_OFFSET, RecordBatch
 from ..record.legacy import LegacyBatch
 from ..record.scan import AnyBatch, batch_size_at, iter_batches
+from ..record.types import BytesLike, Record
 from .fileio import file_io
 
 INT32_MAX = (1 << 31) - 1
@@ -28,7 +30,7 @@ _JOIN_BELOW = 64 * 1024  # appends smaller than this are joined and written with
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
-def _libc_sync_file_range():
+def _libc_sync_file_range() -> Any:
     """libc's sync_file_range (Linux), or None."""
     if not sys.platform.startswith("linux"):
         return None
@@ -116,7 +118,12 @@ class FileRecords:
     def file_length(self) -> int:
         return os.fstat(self._fd).st_size
 
-    def append(self, data, size: int | None = None, before_commit: Callable[[], bytes | None] | None = None) -> int:
+    def append(
+        self,
+        data: BytesLike | list[BytesLike],
+        size: int | None = None,
+        before_commit: Callable[[], bytes | None] | None = None,
+    ) -> int:
         """Write ``data`` (a buffer, or a list of buffers written in order) at the logical end; return its size.
 
         ``before_commit()`` runs after the write and before the logical size moves, so readers never see the
@@ -373,7 +380,7 @@ class RecordsSlice:
         """The complete batches in the slice (a partial batch at its end is left out, as Kafka's reader does)."""
         return iter_batches(self.tobytes())
 
-    def records(self):
+    def records(self) -> Iterator[Record]:
         for batch in self.batches():
             yield from batch
 

@@ -15,7 +15,19 @@ import os
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from pathlib import Path
+from typing import TYPE_CHECKING, Protocol, TypeAlias
+
+if TYPE_CHECKING:
+    from typing_extensions import Buffer
+
+PathArg: TypeAlias = "str | os.PathLike[str]"  # a file's name, only used to match faults and in messages
+
+
+class Flushable(Protocol):
+    """A memory map (mmap.mmap, or an index's mapping) whose dirty pages ``flush()`` writes back."""
+
+    def flush(self) -> object: ...
+
 
 WRITE = "write"  # pwrite / pwritev of a segment's .log, checkpoint and producer snapshot file contents
 FSYNC = "fsync"  # fsync of a .log, a checkpoint or a producer snapshot, msync of an index
@@ -29,22 +41,22 @@ ERRNOS = {"ENOSPC": _errno.ENOSPC, "EIO": _errno.EIO, "EFBIG": _errno.EFBIG, "ED
 class OsFileIO:
     """The real thing: each operation is one ``os`` call (``path`` only names the file for fault matching)."""
 
-    def pread(self, fd: int, size: int, offset: int, path: str | Path) -> bytes:
+    def pread(self, fd: int, size: int, offset: int, path: PathArg) -> bytes:
         return os.pread(fd, size, offset)
 
-    def pwrite(self, fd: int, data, offset: int, path: str | Path) -> int:
+    def pwrite(self, fd: int, data: Buffer, offset: int, path: PathArg) -> int:
         return os.pwrite(fd, data, offset)
 
-    def pwritev(self, fd: int, buffers: Sequence, offset: int, path: str | Path) -> int:
+    def pwritev(self, fd: int, buffers: Sequence[Buffer], offset: int, path: PathArg) -> int:
         return os.pwritev(fd, buffers, offset)
 
-    def fsync(self, fd: int, path: str | Path) -> None:
+    def fsync(self, fd: int, path: PathArg) -> None:
         os.fsync(fd)
 
-    def msync(self, mapping, path: str | Path) -> None:
+    def msync(self, mapping: Flushable, path: PathArg) -> None:
         mapping.flush()
 
-    def ftruncate(self, fd: int, length: int, path: str | Path) -> None:
+    def ftruncate(self, fd: int, length: int, path: PathArg) -> None:
         os.ftruncate(fd, length)
 
 
@@ -84,7 +96,7 @@ class FaultInjectingFileIO(OsFileIO):
         self.injected = 0
         self._lock = threading.Lock()
 
-    def _should_fail(self, op: str, path) -> bool:
+    def _should_fail(self, op: str, path: PathArg) -> bool:
         if self.injected and op in self.then_fail:
             self.injected += 1
             return True
@@ -102,22 +114,23 @@ class FaultInjectingFileIO(OsFileIO):
                 self.injected += 1
             return fail
 
-    def _error(self, path) -> OSError:
+    def _error(self, path: PathArg) -> OSError:
         return OSError(self.errno, os.strerror(self.errno), str(path))
 
-    def pread(self, fd: int, size: int, offset: int, path) -> bytes:
+    def pread(self, fd: int, size: int, offset: int, path: PathArg) -> bytes:
         if self._should_fail(READ, path):
             raise self._error(path)
         return os.pread(fd, size, offset)
 
-    def pwrite(self, fd: int, data, offset: int, path) -> int:
+    def pwrite(self, fd: int, data: Buffer, offset: int, path: PathArg) -> int:
         if self._should_fail(WRITE, path):
-            if self.torn and len(data) > 1:
-                os.pwrite(fd, memoryview(data)[: len(data) // 2], offset)
+            view = memoryview(data)
+            if self.torn and len(view) > 1:
+                os.pwrite(fd, view[: len(view) // 2], offset)
             raise self._error(path)
         return os.pwrite(fd, data, offset)
 
-    def pwritev(self, fd: int, buffers: Sequence, offset: int, path) -> int:
+    def pwritev(self, fd: int, buffers: Sequence[Buffer], offset: int, path: PathArg) -> int:
         if self._should_fail(WRITE, path):
             if self.torn:
                 joined = b"".join(buffers)
@@ -126,17 +139,17 @@ class FaultInjectingFileIO(OsFileIO):
             raise self._error(path)
         return os.pwritev(fd, buffers, offset)
 
-    def fsync(self, fd: int, path) -> None:
+    def fsync(self, fd: int, path: PathArg) -> None:
         if self._should_fail(FSYNC, path):
             raise self._error(path)
         os.fsync(fd)
 
-    def msync(self, mapping, path) -> None:
+    def msync(self, mapping: Flushable, path: PathArg) -> None:
         if self._should_fail(FSYNC, path):
             raise self._error(path)
         mapping.flush()
 
-    def ftruncate(self, fd: int, length: int, path) -> None:
+    def ftruncate(self, fd: int, length: int, path: PathArg) -> None:
         if self._should_fail(TRUNCATE, path):
             raise self._error(path)
         os.ftruncate(fd, length)

@@ -160,6 +160,42 @@ class FileMapping:
             self.close()
 
 
+class FileCopy:
+    """The bytes of a whole file read with ``pread``, in the shape of a read-only ``FileMapping``.
+
+    A read-only index (the tools' ``verify``, ``dump`` and ``recover --dry-run``) reads its file instead of
+    mapping it: a memory map of a file another process truncates, or of a preallocated (sparse) index on a full
+    tmpfs, raises SIGBUS on access, which kills the process with no message; a read returns what is there.
+    The copy is taken once, at open, so a reader sees the file as it was then."""
+
+    def __init__(self, fd: int, path: Path) -> None:
+        size = os.fstat(fd).st_size
+        parts, position = [], 0
+        while position < size:
+            chunk = os.pread(fd, min(size - position, 1 << 24), position)
+            if not chunk:  # the file shrank under us: keep what was there
+                break
+            parts.append(chunk)
+            position += len(chunk)
+        self._path = path
+        self.view: memoryview | None = memoryview(b"".join(parts)).toreadonly()
+
+    def __len__(self) -> int:
+        return len(self.view) if self.view is not None else 0
+
+    def flush(self) -> None:
+        """Nothing to write back: a copy is never written."""
+
+    def close(self) -> None:
+        if self.view is not None:
+            self.view.release()
+            self.view = None
+
+    @property
+    def closed(self) -> bool:
+        return self.view is None
+
+
 def _round_down(number: int, factor: int) -> int:
     """Java's ``factor * (number / factor)``: integer division truncates toward zero, so negatives give 0."""
     return factor * int(number / factor) if number < 0 else factor * (number // factor)
@@ -177,7 +213,7 @@ class AbstractIndex(ABC):
         self._max_index_size = max_index_size
         self._writable = writable
         self._lock = threading.RLock()
-        self._mmap: FileMapping | None = None
+        self._mmap: FileMapping | FileCopy | None = None
         self._closed = False
         self._length = 0
         self._open_and_map()
@@ -206,11 +242,17 @@ class AbstractIndex(ABC):
         self._map_file()
 
     def _map_file(self) -> None:
-        """Map the file as it is now on disk (no mapping at all for a 0-byte file)."""
+        """Map the file as it is now on disk (no mapping at all for a 0-byte file); a read-only index reads a
+        copy of it instead (``FileCopy``)."""
         with open(self._path, "r+b" if self._writable else "rb") as f:
-            length = os.fstat(f.fileno()).st_size
-            self._mmap = FileMapping(f.fileno(), length, self._writable, self._path) if length > 0 else None
-        self._length = length  # the descriptor is closed here: the mapping does not need it
+            if self._writable:
+                length = os.fstat(f.fileno()).st_size
+                self._mmap = FileMapping(f.fileno(), length, True, self._path) if length > 0 else None
+            else:
+                copy = FileCopy(f.fileno(), self._path)
+                length = len(copy)
+                self._mmap = copy if length > 0 else None
+        self._length = length  # the descriptor is closed here: neither the mapping nor the copy needs it
 
     def _unmap(self) -> None:
         if self._mmap is not None:

@@ -25,7 +25,7 @@ class Check:
 
     __slots__ = ("_args", "_done", "_error", "_fn", "_value")
 
-    def __init__(self, fn: Callable[..., Any], args: tuple) -> None:
+    def __init__(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
         self._fn = fn
         self._args = args
         self._value: Any = None
@@ -56,7 +56,7 @@ class BackgroundChecker:
         os.register_at_fork(after_in_child=self._reset)
 
     def _reset(self) -> None:
-        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._jobs: queue.SimpleQueue[Check] = queue.SimpleQueue()
         self._idle = threading.Lock()
         self._thread: threading.Thread | None = None
         self._start_lock = threading.Lock()
@@ -87,7 +87,7 @@ class BackgroundChecker:
                 thread.start()
                 self._thread = thread
 
-    def _serve(self, jobs: queue.SimpleQueue) -> None:
+    def _serve(self, jobs: queue.SimpleQueue[Check]) -> None:
         while True:
             check = jobs.get()
             check._compute()

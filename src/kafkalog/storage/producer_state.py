@@ -268,7 +268,7 @@ class TxnMetadata:
 # ----- snapshot files -------------------------------------------------------------------------------------------
 
 
-def snapshot_path(directory: str | os.PathLike, offset: int) -> Path:
+def snapshot_path(directory: str | os.PathLike[str], offset: int) -> Path:
     """``<dir>/<20-digit offset>.snapshot`` (LogFileUtils.producerSnapshotFile)."""
     return Path(directory) / f"{offset:020d}{SNAPSHOT_SUFFIX}"
 
@@ -278,7 +278,7 @@ def _offset_from_name(name: str) -> int | None:
     return int(stem) if stem.isdigit() else None
 
 
-def list_snapshots(directory: str | os.PathLike) -> list[tuple[int, Path]]:
+def list_snapshots(directory: str | os.PathLike[str]) -> list[tuple[int, Path]]:
     """Every regular ``*.snapshot`` file in ``directory`` as (offset, path), sorted by offset.
 
     Kafka would fail on a ``.snapshot`` name whose prefix is not a number; those are skipped here.
@@ -368,13 +368,13 @@ def decode_snapshot(data: bytes | bytearray | memoryview, path: str | None = Non
     return entries
 
 
-def read_snapshot(path: str | os.PathLike) -> list[ProducerStateEntry]:
+def read_snapshot(path: str | os.PathLike[str]) -> list[ProducerStateEntry]:
     """Read a producer snapshot file; CorruptSnapshotError (naming the file) when it cannot be trusted."""
     path = Path(path)
     return decode_snapshot(path.read_bytes(), str(path))
 
 
-def write_snapshot(path: str | os.PathLike, entries: Iterable[ProducerStateEntry], sync: bool = True) -> None:
+def write_snapshot(path: str | os.PathLike[str], entries: Iterable[ProducerStateEntry], sync: bool = True) -> None:
     """Write a producer snapshot file (in place, as Kafka's writeSnapshot does); fsync it when ``sync``.
 
     The write and the fsync go through the file-operations layer. When either fails, the partial file is
@@ -399,7 +399,7 @@ def write_snapshot(path: str | os.PathLike, entries: Iterable[ProducerStateEntry
         os.close(fd)
 
 
-def sync_snapshot_if_exists(path: str | os.PathLike) -> None:
+def sync_snapshot_if_exists(path: str | os.PathLike[str]) -> None:
     """fsync a snapshot written without sync, unless it is gone (Kafka's Utils.flushFileIfExists)."""
     try:
         fd = os.open(path, os.O_RDONLY)
@@ -419,7 +419,8 @@ def _first_offset(first_offset_metadata: Any, default: int) -> int:
         return default
     if isinstance(first_offset_metadata, int):
         return first_offset_metadata
-    return first_offset_metadata.message_offset
+    offset: int = first_offset_metadata.message_offset  # a LogOffsetMetadata
+    return offset
 
 
 class ProducerAppendInfo:
@@ -607,7 +608,7 @@ class ProducerStateManager:
 
     def __init__(
         self,
-        partition_dir: str | os.PathLike,
+        partition_dir: str | os.PathLike[str],
         producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
         clock: Time = SYSTEM_TIME,
         *,
@@ -941,7 +942,7 @@ class ProducerStateManager:
             self._last_map_offset = offset
             self._update_oldest_txn_timestamp()
 
-    def update_parent_dir(self, parent_dir: str | os.PathLike) -> None:
+    def update_parent_dir(self, parent_dir: str | os.PathLike[str]) -> None:
         """The partition directory was renamed: point the manager and its snapshot paths at the new one."""
         with self._lock:
             self.partition_dir = Path(parent_dir)

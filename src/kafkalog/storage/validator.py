@@ -40,7 +40,7 @@ from ..record.batch import (
 from ..record.builder import RecordBatchBuilder
 from ..record.checksums import crc32c
 from ..record.columnar import _ERRORS as KERNEL_ERRORS
-from ..record.scan import iter_batches
+from ..record.scan import AnyBatch, iter_batches
 from ..record.types import NO_TIMESTAMP, TimestampType
 from .config import LogConfig
 
@@ -76,7 +76,7 @@ def analyze(
     max_message_bytes: int,
     leader_epoch: int | None = None,
     ignore_record_size: bool = False,
-) -> LogAppendInfo:
+) -> tuple[LogAppendInfo, list[AnyBatch]]:
     """Kafka's analyzeAndValidateRecords: sizes, CRCs, monotonic offsets, the source codec."""
     info = LogAppendInfo()
     first = True

@@ -20,6 +20,7 @@ import struct
 import tempfile
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -104,8 +105,8 @@ def snapshot_seeds() -> list[bytes]:
     from ..storage.producer_state import BatchMetadata, ProducerStateEntry, encode_snapshot
 
     entries = [
-        ProducerStateEntry(7, 1, 2, 1_000, None, [BatchMetadata(4, 110, 4, 1_000)]),
-        ProducerStateEntry(8, 0, -1, 2_000, 120, [BatchMetadata(0, 121, 0, 2_000)]),
+        ProducerStateEntry(7, 1, 2, 1_000, None, deque([BatchMetadata(4, 110, 4, 1_000)])),
+        ProducerStateEntry(8, 0, -1, 2_000, 120, deque([BatchMetadata(0, 121, 0, 2_000)])),
     ]
     return [encode_snapshot(entries), encode_snapshot([])]
 
@@ -189,7 +190,7 @@ def input_for(target: Target, control: bytes) -> bytes:
 
 
 def _touch_batches(data: bytes) -> None:
-    from ..record import iter_batches
+    from ..record import RecordBatch, iter_batches
 
     for batch in iter_batches(data):
         _ = (batch.base_offset, batch.last_offset, batch.next_offset, batch.magic, batch.max_timestamp)
@@ -202,7 +203,7 @@ def _touch_batches(data: bytes) -> None:
             _ = batch.compression  # an unknown codec id is a documented error; iteration must still be clean
         for record in batch:
             tuple(record)
-        if batch.is_control and batch.magic == 2:
+        if batch.is_control and isinstance(batch, RecordBatch):  # magic 2: legacy messages are never control
             batch.end_transaction_marker()
 
 
@@ -351,7 +352,7 @@ def _cli_recover(data: bytes, workdir: Path) -> None:
 
 def _spark_logfiles(data: bytes, workdir: Path) -> None:
     """The Spark source's file reader (no JVM): offsets, ranges, timestamps and transactions of a hostile partition."""
-    from ..spark import logfiles
+    from ..partition import readonly as logfiles
 
     partition = workdir / "topic-0"
     partition.mkdir(exist_ok=True)

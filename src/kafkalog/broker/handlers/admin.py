@@ -12,6 +12,7 @@ from kafka.protocol.admin import DeleteRecordsResponse, DescribeClusterResponse,
 from ...manager import TopicPartition
 from ...storage.config import TOPIC_SYNONYMS
 from ..protocol import INVALID_REQUEST, NONE, Response, error_code, error_message
+from ..replica_access import delete_records
 
 TOPIC = 2
 BROKER = 4
@@ -153,7 +154,7 @@ async def handle_delete_records(broker, header, request) -> Response:
         parts = []
         for p in topic.partitions:
             try:
-                low = broker.replica_manager.delete_records(TopicPartition(topic.name, p.partition_index), p.offset)
+                low = delete_records(broker.replica_manager, TopicPartition(topic.name, p.partition_index), p.offset)
                 parts.append(P(partition_index=p.partition_index, low_watermark=low, error_code=NONE))
             except Exception as e:
                 parts.append(P(partition_index=p.partition_index, low_watermark=-1, error_code=error_code(e)))

@@ -7,10 +7,16 @@ One module per codec frames the bytes exactly as Kafka's Java streams do. Levels
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ...errors import UnsupportedCompressionTypeError
 from . import gzip, lz4, snappy, zstd
 from ._limits import MAX_DECOMPRESSED_BYTES
+
+if TYPE_CHECKING:
+    import cramjam
+
+    from ..types import BytesLike
 
 NONE, GZIP, SNAPPY, LZ4, ZSTD = 0, 1, 2, 3, 4
 CODEC_NAMES = ("none", "gzip", "snappy", "lz4", "zstd")
@@ -69,22 +75,25 @@ def resolve_level(codec: int, level: int | None) -> int | None:
     return level
 
 
-def compress(codec: int | str, data, level: int | None = None):
+def compress(codec: int | str, data: BytesLike, level: int | None = None) -> bytes | cramjam.Buffer:
     """Compress a records section with Kafka's framing for ``codec``; returns a bytes-like object."""
     cid = codec_id(codec)
     if cid == NONE:
         return bytes(data)
+    if cid == SNAPPY:  # no level (resolve_level passes None through)
+        return snappy.compress(data)
     lvl = resolve_level(cid, level)
+    assert lvl is not None  # gzip, lz4 and zstd have a level range: resolve_level gives their default for None
     if cid == GZIP:
         return gzip.compress(data, lvl)
-    if cid == SNAPPY:
-        return snappy.compress(data)
     if cid == LZ4:
         return lz4.compress(data, lvl)
     return zstd.compress(data, lvl)
 
 
-def decompress(codec: int | str, data, *, magic: int = 2, max_size: int = MAX_DECOMPRESSED_BYTES) -> memoryview:
+def decompress(
+    codec: int | str, data: BytesLike, *, magic: int = 2, max_size: int = MAX_DECOMPRESSED_BYTES
+) -> memoryview:
     """Decompress a records section, accepting every framing Kafka's readers accept.
 
     Returns a zero-copy byte view of the codec's output. ``magic`` matters for lz4 only: magic 0
@@ -97,6 +106,7 @@ def decompress(codec: int | str, data, *, magic: int = 2, max_size: int = MAX_DE
     limit is passed, so a decompression bomb costs at most ``max_size`` bytes.
     """
     cid = codec_id(codec)
+    out: BytesLike | cramjam.Buffer
     if cid == NONE:
         out = data
     elif cid == GZIP:

@@ -6,6 +6,7 @@ import struct
 import zlib
 
 from ...errors import CorruptRecordError
+from ..types import BytesLike
 from ._limits import MAX_DECOMPRESSED_BYTES, too_large
 
 DEFAULT_LEVEL = -1  # Kafka's default: zlib's own default (6)
@@ -15,13 +16,13 @@ _GZIP_WBITS = 16 + zlib.MAX_WBITS
 _ISIZE = struct.Struct("<I").unpack_from  # a member's trailer: its size mod 2**32
 
 
-def compress(data, level: int = DEFAULT_LEVEL) -> bytes:
+def compress(data: BytesLike, level: int = DEFAULT_LEVEL) -> bytes:
     """One GZIP member around ``data``."""
     c = zlib.compressobj(level, zlib.DEFLATED, _GZIP_WBITS)
     return c.compress(data) + c.flush()
 
 
-def decompress(data, max_size: int = MAX_DECOMPRESSED_BYTES) -> bytes:
+def decompress(data: BytesLike, max_size: int = MAX_DECOMPRESSED_BYTES) -> bytes:
     """Inflate one or more concatenated GZIP members, as GZIPInputStream does, to at most ``max_size`` bytes.
 
     A last member whose trailer (ISIZE, the size mod 2**32) already says more than ``max_size`` is refused

@@ -17,6 +17,7 @@ import cramjam
 
 from ...errors import CorruptRecordError
 from ..checksums import xxhash32
+from ..types import BytesLike
 from ._limits import MAX_DECOMPRESSED_BYTES, too_large
 
 MAGIC = 0x184D2204
@@ -38,13 +39,13 @@ _HEADER = _MAGIC_BYTES + bytes([FLG_DEFAULT, BD_64KB, _descriptor_checksum(bytes
 _END_MARK = b"\x00\x00\x00\x00"
 
 
-def _compress_block(block, level: int) -> bytes:
+def _compress_block(block: memoryview, level: int) -> bytes:
     if level == DEFAULT_LEVEL:
         return bytes(cramjam.lz4.compress_block(block, store_size=False))
     return bytes(cramjam.lz4.compress_block(block, mode="high_compression", compression=level, store_size=False))
 
 
-def compress(data, level: int = DEFAULT_LEVEL) -> bytes:
+def compress(data: BytesLike, level: int = DEFAULT_LEVEL) -> bytes:
     """Frame ``data`` in independent 64 KiB blocks, storing a block raw when lz4 does not shrink it."""
     view = memoryview(data).cast("B")
     parts = [_HEADER]
@@ -96,7 +97,9 @@ _MAX_RATIO = 255
 _UNBOUNDED = 1 << 62
 
 
-def decompress(data, *, ignore_descriptor_checksum: bool = False, max_size: int = MAX_DECOMPRESSED_BYTES):
+def decompress(
+    data: BytesLike, *, ignore_descriptor_checksum: bool = False, max_size: int = MAX_DECOMPRESSED_BYTES
+) -> bytearray | cramjam.Buffer:
     """Decode an lz4 frame the way Kafka's reader does, to at most ``max_size`` bytes; returns bytes-like.
 
     The frame Kafka writes (FLG 0x60, BD 0x40) is decoded natively in one call when it cannot exceed
@@ -112,7 +115,7 @@ def decompress(data, *, ignore_descriptor_checksum: bool = False, max_size: int 
     return decompress_frame(data, ignore_descriptor_checksum=ignore_descriptor_checksum, max_size=max_size)
 
 
-def _upper_bound(data) -> int:
+def _upper_bound(data: BytesLike) -> int:
     """The most a frame with Kafka's header could decode to, from its block headers (no decoding)."""
     data = bytes(data)
     pos, total = len(_HEADER), 0
@@ -127,7 +130,7 @@ def _upper_bound(data) -> int:
 
 
 def decompress_frame(
-    data, *, ignore_descriptor_checksum: bool = False, max_size: int = MAX_DECOMPRESSED_BYTES
+    data: BytesLike, *, ignore_descriptor_checksum: bool = False, max_size: int = MAX_DECOMPRESSED_BYTES
 ) -> bytearray:
     """Kafka's Lz4BlockInputStream, block by block: checks the header, block sizes and block checksums.
 

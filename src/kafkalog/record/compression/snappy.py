@@ -12,6 +12,7 @@ import struct
 import cramjam
 
 from ...errors import CorruptRecordError
+from ..types import BytesLike
 from ._limits import MAX_DECOMPRESSED_BYTES, too_large
 
 XERIAL_MAGIC = b"\x82SNAPPY\x00"
@@ -22,7 +23,7 @@ BLOCK_SIZE = 32 * 1024  # snappy-java's default block size
 _MAX_EXPANSION = 24
 
 
-def compress(data) -> bytes:
+def compress(data: BytesLike) -> bytes:
     """Frame ``data`` in xerial blocks of 32 KiB."""
     view = memoryview(data)
     parts = [XERIAL_HEADER]
@@ -33,7 +34,7 @@ def compress(data) -> bytes:
     return b"".join(parts)
 
 
-def _claimed(block) -> int:
+def _claimed(block: BytesLike) -> int:
     """The length a raw snappy block says it decodes to, refused when no honest block could say it."""
     try:
         claimed = cramjam.snappy.decompress_raw_len(block)
@@ -44,7 +45,7 @@ def _claimed(block) -> int:
     return claimed
 
 
-def _raw(block, max_size: int = MAX_DECOMPRESSED_BYTES):
+def _raw(block: BytesLike, max_size: int = MAX_DECOMPRESSED_BYTES) -> cramjam.Buffer:
     claimed = _claimed(block)
     if claimed > max_size:
         raise too_large("snappy", max_size, claimed)
@@ -54,7 +55,7 @@ def _raw(block, max_size: int = MAX_DECOMPRESSED_BYTES):
         raise CorruptRecordError(f"Invalid snappy data: {e}") from None
 
 
-def decompress(data, max_size: int = MAX_DECOMPRESSED_BYTES):
+def decompress(data: BytesLike, max_size: int = MAX_DECOMPRESSED_BYTES) -> BytesLike | cramjam.Buffer:
     """Read xerial framing, or a single raw snappy block when the magic is absent; returns bytes-like.
 
     Every raw block states its decoded length, so output beyond ``max_size`` is refused before anything is

@@ -8,6 +8,7 @@ import cramjam
 import numpy as np
 
 from ...errors import CorruptRecordError
+from ..types import BytesLike
 from ._limits import MAX_DECOMPRESSED_BYTES, too_large
 
 DEFAULT_LEVEL = 3
@@ -20,12 +21,12 @@ _BLOCK_MAX = 128 * 1024  # a block never decodes to more (Block_Maximum_Size)
 _MAX_RATIO = _BLOCK_MAX // 4
 
 
-def compress(data, level: int = DEFAULT_LEVEL):
+def compress(data: BytesLike, level: int = DEFAULT_LEVEL) -> cramjam.Buffer:
     """One zstd frame at Kafka's level (cramjam's own default would be 11); a bytes-like object, uncopied."""
     return cramjam.zstd.compress(data, level=level)
 
 
-def decompress(data, max_size: int = MAX_DECOMPRESSED_BYTES):
+def decompress(data: BytesLike, max_size: int = MAX_DECOMPRESSED_BYTES) -> bytes | cramjam.Buffer:
     """Decode one or more zstd frames (with or without a content size) to at most ``max_size`` bytes.
 
     Small input (under ``max_size`` / 32768) cannot exceed the limit and is decoded in one native call. Larger
@@ -44,7 +45,7 @@ def decompress(data, max_size: int = MAX_DECOMPRESSED_BYTES):
                 return _native(data)
         out = np.empty(max_size + 1, dtype=np.uint8)  # uninitialised: only the pages written are used
         try:
-            n = cramjam.zstd.decompress_into(data, out)
+            n = cramjam.zstd.decompress_into(data, out)  # type: ignore[arg-type]  # numpy arrays are buffers
         except Exception as e:
             if "failed to write whole buffer" in str(e):
                 raise too_large("zstd", max_size) from None
@@ -55,14 +56,14 @@ def decompress(data, max_size: int = MAX_DECOMPRESSED_BYTES):
     return _native(data)
 
 
-def _native(data):
+def _native(data: BytesLike) -> cramjam.Buffer:
     try:
         return cramjam.zstd.decompress(data)
     except Exception as e:
         raise CorruptRecordError(f"Invalid zstd data: {e}") from None
 
 
-def _bounds(data) -> tuple[int, int] | None:
+def _bounds(data: BytesLike) -> tuple[int, int] | None:
     """(bytes the frames certainly decode to, most they can decode to), from the headers; None if malformed.
 
     A declared content size is exact (the decoder checks it); a frame without one adds its raw and RLE block
