@@ -234,3 +234,11 @@ def test_threads_pipelining_on_one_broker(broker):
     for t in threads:
         t.join(60)
     assert errors == []
+
+
+def test_a_node_id_other_than_zero_leads_and_is_the_isr(tmp_path):
+    with BrokerProcess(tmp_path, {"node.id": "3"}) as server, RawClient(server.bootstrap) as c:
+        topic = _metadata(c, "node-three").topics[0]
+        assert [(p.leader_id, p.replica_nodes, p.isr_nodes) for p in topic.partitions] == [(3, [3], [3])]
+        assert _produce(c, "node-three", b"acks all").error_code == 0  # an ISR of one meets min.insync.replicas=1
+    assert "node.id=3" in (tmp_path / "meta.properties").read_text()

@@ -26,3 +26,5 @@ def test_demo_job_runs_end_to_end(tmp_path: Path) -> None:
     assert (out / "kafka-logs" / ".kafka_cleanshutdown").exists()
     assert "every retained record is back" in result.stdout
     assert "Part 3: Spark reads the retained clicks" in result.stdout  # the Spark stage ran and agreed
+    assert "Part 4: kafka-python against kafkalog serve" in result.stdout  # a real client over the wire
+    assert "shut down cleanly" in result.stdout

@@ -14,15 +14,24 @@ prints the compaction explanation.
 Part 3 reads the retained clicks back on local Spark through the ``kafkalog`` source, as a batch query and
 as a streaming query with Trigger.AvailableNow, aggregates them, and writes the aggregates to a compacted
 topic through the ``kafkalog`` sink and to Parquet.
+
+Part 4 starts ``kafkalog serve`` on the same log dir and lets a real Kafka client (kafka-python) read every
+retained click back over Kafka's protocol, then produce a new lz4 topic with an idempotent producer and
+consume it; the broker then shuts down cleanly on SIGTERM.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
+import re
 import shutil
+import signal
+import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -372,6 +381,103 @@ def stream_count(spark, log_dir: Path, checkpoint: Path) -> int:
     return spark.table("clicks_stream").count()
 
 
+def start_broker(log_dir: Path) -> tuple[subprocess.Popen, str, list[str]]:
+    """``kafkalog serve`` on ``log_dir`` and a free loopback port; (process, bootstrap, its log lines)."""
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "from kafkalog.cli import main; main()",
+            "serve",
+            "--log-dirs",
+            str(log_dir),
+            "--override",
+            "listeners=PLAINTEXT://127.0.0.1:0",
+            # The clicks carry part 2's simulated timestamps, hours old by the real clock this broker runs on:
+            # its retention task would rightly delete them, so it is held off for the demo's minute.
+            "--override",
+            "log.initial.task.delay.ms=600000",
+        ],
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        env=dict(os.environ),
+    )
+    lines: list[str] = []
+    found: list[str] = []
+    ready = threading.Event()
+
+    def drain() -> None:
+        for line in proc.stderr:
+            lines.append(line)
+            m = re.search(r"Awaiting socket connections on (\S+:\d+)", line)
+            if m and not found:
+                found.append(m.group(1))
+                ready.set()
+        ready.set()
+
+    threading.Thread(target=drain, daemon=True).start()
+    if not ready.wait(60) or not found:
+        proc.kill()
+        raise SystemExit("kafkalog serve did not start:\n" + "".join(lines))
+    return proc, found[0], lines
+
+
+def run_broker(console: Console, log_dir: Path, expected_records: int) -> None:
+    """Part 4: a real Kafka client against ``kafkalog serve`` on the log dir parts 2 and 3 wrote."""
+    from kafka import KafkaConsumer, KafkaProducer
+    from kafka import TopicPartition as KafkaTopicPartition
+
+    proc, bootstrap, lines = start_broker(log_dir)
+    table = Table(title=f"Part 4: kafka-python against kafkalog serve on {bootstrap}")
+    for column in ("step", "records", "seconds", "check"):
+        table.add_column(column, justify="left" if column in ("step", "check") else "right")
+    try:
+        t0 = time.perf_counter()
+        consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False)
+        partitions = [KafkaTopicPartition("clicks", p) for p in range(4)]
+        consumer.assign(partitions)
+        consumer.seek_to_beginning(*partitions)
+        ends = consumer.end_offsets(partitions)
+        read = 0
+        while any(consumer.position(tp) < ends[tp] for tp in partitions):
+            read += sum(len(records) for records in consumer.poll(timeout_ms=1000).values())
+        consumer.close()
+        if read != expected_records:
+            raise SystemExit(f"the client read {read} clicks over the wire, the log holds {expected_records}")
+        table.add_row("consume every retained click (Fetch)", f"{read:,}", f"{time.perf_counter() - t0:.2f}", "ok")
+
+        t0 = time.perf_counter()
+        producer = KafkaProducer(bootstrap_servers=bootstrap, compression_type="lz4", enable_idempotence=True)
+        sent = [(b"order-%d" % i, json.dumps({"order": i, "amount": i % 97}).encode()) for i in range(1000)]
+        futures = [producer.send("orders", key=k, value=v, headers=[("source", b"demo")]) for k, v in sent]
+        offsets = [f.get(timeout=30).offset for f in futures]
+        producer.close()
+        table.add_row(
+            "produce 1,000 orders (lz4, idempotent)", f"{len(offsets):,}", f"{time.perf_counter() - t0:.2f}", "ok"
+        )
+        t0 = time.perf_counter()
+        consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False)
+        orders = KafkaTopicPartition("orders", 0)
+        consumer.assign([orders])
+        consumer.seek_to_beginning(orders)
+        back = []
+        while len(back) < len(sent):
+            back.extend((r.key, r.value) for records in consumer.poll(timeout_ms=1000).values() for r in records)
+        consumer.close()
+        if back != sent:
+            raise SystemExit("the orders read back differ from the orders sent")
+        table.add_row("consume the orders back", f"{len(back):,}", f"{time.perf_counter() - t0:.2f}", "ok")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(60)
+    if code != 0:
+        raise SystemExit(f"kafkalog serve exited {code}:\n" + "".join(lines[-20:]))
+    console.print(table)
+    console.print("kafkalog serve shut down cleanly (SIGTERM): " + lines[-1].strip())
+
+
 def run(out_dir: Path, records: int, batch_size: int, seed: int) -> int:
     console = Console() if sys.stdout.isatty() else Console(width=160)
     if out_dir.exists():
@@ -379,6 +485,7 @@ def run(out_dir: Path, records: int, batch_size: int, seed: int) -> int:
     run_codecs(console, out_dir, records, batch_size, seed)
     retained = run_manager(console, out_dir / "kafka-logs", seed)
     run_spark(console, out_dir / "kafka-logs", retained, out_dir)
+    run_broker(console, out_dir / "kafka-logs", retained)
     console.print(f"Log directories are in {out_dir}/ (Kafka's layout: segments, indexes, snapshots, checkpoints).")
     return 0
 

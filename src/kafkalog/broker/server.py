@@ -8,6 +8,7 @@ clean-shutdown marker so that the next start skips recovery.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import signal
 from pathlib import Path
@@ -20,7 +21,7 @@ from .config import KafkaConfig
 from .network import SocketServer
 from .producer_ids import ProducerIdManager
 from .purgatory import FetchPurgatory
-from .replica_access import ReplicaManager
+from .replica_access import ReplicaManager, prepare_replica_manager
 
 log = logging.getLogger("kafka.server.KafkaServer")
 
@@ -40,9 +41,14 @@ def _meta_properties(config: KafkaConfig) -> MetaProperties:
         raise KafkaStorageError(f"The log dirs belong to different clusters: {sorted(cluster_ids)}")
     template = MetaProperties.generate(cluster_id=next(iter(cluster_ids), None), node_id=config.node_id)
     for directory in config.log_dirs:
-        if MetaProperties.read(directory) is None:
+        meta = MetaProperties.read(directory)
+        if meta is None:
             Path(directory).mkdir(parents=True, exist_ok=True)
             MetaProperties.generate(cluster_id=template.cluster_id, node_id=config.node_id).write(directory)
+        elif meta.cluster_id is None:
+            # A ZooKeeper-era v0 file may lack cluster.id (the cluster id lived in ZooKeeper); Kafka itself then
+            # writes the id into the v0 file, so it stays the same across restarts.
+            dataclasses.replace(meta, cluster_id=template.cluster_id).write(directory)
     return template
 
 
@@ -68,8 +74,8 @@ class KafkaServer:
         meta = _meta_properties(self.config)
         self.cluster_id = meta.cluster_id
         self.log_manager = LogManager(self.config.log_dirs, self.config.log)
+        self.replica_manager = prepare_replica_manager(self.log_manager, self.node_id)
         self.log_manager.startup()
-        self.replica_manager = ReplicaManager(self.log_manager, self.node_id, self.config.min_insync_replicas)
         self.purgatory = FetchPurgatory(asyncio.get_running_loop())
         self.replica_manager.add_listener(self.purgatory.notify)
         self.producer_ids = ProducerIdManager(self.log_manager.log_dirs[0])

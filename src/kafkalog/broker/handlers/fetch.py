@@ -20,6 +20,7 @@ import time
 from ...manager import TopicPartition
 from ...storage.file_records import EMPTY_SLICE
 from ..protocol import NONE, FileRegion, Response, error_code
+from ..replica_access import READ_COMMITTED, READ_UNCOMMITTED
 
 FETCH_SESSION_ID_NOT_FOUND = 70
 _INVALID_SESSION_ID = 0
@@ -115,7 +116,7 @@ def _read(broker, fetch_infos, isolation: str, max_bytes: int):
 
 
 def _answers(results, order, isolation: str) -> list[tuple[str, list[PartitionAnswer]]]:
-    committed = isolation == "read_committed"
+    committed = isolation == READ_COMMITTED
     by_topic: dict[str, list[PartitionAnswer]] = {}
     for tp in order:
         r = results[tp]
@@ -149,7 +150,7 @@ async def handle(broker, header, request) -> Response:
     if version >= 7 and request.session_id != _INVALID_SESSION_ID:
         # This broker never creates a session, so a client cannot hold an id of one.
         return encode_response(version, [], FETCH_SESSION_ID_NOT_FOUND)
-    isolation = "read_committed" if request.isolation_level == 1 else "read_uncommitted"
+    isolation = READ_COMMITTED if request.isolation_level == 1 else READ_UNCOMMITTED
     fetch_infos: dict[TopicPartition, tuple[int, int]] = {}
     order: list[TopicPartition] = []
     for topic in request.topics:

@@ -22,6 +22,7 @@ Broker = MetadataResponse.MetadataResponseBroker
 Topic = MetadataResponse.MetadataResponseTopic
 Partition = Topic.MetadataResponsePartition
 ZERO_UUID = uuid.UUID(int=0)
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
 
 
 def topic_uuid(text: str | None) -> uuid.UUID:
@@ -50,7 +51,7 @@ def describe(broker, name: str) -> Topic:
         error_code=NONE,
         name=name,
         topic_id=topic_uuid(description.topic_id),
-        is_internal=name.startswith("__"),
+        is_internal=name in INTERNAL_TOPICS,
         partitions=partitions,
     )
 

@@ -10,6 +10,7 @@ from ..protocol import (
     Response,
     error_code,
 )
+from ..replica_access import READ_COMMITTED, READ_UNCOMMITTED
 
 ListTopic = ListOffsetsResponse.ListOffsetsTopicResponse
 ListPartition = ListTopic.ListOffsetsPartitionResponse
@@ -19,16 +20,17 @@ EpochPartition = EpochTopic.EpochEndOffset
 
 async def handle_list_offsets(broker, header, request) -> Response:
     version = header.api_version
-    isolation = None
+    isolation = None  # v0-v1: up to the log end, as Kafka's
     if version >= 2:
-        isolation = "read_committed" if request.isolation_level == 1 else "read_uncommitted"
+        isolation = READ_COMMITTED if request.isolation_level == 1 else READ_UNCOMMITTED
     topics = []
     for topic in request.topics:
         parts = []
         for p in topic.partitions:
             try:
                 partition = broker.replica_manager.get_partition(topic.name, p.partition_index)
-                found = partition.fetch_offset_for_timestamp(p.timestamp, isolation)
+                current = p.current_leader_epoch if version >= 4 and p.current_leader_epoch >= 0 else None
+                found = partition.fetch_offset_for_timestamp(p.timestamp, isolation, current)
                 if found is None:
                     parts.append(
                         ListPartition(
@@ -68,7 +70,8 @@ async def handle_offset_for_leader_epoch(broker, header, request) -> Response:
         for p in topic.partitions:
             try:
                 partition = broker.replica_manager.get_partition(topic.topic, p.partition)
-                epoch, end_offset = partition.last_offset_for_leader_epoch(p.leader_epoch)
+                current = p.current_leader_epoch if p.current_leader_epoch >= 0 else None
+                epoch, end_offset = partition.last_offset_for_leader_epoch(p.leader_epoch, current)
                 parts.append(
                     EpochPartition(error_code=NONE, partition=p.partition, leader_epoch=epoch, end_offset=end_offset)
                 )
