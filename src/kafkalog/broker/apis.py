@@ -32,6 +32,8 @@ HANDLERS = {
     22: producer_id.handle,
     23: offsets.handle_offset_for_leader_epoch,
     32: admin.handle_describe_configs,
+    33: admin.handle_alter_configs,
+    44: admin.handle_incremental_alter_configs,
     60: admin.handle_describe_cluster,
 }
 
