@@ -102,7 +102,7 @@ def test_kafka_python_acks(broker, acks):
 
 
 # ----- confluent-kafka (librdkafka) --------------------------------------------------------------------------
-def _ck_consume(broker, topic, offset, n, timeout=20, isolation="read_committed"):
+def _ck_consume(broker, topic, offset, n, timeout=20, isolation="read_committed", partition=0):
     from confluent_kafka import Consumer, TopicPartition
 
     consumer = Consumer(
@@ -113,7 +113,7 @@ def _ck_consume(broker, topic, offset, n, timeout=20, isolation="read_committed"
             "isolation.level": isolation,
         }
     )
-    consumer.assign([TopicPartition(topic, 0, offset)])
+    consumer.assign([TopicPartition(topic, partition, offset)])
     got = []
     deadline = time.monotonic() + timeout
     while len(got) < n and time.monotonic() < deadline:
@@ -380,3 +380,74 @@ def test_log_dir_written_by_the_broker_reads_in_spark(spark, written_log_dir):
     rows = sorted(df.option("includeHeaders", "true").load().toArrow().to_pylist(), key=lambda r: r["offset"])
     assert [(r["offset"], r["key"], r["value"]) for r in rows] == [(i, b"%d" % (i % 7), b"v" * i) for i in range(200)]
     assert all(r["headers"] == [{"key": "n", "value": b"%d" % r["offset"]}] for r in rows)
+
+
+def test_alter_topic_configs_with_admin_clients(broker):
+    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic("configured", 1, 1, config={"retention.ms": "1000000"})])["configured"].result(20)
+    resource = ConfigResource(
+        ConfigResource.Type.TOPIC,
+        "configured",
+        incremental_configs=[
+            ConfigEntry("segment.bytes", "1048576", incremental_operation=AlterConfigOpType.SET),
+            ConfigEntry("retention.ms", None, incremental_operation=AlterConfigOpType.DELETE),
+            ConfigEntry("cleanup.policy", "compact", incremental_operation=AlterConfigOpType.APPEND),
+        ],
+    )
+    admin.incremental_alter_configs([resource])[resource].result(20)
+    described = ConfigResource(ConfigResource.Type.TOPIC, "configured")
+    configs = admin.describe_configs([described])[described].result(20)
+    assert configs["segment.bytes"].value == "1048576" and configs["segment.bytes"].source == 1
+    assert configs["retention.ms"].is_default
+    assert configs["cleanup.policy"].value == "delete,compact"
+    bad = ConfigResource(
+        ConfigResource.Type.TOPIC,
+        "configured",
+        incremental_configs=[ConfigEntry("segment.bytes", "-5", incremental_operation=AlterConfigOpType.SET)],
+    )
+    with pytest.raises(Exception, match=r"segment\.bytes"):
+        admin.incremental_alter_configs([bad])[bad].result(20)
+    assert admin.describe_configs([described])[described].result(20)["segment.bytes"].value == "1048576"
+
+    from kafka.protocol.admin import AlterConfigsRequest
+
+    from brokertools import RawClient
+
+    R = AlterConfigsRequest.AlterConfigsResource
+    request = AlterConfigsRequest(
+        resources=[
+            R(
+                resource_type=2,
+                resource_name="configured",
+                configs=[R.AlterableConfig(name="retention.ms", value="5000")],
+            )
+        ],
+        validate_only=False,
+    )
+    with RawClient(broker.bootstrap) as c:
+        assert c.call(request, 2).responses[0].error_code == 0
+    configs = admin.describe_configs([described])[described].result(20)
+    # AlterConfigs replaces the whole override set: segment.bytes and cleanup.policy are back to their defaults.
+    assert configs["retention.ms"].value == "5000" and configs["segment.bytes"].is_default
+    assert configs["cleanup.policy"].value == "delete"
+
+
+def test_create_partitions_with_an_admin_client(broker):
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic("growing", 2, 1)])["growing"].result(20)
+    admin.create_partitions([NewPartitions("growing", 5)])["growing"].result(20)
+    with pytest.raises(Exception, match="higher than the requested 3"):
+        admin.create_partitions([NewPartitions("growing", 3)])["growing"].result(20)
+    assert set(admin.list_topics(timeout=20).topics["growing"].partitions) == set(range(5))
+    producer = Producer({"bootstrap.servers": broker.bootstrap})
+    producer.produce("growing", value=b"to the new partition", partition=4)
+    assert producer.flush(20) == 0
+    got = _ck_consume(broker, "growing", 0, 1, partition=4)
+    assert [m.value() for m in got] == [b"to the new partition"]
+    topic_ids = {(broker.log_dir / f"growing-{p}" / "partition.metadata").read_text() for p in range(5)}
+    assert len(topic_ids) == 1  # the new partitions carry the topic's id

@@ -13,6 +13,10 @@ import struct
 from dataclasses import dataclass, field
 
 from kafka.protocol.admin import (
+    AlterConfigsRequest,
+    AlterConfigsResponse,
+    CreatePartitionsRequest,
+    CreatePartitionsResponse,
     CreateTopicsRequest,
     CreateTopicsResponse,
     DeleteRecordsRequest,
@@ -23,6 +27,10 @@ from kafka.protocol.admin import (
     DescribeClusterResponse,
     DescribeConfigsRequest,
     DescribeConfigsResponse,
+    DescribeLogDirsRequest,
+    DescribeLogDirsResponse,
+    IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse,
 )
 from kafka.protocol.consumer import (
     FetchRequest,
@@ -100,6 +108,7 @@ _ERROR_CODES = {
     "UnknownLeaderEpochError": UNKNOWN_LEADER_EPOCH,
     "UnsupportedCompressionTypeError": UNSUPPORTED_COMPRESSION_TYPE,
     "InvalidRecordError": INVALID_RECORD,
+    "InvalidRequestError": INVALID_REQUEST,
 }
 
 
@@ -154,6 +163,10 @@ APIS: dict[int, ApiSpec] = {
         ApiSpec(21, "DeleteRecords", 0, 2, DeleteRecordsRequest, DeleteRecordsResponse),
         ApiSpec(23, "OffsetForLeaderEpoch", 2, 4, OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse),
         ApiSpec(32, "DescribeConfigs", 1, 4, DescribeConfigsRequest, DescribeConfigsResponse),
+        ApiSpec(33, "AlterConfigs", 0, 2, AlterConfigsRequest, AlterConfigsResponse),
+        ApiSpec(35, "DescribeLogDirs", 1, 4, DescribeLogDirsRequest, DescribeLogDirsResponse),
+        ApiSpec(37, "CreatePartitions", 0, 3, CreatePartitionsRequest, CreatePartitionsResponse),
+        ApiSpec(44, "IncrementalAlterConfigs", 0, 1, IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse),
         ApiSpec(60, "DescribeCluster", 0, 1, DescribeClusterRequest, DescribeClusterResponse),
     )
 }

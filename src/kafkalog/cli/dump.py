@@ -27,7 +27,6 @@ KRaft metadata records (``__cluster_metadata`` segments and ``.checkpoint`` snap
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import json
 import os
@@ -43,6 +42,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..coordinator.group.records import UnknownRecordType, decode_offsets_record
 from ..errors import CorruptSnapshotError, KafkaLogError, MetadataParseError
 from ..record.batch import RecordBatch, increment_sequence
 from ..record.checksums import crc32
@@ -139,184 +139,11 @@ def _decoder_choice(value: str | None) -> str | None:
 
 
 # ------------------------------------------------------------------------------------------ offsets decoder
-
-
-class _Reader:
-    """Kafka's generated-message reader over big-endian bytes; flexible versions use compact fields."""
-
-    def __init__(self, data: bytes, flexible: bool = False) -> None:
-        self.data = data
-        self.pos = 0
-        self.flexible = flexible
-
-    def _take(self, n: int) -> bytes:
-        if n < 0 or self.pos + n > len(self.data):
-            raise ValueError(f"Tried to read {n} bytes at position {self.pos}, only {len(self.data) - self.pos} left")
-        out = self.data[self.pos : self.pos + n]
-        self.pos += n
-        return out
-
-    def int16(self) -> int:
-        return struct.unpack(">h", self._take(2))[0]
-
-    def int32(self) -> int:
-        return struct.unpack(">i", self._take(4))[0]
-
-    def int64(self) -> int:
-        return struct.unpack(">q", self._take(8))[0]
-
-    def uvarint(self) -> int:
-        value = shift = 0
-        for _ in range(5):
-            b = self._take(1)[0]
-            value |= (b & 0x7F) << shift
-            if not b & 0x80:
-                return value
-            shift += 7
-        raise ValueError("Varint is too long")
-
-    def _length(self, wide: bool = False) -> int:
-        if self.flexible:
-            return self.uvarint() - 1
-        return self.int32() if wide else self.int16()
-
-    def string(self) -> str | None:
-        n = self._length()
-        return None if n < 0 else self._take(n).decode("utf-8", "replace")
-
-    def bytes_(self) -> bytes | None:
-        n = self._length(wide=True)
-        return None if n < 0 else self._take(n)
-
-    def array(self, read: Callable[[], object]) -> list | None:
-        n = self._length(wide=True)
-        return None if n < 0 else [read() for _ in range(n)]
-
-    def tagged_fields(self) -> dict[int, bytes]:
-        if not self.flexible:
-            return {}
-        tags = {}
-        for _ in range(self.uvarint()):
-            tag = self.uvarint()
-            tags[tag] = self._take(self.uvarint())
-        return tags
-
-
-def _b64(data: bytes | None) -> str | None:
-    return None if data is None else base64.b64encode(data).decode("ascii")
-
-
-def _uuid_text(raw: bytes) -> str:
-    return base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")
-
-
-def _offset_commit_value(r: _Reader, version: int) -> dict:
-    out: dict = {"offset": r.int64()}
-    if version >= 3:
-        out["leaderEpoch"] = r.int32()
-    out["metadata"] = r.string()
-    out["commitTimestamp"] = r.int64()
-    if version == 1:
-        out["expireTimestamp"] = r.int64()
-    tags = r.tagged_fields()
-    if 0 in tags and len(tags[0]) == 16:
-        out["topicId"] = _uuid_text(tags[0])
-    return out
-
-
-def _topic_partitions(r: _Reader) -> list:
-    return r.array(lambda: {"topic": r.string(), "partitions": r.array(r.int32)}) or []
-
-
-def _consumer_subscription(data: bytes) -> dict:
-    r = _Reader(data)
-    version = r.int16()
-    if not 0 <= version <= 3:
-        raise ValueError(f"unsupported subscription version {version}")
-    out: dict = {"topics": r.array(r.string), "userData": _b64(r.bytes_())}
-    if version >= 1:
-        out["ownedPartitions"] = _topic_partitions(r)
-    if version >= 2:
-        out["generationId"] = r.int32()
-    if version >= 3:
-        out["rackId"] = r.string()
-    return out
-
-
-def _consumer_assignment(data: bytes) -> dict:
-    r = _Reader(data)
-    version = r.int16()
-    if not 0 <= version <= 3:
-        raise ValueError(f"unsupported assignment version {version}")
-    return {"assignedPartitions": _topic_partitions(r), "userData": _b64(r.bytes_())}
-
-
-def _group_member(r: _Reader, version: int) -> dict:
-    out: dict = {"memberId": r.string()}
-    if version >= 3:
-        out["groupInstanceId"] = r.string()
-    out["clientId"] = r.string()
-    out["clientHost"] = r.string()
-    if version >= 1:
-        out["rebalanceTimeout"] = r.int32()
-    out["sessionTimeout"] = r.int32()
-    out["subscription"] = r.bytes_()
-    out["assignment"] = r.bytes_()
-    r.tagged_fields()
-    return out
-
-
-def _group_metadata_value(r: _Reader, version: int) -> dict:
-    out: dict = {"protocolType": r.string(), "generation": r.int32(), "protocol": r.string(), "leader": r.string()}
-    if version >= 2:
-        out["currentStateTimestamp"] = r.int64()
-    members = r.array(lambda: _group_member(r, version)) or []
-    r.tagged_fields()
-    consumer = out["protocolType"] == "consumer"
-    for member in members:
-        for field, parse in (("subscription", _consumer_subscription), ("assignment", _consumer_assignment)):
-            raw = member[field]
-            member[field] = _b64(raw)
-            if consumer and raw is not None:
-                with contextlib.suppress(ValueError, struct.error):  # as Kafka: unparsable bytes stay base64
-                    member[field] = parse(raw)
-    out["members"] = members
-    return out
-
-
-class UnknownRecordType(Exception):
-    def __init__(self, record_type: int) -> None:
-        super().__init__(f"Unknown record type {record_type}")
-        self.record_type = record_type
+# The __consumer_offsets schemas live with the group coordinator that writes them (one place per concept).
 
 
 def _jsonish(obj) -> str:
     return json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
-
-
-def decode_offsets_record(key: bytes, value: bytes | None) -> tuple[dict, dict | None]:
-    """(key JSON object, value JSON object or None for a tombstone) of a ``__consumer_offsets`` record."""
-    kr = _Reader(key)
-    record_type = kr.int16()
-    if record_type in (0, 1):
-        key_obj = {
-            "type": str(record_type),
-            "data": {"group": kr.string(), "topic": kr.string(), "partition": kr.int32()},
-        }
-        value_parser, max_version = _offset_commit_value, 4
-    elif record_type == 2:
-        key_obj = {"type": str(record_type), "data": {"group": kr.string()}}
-        value_parser, max_version = _group_metadata_value, 4
-    else:
-        raise UnknownRecordType(record_type)
-    if value is None:
-        return key_obj, None
-    vr = _Reader(value)
-    version = vr.int16()
-    if not 0 <= version <= max_version:
-        raise ValueError(f"Unknown value version {version} for record type {record_type}")
-    vr.flexible = version >= 4
-    return key_obj, {"version": str(version), "data": value_parser(vr, version)}
 
 
 # ------------------------------------------------------------------------------------------ message parsers

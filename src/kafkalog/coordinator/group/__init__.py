@@ -1,0 +1,30 @@
+"""Kafka's group coordinator (classic protocol) over the ``__consumer_offsets`` topic.
+
+``records`` holds the topic's key and value schemas (written and decoded in one place: ``kafkalog dump
+--offsets-decoder`` uses them too), ``group`` the group and member state, ``coordinator`` the state machine.
+"""
+
+from .coordinator import (
+    GROUP_METADATA_TOPIC_NAME,
+    GroupCoordinator,
+    GroupCoordinatorConfig,
+    java_string_hash,
+    partition_for,
+)
+from .errors import Errors
+from .group import ClassicGroup, GroupState, JoinResult, Member, OffsetAndMetadata, SyncResult
+
+__all__ = [
+    "GROUP_METADATA_TOPIC_NAME",
+    "ClassicGroup",
+    "Errors",
+    "GroupCoordinator",
+    "GroupCoordinatorConfig",
+    "GroupState",
+    "JoinResult",
+    "Member",
+    "OffsetAndMetadata",
+    "SyncResult",
+    "java_string_hash",
+    "partition_for",
+]

@@ -1,0 +1,320 @@
+"""The ``__consumer_offsets`` records: Kafka's key and value schemas, written and read in one place.
+
+Schemas (Kafka's ``group-coordinator/src/main/resources/common/message``):
+
+* OffsetCommitKey, record type 0 or 1 (``group``, ``topic``, ``partition``); its value OffsetCommitValue
+  v0-4: ``offset``, ``leaderEpoch`` (v3+), ``metadata``, ``commitTimestamp``, ``expireTimestamp`` (v1 only),
+  ``topicId`` (tagged field 0, v4 = first flexible version).
+* GroupMetadataKey, record type 2 (``group``); its value GroupMetadataValue v0-4: ``protocolType``,
+  ``generation``, ``protocol``, ``leader``, ``currentStateTimestamp`` (v2+), ``members`` (``memberId``,
+  ``groupInstanceId`` v3+, ``clientId``, ``clientHost``, ``rebalanceTimeout`` v1+, ``sessionTimeout``,
+  ``subscription``, ``assignment``).
+
+Versions written are Kafka's today (GroupCoordinatorRecordHelpers): key type 1 for offsets and 2 for groups,
+OffsetCommitValue v3 (v1 when the commit carries an explicit expire timestamp, OffsetCommit v2-4's
+retention time), GroupMetadataValue v3. A tombstone (null value) deletes its key.
+
+The ``decode_*`` functions return Kafka's JSON field names (what ``kafka-dump-log.sh --offsets-decoder``
+prints), with subscription and assignment as raw bytes; ``decode_offsets_record`` renders them as that tool
+does, decoding the consumer protocol's subscription and assignment (ConsumerProtocolSubscription v0-3,
+ConsumerProtocolAssignment v0-3) when the group's protocol type is ``consumer``.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import struct
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+OFFSET_COMMIT_KEY_TYPE = 1
+GROUP_METADATA_KEY_TYPE = 2
+OFFSET_COMMIT_VALUE_VERSION = 3
+OFFSET_COMMIT_VALUE_VERSION_WITH_EXPIRE = 1
+GROUP_METADATA_VALUE_VERSION = 3
+NO_PARTITION_LEADER_EPOCH = -1
+
+
+class UnknownRecordType(Exception):
+    """A key whose record type this coordinator does not know (KIP-848 and share-group records, for now)."""
+
+    def __init__(self, record_type: int) -> None:
+        super().__init__(f"Unknown record type {record_type}")
+        self.record_type = record_type
+
+
+# ----------------------------------------------------------------------------------------------- reading
+class _Reader:
+    """Kafka's generated-message reader over big-endian bytes; flexible versions use compact fields."""
+
+    def __init__(self, data: bytes, flexible: bool = False) -> None:
+        self.data = data
+        self.pos = 0
+        self.flexible = flexible
+
+    def _take(self, n: int) -> bytes:
+        if n < 0 or self.pos + n > len(self.data):
+            raise ValueError(f"Tried to read {n} bytes at position {self.pos}, only {len(self.data) - self.pos} left")
+        out = self.data[self.pos : self.pos + n]
+        self.pos += n
+        return bytes(out)
+
+    def int16(self) -> int:
+        return struct.unpack(">h", self._take(2))[0]
+
+    def int32(self) -> int:
+        return struct.unpack(">i", self._take(4))[0]
+
+    def int64(self) -> int:
+        return struct.unpack(">q", self._take(8))[0]
+
+    def uvarint(self) -> int:
+        value = shift = 0
+        for _ in range(5):
+            b = self._take(1)[0]
+            value |= (b & 0x7F) << shift
+            if not b & 0x80:
+                return value
+            shift += 7
+        raise ValueError("Varint is too long")
+
+    def _length(self, wide: bool = False) -> int:
+        if self.flexible:
+            return self.uvarint() - 1
+        return self.int32() if wide else self.int16()
+
+    def string(self) -> str | None:
+        n = self._length()
+        return None if n < 0 else self._take(n).decode("utf-8", "replace")
+
+    def bytes_(self) -> bytes | None:
+        n = self._length(wide=True)
+        return None if n < 0 else self._take(n)
+
+    def array(self, read: Callable[[], object]) -> list | None:
+        n = self._length(wide=True)
+        return None if n < 0 else [read() for _ in range(n)]
+
+    def tagged_fields(self) -> dict[int, bytes]:
+        if not self.flexible:
+            return {}
+        tags = {}
+        for _ in range(self.uvarint()):
+            tag = self.uvarint()
+            tags[tag] = self._take(self.uvarint())
+        return tags
+
+
+def b64(data: bytes | None) -> str | None:
+    return None if data is None else base64.b64encode(data).decode("ascii")
+
+
+def _uuid_text(raw: bytes) -> str:
+    return base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")
+
+
+def _offset_commit_value(r: _Reader, version: int) -> dict:
+    out: dict = {"offset": r.int64()}
+    if version >= 3:
+        out["leaderEpoch"] = r.int32()
+    out["metadata"] = r.string()
+    out["commitTimestamp"] = r.int64()
+    if version == 1:
+        out["expireTimestamp"] = r.int64()
+    tags = r.tagged_fields()
+    if 0 in tags and len(tags[0]) == 16:
+        out["topicId"] = _uuid_text(tags[0])
+    return out
+
+
+def _group_member(r: _Reader, version: int) -> dict:
+    out: dict = {"memberId": r.string()}
+    if version >= 3:
+        out["groupInstanceId"] = r.string()
+    out["clientId"] = r.string()
+    out["clientHost"] = r.string()
+    if version >= 1:
+        out["rebalanceTimeout"] = r.int32()
+    out["sessionTimeout"] = r.int32()
+    out["subscription"] = r.bytes_()
+    out["assignment"] = r.bytes_()
+    r.tagged_fields()
+    return out
+
+
+def _group_metadata_value(r: _Reader, version: int) -> dict:
+    out: dict = {"protocolType": r.string(), "generation": r.int32(), "protocol": r.string(), "leader": r.string()}
+    if version >= 2:
+        out["currentStateTimestamp"] = r.int64()
+    out["members"] = r.array(lambda: _group_member(r, version)) or []
+    r.tagged_fields()
+    return out
+
+
+def decode_key(key: bytes) -> tuple[int, dict]:
+    """(record type, key fields) of a ``__consumer_offsets`` key; UnknownRecordType for other record types."""
+    r = _Reader(key)
+    record_type = r.int16()
+    if record_type in (0, 1):
+        return record_type, {"group": r.string(), "topic": r.string(), "partition": r.int32()}
+    if record_type == GROUP_METADATA_KEY_TYPE:
+        return record_type, {"group": r.string()}
+    raise UnknownRecordType(record_type)
+
+
+def decode_value(record_type: int, value: bytes) -> tuple[int, dict]:
+    """(value version, value fields) of the value of a key of ``record_type``; ValueError when it does not parse."""
+    r = _Reader(value)
+    version = r.int16()
+    if not 0 <= version <= 4:
+        raise ValueError(f"Unknown value version {version} for record type {record_type}")
+    r.flexible = version >= 4
+    parse = _offset_commit_value if record_type in (0, 1) else _group_metadata_value
+    return version, parse(r, version)
+
+
+# ----- the consumer protocol's embedded payloads ------------------------------------------------------------
+def _topic_partitions(r: _Reader) -> list:
+    return r.array(lambda: {"topic": r.string(), "partitions": r.array(r.int32)}) or []
+
+
+def consumer_subscription(data: bytes) -> dict:
+    """ConsumerProtocolSubscription v0-3 (``topics``, ``userData``, ``ownedPartitions``, ...); ValueError if bad."""
+    r = _Reader(data)
+    version = r.int16()
+    if not 0 <= version <= 3:
+        raise ValueError(f"unsupported subscription version {version}")
+    out: dict = {"topics": r.array(r.string), "userData": b64(r.bytes_())}
+    if version >= 1:
+        out["ownedPartitions"] = _topic_partitions(r)
+    if version >= 2:
+        out["generationId"] = r.int32()
+    if version >= 3:
+        out["rackId"] = r.string()
+    return out
+
+
+def consumer_assignment(data: bytes) -> dict:
+    """ConsumerProtocolAssignment v0-3 (``assignedPartitions``, ``userData``); ValueError if bad."""
+    r = _Reader(data)
+    version = r.int16()
+    if not 0 <= version <= 3:
+        raise ValueError(f"unsupported assignment version {version}")
+    return {"assignedPartitions": _topic_partitions(r), "userData": b64(r.bytes_())}
+
+
+def subscribed_topics(data: bytes | None) -> set[str] | None:
+    """The topics of a consumer-protocol subscription, None if it does not parse."""
+    if data is None:
+        return None
+    try:
+        return {t for t in consumer_subscription(data)["topics"] or [] if t is not None}
+    except (ValueError, struct.error):
+        return None
+
+
+def decode_offsets_record(key: bytes, value: bytes | None) -> tuple[dict, dict | None]:
+    """(key JSON object, value JSON object or None for a tombstone), as kafka-dump-log.sh's offsets decoder.
+
+    Raises UnknownRecordType for another record type, ValueError when the value does not parse.
+    """
+    record_type, key_data = decode_key(key)
+    key_obj = {"type": str(record_type), "data": key_data}
+    if value is None:
+        return key_obj, None
+    version, data = decode_value(record_type, value)
+    if record_type == GROUP_METADATA_KEY_TYPE:
+        consumer = data["protocolType"] == "consumer"
+        for member in data["members"]:
+            for field, parse in (("subscription", consumer_subscription), ("assignment", consumer_assignment)):
+                raw = member[field]
+                member[field] = b64(raw)
+                if consumer and raw is not None:
+                    with contextlib.suppress(ValueError, struct.error):  # as Kafka: unparsable bytes stay base64
+                        member[field] = parse(raw)
+    return key_obj, {"version": str(version), "data": data}
+
+
+# ----------------------------------------------------------------------------------------------- writing
+def _string(text: str) -> bytes:
+    raw = text.encode("utf-8")
+    return struct.pack(">h", len(raw)) + raw
+
+
+def _nullable_string(text: str | None) -> bytes:
+    return b"\xff\xff" if text is None else _string(text)
+
+
+def _bytes(data: bytes | None) -> bytes:
+    return b"\xff\xff\xff\xff" if data is None else struct.pack(">i", len(data)) + bytes(data)
+
+
+def offset_commit_key(group: str, topic: str, partition: int) -> bytes:
+    return struct.pack(">h", OFFSET_COMMIT_KEY_TYPE) + _string(group) + _string(topic) + struct.pack(">i", partition)
+
+
+def offset_commit_value(
+    offset: int, leader_epoch: int, metadata: str, commit_timestamp: int, expire_timestamp: int | None = None
+) -> bytes:
+    """OffsetCommitValue v3, or v1 when an explicit expire timestamp is kept (as Kafka chooses)."""
+    if expire_timestamp is not None:
+        return (
+            struct.pack(">hq", OFFSET_COMMIT_VALUE_VERSION_WITH_EXPIRE, offset)
+            + _string(metadata)
+            + struct.pack(">qq", commit_timestamp, expire_timestamp)
+        )
+    return (
+        struct.pack(">hqi", OFFSET_COMMIT_VALUE_VERSION, offset, leader_epoch)
+        + _string(metadata)
+        + struct.pack(">q", commit_timestamp)
+    )
+
+
+def group_metadata_key(group: str) -> bytes:
+    return struct.pack(">h", GROUP_METADATA_KEY_TYPE) + _string(group)
+
+
+@dataclass(frozen=True)
+class MemberRecord:
+    """One member as GroupMetadataValue stores it."""
+
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    rebalance_timeout: int
+    session_timeout: int
+    subscription: bytes
+    assignment: bytes
+
+
+def group_metadata_value(
+    protocol_type: str,
+    generation: int,
+    protocol: str | None,
+    leader: str | None,
+    current_state_timestamp: int,
+    members: Iterable[MemberRecord],
+) -> bytes:
+    """GroupMetadataValue v3 (Kafka's GROUP_METADATA_VALUE_VERSION)."""
+    members = list(members)
+    parts = [
+        struct.pack(">h", GROUP_METADATA_VALUE_VERSION),
+        _string(protocol_type),
+        struct.pack(">i", generation),
+        _nullable_string(protocol),
+        _nullable_string(leader),
+        struct.pack(">qi", current_state_timestamp, len(members)),
+    ]
+    for m in members:
+        parts += [
+            _string(m.member_id),
+            _nullable_string(m.group_instance_id),
+            _string(m.client_id),
+            _string(m.client_host),
+            struct.pack(">ii", m.rebalance_timeout, m.session_timeout),
+            _bytes(m.subscription),
+            _bytes(m.assignment),
+        ]
+    return b"".join(parts)
