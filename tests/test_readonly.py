@@ -366,3 +366,33 @@ def test_the_index_entries_are_read_not_mapped(tmp_path: Path) -> None:
     os.truncate(path, 0)
     assert index.entries == 102 and index.entry(1) == (2, 100)
     index.close()
+
+
+def test_spark_reads_past_a_lagging_high_watermark_checkpoint(spark, tmp_path: Path) -> None:
+    # The checkpoint is written after the data (newer mtime) and says 3 of 10: a single-replica leader's high
+    # watermark is the log end, so the Spark source reads all 10, as consume does.
+    with LogManager(tmp_path, clock=MockTime()) as manager:
+        manager.create_topic("t", 1)
+        manager.get_log("t", 0).append(build_batch([None] * 10, [b"v%d" % i for i in range(10)], [T0] * 10))
+    OffsetCheckpointFile(tmp_path / "replication-offset-checkpoint").write({("t", 0): 3})
+    before = tree_state(tmp_path)
+    df = spark.read.format("kafkalog").option("path", str(tmp_path)).option("subscribe", "t").load()
+    assert sorted(bytes(r.value) for r in df.select("value").collect()) == [b"v%d" % i for i in range(10)]
+    assert df.count() == 10
+    assert tree_state(tmp_path) == before
+
+
+def test_describe_takes_a_kraft_brokers_topic_configs_from_its_metadata(tmp_path: Path) -> None:
+    # Kafka creates __consumer_offsets compacted, and Schema Registry and Connect create their topics
+    # compacted; the KRaft fixture's metadata snapshots hold those ConfigRecords (issue 25).
+    copy = tmp_path / "kraft"
+    shutil.copytree(fixture_path("broker-logs", "itumelengmogase-cp77-kraft", "kafka-data"), copy)
+    before = tree_state(copy)
+    described = run("topics", "--log-dir", str(copy), "--describe").output.splitlines()
+    heads = {line.split("\t")[0][len("Topic: ") :]: line for line in described if line.startswith("Topic: ")}
+    for topic in ("__consumer_offsets", "__transaction_state", "_schemas", "docker-connect-configs"):
+        configs = heads[topic].split("Configs: ")[1].split(",")
+        assert "cleanup.policy=compact" in configs, heads[topic]
+        assert "TopicId: None" not in heads[topic]
+    assert "__cluster_metadata" not in heads
+    assert tree_state(copy) == before

@@ -6,6 +6,11 @@
   served before are unchanged, and that nothing else is served but the one batch that was in flight.
   Done with the default flush policy and with ``flush.messages=1``. kill -9 does not drop the page
   cache, so this proves process-crash durability, not power-loss durability.
+- kill -9, the partition layer's property (issue 16): a child appends random-size batches through the
+  replica manager and is SIGKILLed at a random moment; after the restart the high watermark equals the log
+  end offset and every record of a valid batch on disk below it is readable through Partition.fetch_records,
+  LogManager.consume, ``kafkalog consume`` and the Spark reader (``tools.reliability.hw_property``; 200 runs,
+  3 with ``--quick``).
 - injected I/O faults: ``FaultInjectingFileIO`` makes a write or an fsync in one of two log dirs fail
   with ENOSPC, EIO or EFBIG. The append must fail with KafkaStorageError, that dir must go offline (its
   logs refuse appends and reads) while the other keeps serving; after a restart every acknowledged
@@ -484,6 +489,9 @@ def run(quick: bool = False, iterations: int | None = None, seed: int = 1, root:
         per_mode = max(1, iterations // 2)
         rows = [kill9(per_mode, None, root, seed), kill9(iterations - per_mode, 1, root, seed + 1)]
         rows.append(kill9(max(2, iterations // 20), None, root, seed + 2, LARGE_BATCHES))
+        from .hw_property import hw_property
+
+        rows.append(hw_property(3 if quick else max(200, iterations // 2), root, seed + 3))
         for err in ("ENOSPC", "EIO", "EFBIG"):
             for op in ("write", "fsync"):
                 rows.append(fault_case(root, err, op))

@@ -89,6 +89,11 @@ class KafkaConfig:
 
     Invariant: ``log`` is the storage BrokerConfig built from the same properties, so the log manager and the
     broker never disagree about a log key; ``listeners`` has at least one endpoint and ``advertised`` as many.
+
+    ``queued.max.requests`` is read and validated, but bounds nothing more here: Kafka's request queue sits
+    between network and handler threads, while this broker serves a request on its connection's task as soon
+    as it is read and reads that connection's next request only after answering (each connection holds at
+    most one request, as Kafka mutes a channel while its request is served).
     """
 
     def __init__(self, props: Mapping[str, str] | None = None) -> None:

@@ -9,7 +9,8 @@ connection.
 
 Fetch responses carry regions of segment files: with ``zero_copy`` they are written with ``loop.sendfile``,
 which uses ``os.sendfile`` on a plain socket, so record bytes never enter Python; without it (TLS, later)
-they are read and copied, to the same bytes.
+they are read and copied, to the same bytes. The loop is asyncio's own: uvloop's transports have no native
+sendfile (loop.sendfile would copy), so it would cost the zero-copy path.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import socket
 import struct
 from collections.abc import Awaitable, Callable
@@ -207,7 +207,3 @@ class SocketServer:
         for server in self._servers:
             with contextlib.suppress(Exception):
                 await server.wait_closed()
-
-
-def has_native_sendfile() -> bool:
-    return hasattr(os, "sendfile")

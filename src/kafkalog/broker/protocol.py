@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from kafka.protocol.admin import (
     AlterConfigsRequest,
     AlterConfigsResponse,
+    CreatePartitionsRequest,
+    CreatePartitionsResponse,
     CreateTopicsRequest,
     CreateTopicsResponse,
     DeleteGroupsRequest,
@@ -188,6 +190,7 @@ APIS: dict[int, ApiSpec] = {
         ApiSpec(23, "OffsetForLeaderEpoch", 2, 4, OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse),
         ApiSpec(32, "DescribeConfigs", 1, 4, DescribeConfigsRequest, DescribeConfigsResponse),
         ApiSpec(33, "AlterConfigs", 0, 2, AlterConfigsRequest, AlterConfigsResponse),
+        ApiSpec(37, "CreatePartitions", 0, 3, CreatePartitionsRequest, CreatePartitionsResponse),
         ApiSpec(44, "IncrementalAlterConfigs", 0, 1, IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse),
         ApiSpec(60, "DescribeCluster", 0, 1, DescribeClusterRequest, DescribeClusterResponse),
         # The group coordinator's APIs (kafkalog.coordinator.group, handlers/group.py).

@@ -20,6 +20,7 @@ import pyarrow as pa
 
 from ..errors import KafkaLogError, KafkaStorageError, OffsetOutOfRangeError, UnknownTopicOrPartitionError
 from ..logdir import PartitionMetadataFile, TopicConfigStore
+from ..storage.cluster_metadata import METADATA_PARTITION_DIR, ClusterMetadataImage, load_cluster_metadata
 from .aborted import AbortedFilter, collect_aborted_txns, read_txn_index
 from .read_path import ReadRun, last_stable_offset, path_batches, read_path, read_range, runs_from
 from .segment_files import (
@@ -330,6 +331,7 @@ class ReadOnlyLogDir:
             for key, part in parts.items()
         }
         self._store: TopicConfigStore | None = None
+        self._metadata: tuple[ClusterMetadataImage | None] | None = None
 
     @property
     def clean_shutdown(self) -> bool:
@@ -353,22 +355,46 @@ class ReadOnlyLogDir:
         except KeyError:
             raise UnknownTopicOrPartitionError(f"Partition {topic}-{partition} does not exist.") from None
 
-    def _topic_store(self):
+    def _topic_store(self) -> TopicConfigStore:
         if self._store is None:
             self._store = TopicConfigStore([Path(d) for d in self.log_dirs]).load()
         return self._store
 
+    def cluster_metadata(self) -> ClusterMetadataImage | None:
+        """The KRaft metadata image of the first log dir holding ``__cluster_metadata-0`` (None without one),
+        replayed read-only from its snapshots and log."""
+        if self._metadata is None:
+            image = None
+            for log_dir in self.log_dirs:
+                directory = os.path.join(log_dir, METADATA_PARTITION_DIR)
+                if os.path.isdir(directory):
+                    with contextlib.suppress(KafkaLogError, OSError):
+                        image = load_cluster_metadata(directory)
+                    break
+            self._metadata = (image,)
+        return self._metadata[0]
+
     def topic_id(self, topic: str) -> str | None:
-        """The topic id from a partition's ``partition.metadata``, else from kafkalog's topic file."""
+        """The topic id from a partition's ``partition.metadata``, else kafkalog's topic file, else the KRaft
+        metadata."""
         for part in self.partitions_of(topic):
             metadata = PartitionMetadataFile(part.directory)
             if metadata.exists():
                 with contextlib.suppress(KafkaLogError, OSError, ValueError):
                     return metadata.read()
         state = self._topic_store().get(topic)
-        return state.topic_id if state is not None else None
+        if state is not None:
+            return state.topic_id
+        image = self.cluster_metadata()
+        found = image.topic(topic) if image is not None else None
+        return found.topic_id if found is not None else None
 
     def config_overrides(self, topic: str) -> dict[str, str]:
-        """The topic's config overrides as kafkalog recorded them (empty for a dir kafkalog did not create)."""
+        """The topic's config overrides: as kafkalog recorded them for a topic it created, else as a KRaft
+        broker's cluster metadata holds them (ConfigRecords), else none known (a ZooKeeper-era dir kept
+        them in ZooKeeper)."""
         state = self._topic_store().get(topic)
-        return dict(state.config) if state is not None else {}
+        if state is not None:
+            return dict(state.config)
+        image = self.cluster_metadata()
+        return image.topic_configs(topic) if image is not None else {}
