@@ -33,6 +33,7 @@ HANDLERS = {
     23: offsets.handle_offset_for_leader_epoch,
     32: admin.handle_describe_configs,
     33: admin.handle_alter_configs,
+    35: admin.handle_describe_log_dirs,
     37: topics.handle_create_partitions,
     44: admin.handle_incremental_alter_configs,
     60: admin.handle_describe_cluster,
