@@ -11,7 +11,7 @@ import shutil
 
 import pytest
 
-from conftest import FIXTURES
+from conftest import fixture_path
 from kafkalog.coordinator.group import (
     GROUP_METADATA_TOPIC_NAME,
     Errors,
@@ -396,9 +396,7 @@ def test_list_and_describe_groups(h):
     ],
 )
 def test_loads_groups_and_offsets_kafka_wrote(tmp_path, fixture, group, state, generation, protocol_type, offsets):
-    source = FIXTURES / "broker-logs" / fixture
-    if not source.exists():
-        pytest.skip("fixtures not present")
+    source = fixture_path("broker-logs", *fixture.split("/"))
     target = tmp_path / "logs"
     shutil.copytree(source, target)
     clock = MockTime()

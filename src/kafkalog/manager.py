@@ -495,6 +495,34 @@ class LogManager:
             self._store.put(name, TopicState(topic_id, partitions, overrides))
             return self.describe_topic(name)
 
+    def create_partitions(self, name: str, count: int) -> TopicDescription:
+        """Grow a topic to ``count`` partitions (Kafka's CreatePartitions): the new ones spread over the log dirs,
+        with the topic's id and configs. A count not above the current one is InvalidPartitionsError."""
+        with self._lock:
+            self._check_started()
+            state = self._store.get(name)
+            if state is None:
+                raise UnknownTopicOrPartitionError(f"Topic '{name}' does not exist.")
+            current = len(self._partitions_of(name))
+            if count < current:
+                raise InvalidPartitionsError(
+                    f"Topic currently has {current} partitions, which is higher than the requested {count}."
+                )
+            if count == current:
+                raise InvalidPartitionsError(f"Topic already has {current} partitions.")
+            log_config = LogConfig(dict(state.config), broker=self.broker)
+            counts = self._partitions_per_dir()
+            for p in range(current, count):
+                directory = self._next_log_dir(counts)
+                counts[directory] += 1
+                path = directory / f"{name}-{p}"
+                path.mkdir(parents=True, exist_ok=False)
+                PartitionMetadataFile(path).write(state.topic_id)
+                log_obj = Log.open(path, log_config, self.clock, scheduler=self.scheduler, had_clean_shutdown=True)
+                self._register_log(TopicPartition(name, p), log_obj, directory)
+            self._store.put(name, TopicState(state.topic_id, count, dict(state.config)))
+            return self.describe_topic(name)
+
     def _partitions_per_dir(self) -> dict[Path, int]:
         counts = {d: 0 for d in self.log_dirs}
         for directory in self._dir_of.values():

@@ -608,7 +608,6 @@ class GroupCoordinator:
             group.join_task = self.scheduler.schedule_once(
                 f"join-{group.group_id}", lambda: self._on_join_expired(group), timeout
             )
-        group.transition_to(PREPARING, self.now())
         log.info(
             "Preparing to rebalance group %s in state %s with old generation %d (reason: %s)",
             group.group_id,
@@ -616,6 +615,7 @@ class GroupCoordinator:
             group.generation_id,
             reason,
         )
+        group.transition_to(PREPARING, self.now())
         self._maybe_complete_join(group)  # Kafka's tryCompleteElseWatch: e.g. the last member just left
 
     def _on_initial_join_expired(self, group: ClassicGroup) -> None:
