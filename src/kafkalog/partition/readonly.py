@@ -21,6 +21,7 @@ import pyarrow as pa
 from ..errors import KafkaLogError, KafkaStorageError, OffsetOutOfRangeError, UnknownTopicOrPartitionError
 from ..logdir import PartitionMetadataFile, TopicConfigStore
 from ..storage.cluster_metadata import METADATA_PARTITION_DIR, ClusterMetadataImage, load_cluster_metadata
+from ..topic_origins import resolve_topic
 from .aborted import AbortedFilter, collect_aborted_txns, read_txn_index
 from .read_path import ReadRun, last_stable_offset, path_batches, read_path, read_range, runs_from
 from .segment_files import (
@@ -393,11 +394,10 @@ class ReadOnlyLogDir:
         return found.topic_id if found is not None else None
 
     def config_overrides(self, topic: str) -> dict[str, str]:
-        """The topic's config overrides: as kafkalog recorded them for a topic it created, else as a KRaft
-        broker's cluster metadata holds them (ConfigRecords), else none known (a ZooKeeper-era dir kept
-        them in ZooKeeper)."""
-        state = self._topic_store().get(topic)
-        if state is not None:
-            return dict(state.config)
-        image = self.cluster_metadata()
-        return image.topic_configs(topic) if image is not None else {}
+        """The topic's config overrides as a LogManager would load them (kafkalog.topic_origins): kafkalog's
+        record for a topic it created or was given configs for, else a KRaft broker's cluster metadata
+        (ConfigRecords), else none known (a ZooKeeper-era dir kept them in ZooKeeper)."""
+        parts = self.partitions_of(topic)
+        stored = self._topic_store().get(topic)
+        directories = [Path(p.directory) for p in parts]
+        return dict(resolve_topic(topic, stored, self.cluster_metadata(), directories, len(parts)).state.config)
