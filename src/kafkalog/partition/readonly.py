@@ -40,6 +40,7 @@ from .segment_files import (
     discover,
     index_entries,
     log_end_offset,
+    open_segment,
     partition_offsets,
     read_checkpoint,
     segment_bases,
@@ -87,6 +88,7 @@ __all__ = [
     "log_dir_problem",
     "log_end_offset",
     "offset_for_timestamp",
+    "open_segment",
     "partition_offsets",
     "path_batches",
     "read_checkpoint",
@@ -132,9 +134,10 @@ def log_dir_problem(path: str | os.PathLike[str]) -> str | None:
 
     A broker writes ``meta.properties`` and the root checkpoints into every log dir when it starts on it
     (Kafka's ``LogManager`` and ``MetaPropertiesEnsemble``), and a partition lives in a ``<topic>-<n>``
-    directory holding ``<base offset>.log`` segments. A folder with none of these is not a log dir: Kafka
-    would initialise it as a new one, which a reading command must never do. A partial copy of a log dir
-    (only some partition directories) still counts.
+    directory holding ``<base offset>.log`` segments. A folder with none of these is not a log dir: a
+    ZooKeeper-mode broker would initialise it as a new one (a KRaft broker refuses to start until
+    ``kafka-storage.sh format`` has written its ``meta.properties``), which a reading command must never do.
+    A partial copy of a log dir (only some partition directories) still counts.
     """
     root = os.fspath(path)
     if not os.path.exists(root):
