@@ -238,6 +238,9 @@ def test_zookeeper_era_dir_runs_no_deleting_retention_until_confirmed(tmp_path, 
         with LogManager([data], {}, clock) as manager:
             assert set(manager.unconfirmed_topics) == user_topics
             clock.advance(30_000 + 3 * 300_000)
+    result = CliRunner().invoke(main, ["explain", "retention", str(data), "--topic", "test10"])
+    assert result.exit_code == 0, result.output
+    assert "Retention does not run on this topic: its configs are unknown" in " ".join(result.output.split())
     warning = next(
         r.getMessage() for r in caplog.records if "kafkalog.adopted.topics.retention.enable" in r.getMessage()
     )

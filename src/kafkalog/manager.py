@@ -14,6 +14,7 @@ until the operator confirms (``kafkalog.adopted.topics.retention.enable``, or se
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 import logging
 import shutil
@@ -773,12 +774,20 @@ class LogManager:
         now = self.clock.milliseconds()
         interval = int(self.broker.log_retention_check_interval_ms)
         next_check = self._next_retention_check_ms if self._next_retention_check_ms is not None else now
-        return [
+        explanations = [
             explain_retention(
                 self.get_log(topic, p), now_ms=now, check_interval_ms=interval, next_check_ms=max(next_check, now)
             )
             for p in partitions
         ]
+        if self._retention_allowed(topic):
+            return explanations
+        why = self._unconfirmed[topic]
+        note = (
+            f"Retention does not run on this topic: its configs are unknown ({why}); confirm them by setting them "
+            "or with kafkalog.adopted.topics.retention.enable=true. Once confirmed: "
+        )
+        return [dataclasses.replace(e, next_deletion_ms=None, summary=note + e.summary) for e in explanations]
 
     def explain_compaction(self, topic: str, partition: int = 0, *, estimate: bool = True) -> CompactionExplanation:
         """The cleaner's view of one partition: dirty ratio, why it is or is not eligible now, and (with
