@@ -432,3 +432,11 @@ def test_consume_read_committed_through_the_view(tmp_path: Path) -> None:
     part = ReadOnlyLogDir([tmp_path]).partition("t", 0)
     assert (part.last_stable_offset, part.high_watermark) == (6, 8)
     assert tree_state(tmp_path) == before
+
+
+def test_spark_refuses_a_folder_that_is_not_a_log_dir(spark, tmp_path: Path) -> None:
+    (tmp_path / "notes.txt").write_text("hello")
+    before = tree_state(tmp_path)
+    with pytest.raises(Exception, match="is not a Kafka log dir"):
+        spark.read.format("kafkalog").option("path", str(tmp_path)).option("subscribe", "t").load().collect()
+    assert tree_state(tmp_path) == before
