@@ -21,6 +21,7 @@ import pyarrow as pa
 from ..errors import KafkaLogError, KafkaStorageError, OffsetOutOfRangeError, UnknownTopicOrPartitionError
 from ..logdir import PartitionMetadataFile, TopicConfigStore
 from ..storage.cluster_metadata import METADATA_PARTITION_DIR, ClusterMetadataImage, load_cluster_metadata
+from ..topic_origins import resolve_topic
 from .aborted import AbortedFilter, collect_aborted_txns, read_txn_index
 from .read_path import ReadRun, last_stable_offset, path_batches, read_path, read_range, runs_from
 from .segment_files import (
@@ -39,6 +40,7 @@ from .segment_files import (
     discover,
     index_entries,
     log_end_offset,
+    open_segment,
     partition_offsets,
     read_checkpoint,
     segment_bases,
@@ -86,6 +88,7 @@ __all__ = [
     "log_dir_problem",
     "log_end_offset",
     "offset_for_timestamp",
+    "open_segment",
     "partition_offsets",
     "path_batches",
     "read_checkpoint",
@@ -131,9 +134,10 @@ def log_dir_problem(path: str | os.PathLike[str]) -> str | None:
 
     A broker writes ``meta.properties`` and the root checkpoints into every log dir when it starts on it
     (Kafka's ``LogManager`` and ``MetaPropertiesEnsemble``), and a partition lives in a ``<topic>-<n>``
-    directory holding ``<base offset>.log`` segments. A folder with none of these is not a log dir: Kafka
-    would initialise it as a new one, which a reading command must never do. A partial copy of a log dir
-    (only some partition directories) still counts.
+    directory holding ``<base offset>.log`` segments. A folder with none of these is not a log dir: a
+    ZooKeeper-mode broker would initialise it as a new one (a KRaft broker refuses to start until
+    ``kafka-storage.sh format`` has written its ``meta.properties``), which a reading command must never do.
+    A partial copy of a log dir (only some partition directories) still counts.
     """
     root = os.fspath(path)
     if not os.path.exists(root):
@@ -390,11 +394,10 @@ class ReadOnlyLogDir:
         return found.topic_id if found is not None else None
 
     def config_overrides(self, topic: str) -> dict[str, str]:
-        """The topic's config overrides: as kafkalog recorded them for a topic it created, else as a KRaft
-        broker's cluster metadata holds them (ConfigRecords), else none known (a ZooKeeper-era dir kept
-        them in ZooKeeper)."""
-        state = self._topic_store().get(topic)
-        if state is not None:
-            return dict(state.config)
-        image = self.cluster_metadata()
-        return image.topic_configs(topic) if image is not None else {}
+        """The topic's config overrides as a LogManager would load them (kafkalog.topic_origins): kafkalog's
+        record for a topic it created or was given configs for, else a KRaft broker's cluster metadata
+        (ConfigRecords), else none known (a ZooKeeper-era dir kept them in ZooKeeper)."""
+        parts = self.partitions_of(topic)
+        stored = self._topic_store().get(topic)
+        directories = [Path(p.directory) for p in parts]
+        return dict(resolve_topic(topic, stored, self.cluster_metadata(), directories, len(parts)).state.config)
