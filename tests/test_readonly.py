@@ -395,6 +395,9 @@ def test_describe_takes_a_kraft_brokers_topic_configs_from_its_metadata(tmp_path
         assert "cleanup.policy=compact" in configs, heads[topic]
         assert "TopicId: None" not in heads[topic]
     assert "__cluster_metadata" not in heads
+    # explain runs the log manager on a private copy that takes the metadata partition along.
+    explained = run("explain", "compaction", str(copy), "--topic", "_schemas", "--no-estimate")
+    assert explained.exit_code == 0 and "_schemas-0: cleanup.policy compact" in explained.output
     assert tree_state(copy) == before
 
 
