@@ -102,7 +102,7 @@ def test_kafka_python_acks(broker, acks):
 
 
 # ----- confluent-kafka (librdkafka) --------------------------------------------------------------------------
-def _ck_consume(broker, topic, offset, n, timeout=20, isolation="read_committed"):
+def _ck_consume(broker, topic, offset, n, timeout=20, isolation="read_committed", partition=0):
     from confluent_kafka import Consumer, TopicPartition
 
     consumer = Consumer(
@@ -113,7 +113,7 @@ def _ck_consume(broker, topic, offset, n, timeout=20, isolation="read_committed"
             "isolation.level": isolation,
         }
     )
-    consumer.assign([TopicPartition(topic, 0, offset)])
+    consumer.assign([TopicPartition(topic, partition, offset)])
     got = []
     deadline = time.monotonic() + timeout
     while len(got) < n and time.monotonic() < deadline:
@@ -432,3 +432,22 @@ def test_alter_topic_configs_with_admin_clients(broker):
     # AlterConfigs replaces the whole override set: segment.bytes and cleanup.policy are back to their defaults.
     assert configs["retention.ms"].value == "5000" and configs["segment.bytes"].is_default
     assert configs["cleanup.policy"].value == "delete"
+
+
+def test_create_partitions_with_an_admin_client(broker):
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic("growing", 2, 1)])["growing"].result(20)
+    admin.create_partitions([NewPartitions("growing", 5)])["growing"].result(20)
+    with pytest.raises(Exception, match="higher than the requested 3"):
+        admin.create_partitions([NewPartitions("growing", 3)])["growing"].result(20)
+    assert set(admin.list_topics(timeout=20).topics["growing"].partitions) == set(range(5))
+    producer = Producer({"bootstrap.servers": broker.bootstrap})
+    producer.produce("growing", value=b"to the new partition", partition=4)
+    assert producer.flush(20) == 0
+    got = _ck_consume(broker, "growing", 0, 1, partition=4)
+    assert [m.value() for m in got] == [b"to the new partition"]
+    topic_ids = {(broker.log_dir / f"growing-{p}" / "partition.metadata").read_text() for p in range(5)}
+    assert len(topic_ids) == 1  # the new partitions carry the topic's id

@@ -242,3 +242,19 @@ def test_a_node_id_other_than_zero_leads_and_is_the_isr(tmp_path):
         assert [(p.leader_id, p.replica_nodes, p.isr_nodes) for p in topic.partitions] == [(3, [3], [3])]
         assert _produce(c, "node-three", b"acks all").error_code == 0  # an ISR of one meets min.insync.replicas=1
     assert "node.id=3" in (tmp_path / "meta.properties").read_text()
+
+
+def test_partitions_added_to_a_topic_survive_a_restart(tmp_path):
+    from kafka.protocol.admin import CreatePartitionsRequest
+
+    T = CreatePartitionsRequest.CreatePartitionsTopic
+    with BrokerProcess(tmp_path) as server, RawClient(server.bootstrap) as c:
+        _metadata(c, "grown")  # auto-created with num.partitions=1
+        request = CreatePartitionsRequest(
+            topics=[T(name="grown", count=3, assignments=None)], timeout_ms=1000, validate_only=False
+        )
+        assert c.call(request, 3).results[0].error_code == 0
+        again = c.call(request, 3).results[0]
+        assert (again.error_code, again.error_message) == (37, "Topic already has 3 partitions.")
+    with BrokerProcess(tmp_path) as server, RawClient(server.bootstrap) as c:
+        assert [p.partition_index for p in _metadata(c, "grown").topics[0].partitions] == [0, 1, 2]

@@ -535,3 +535,18 @@ def test_log_append_time_topics_report_the_broker_timestamp(broker):
         before = int(time.time() * 1000)
         answer = produce(c, "append-time", batch([b"a"], timestamp=5))
     assert answer.error_code == 0 and answer.log_append_time_ms >= before - 5000
+
+
+def test_describe_log_dirs(broker):
+    from kafka.protocol.admin import DescribeLogDirsRequest
+
+    T = DescribeLogDirsRequest.DescribableLogDirTopic
+    with RawClient(broker.bootstrap) as c:
+        everything = c.call(DescribeLogDirsRequest(topics=None), 4)
+        one = c.call(DescribeLogDirsRequest(topics=[T(topic="txn", partitions=[0])]), 1)
+    [result] = everything.results
+    assert result.error_code == 0 and result.log_dir == str(broker.log_dir.resolve())
+    assert result.total_bytes > 0 and 0 <= result.usable_bytes <= result.total_bytes
+    sizes = {(t.name, p.partition_index): p.partition_size for t in result.topics for p in t.partitions}
+    assert sizes[("txn", 0)] == (broker.log_dir / "txn-0" / "00000000000000000000.log").stat().st_size
+    assert [(t.name, [p.partition_index for p in t.partitions]) for t in one.results[0].topics] == [("txn", [0])]

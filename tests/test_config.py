@@ -204,8 +204,8 @@ def test_python_values_and_strings_agree() -> None:
 
 def test_unknown_keys_are_kept_unvalidated() -> None:
     b = BrokerConfig({"broker.id": "0", "listeners": "PLAINTEXT://:9092", "zookeeper.connect": "??"})
-    assert b.unknown == {"broker.id": "0", "listeners": "PLAINTEXT://:9092", "zookeeper.connect": "??"}
-    assert b.get("broker.id") == "0"
+    assert b.unknown == {"listeners": "PLAINTEXT://:9092", "zookeeper.connect": "??"}
+    assert b.get("broker.id") == 0 and b.node_id == 0  # broker.id is known: node.id's ZooKeeper-era synonym
     assert b.originals["listeners"] == "PLAINTEXT://:9092"
 
 
@@ -297,7 +297,7 @@ def test_broker_from_file_round_trip(tmp_path: Path) -> None:
     assert b.log_retention_ms == 90 * 60_000
     assert b.log_cleanup_policy == ("compact", "delete")
     assert b.log_preallocate is True and b.compression_type == "zstd" and b.log_cleaner_threads == 2
-    assert b.unknown == {"broker.id": "3"}
+    assert b.unknown == {} and b.node_id == 3
     assert b == BrokerConfig(load_properties(path))
 
 

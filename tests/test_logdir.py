@@ -535,7 +535,12 @@ def test_store_put_get_remove_persist(dirs):
     for d in dirs:
         copy = read_copy(d)
         assert copy["generation"] == 2 and sorted(copy["topics"]) == ["a", "b"]
-        assert copy["topics"]["a"] == {"topic_id": a.topic_id, "partitions": 3, "config": {"retention.ms": "1000"}}
+        assert copy["topics"]["a"] == {
+            "topic_id": a.topic_id,
+            "partitions": 3,
+            "config": {"retention.ms": "1000"},
+            "origin": "kafkalog",
+        }
         assert not (d / (TOPICS_FILE + ".tmp")).exists()
 
     reopened = TopicConfigStore(dirs).load()

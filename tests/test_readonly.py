@@ -366,3 +366,69 @@ def test_the_index_entries_are_read_not_mapped(tmp_path: Path) -> None:
     os.truncate(path, 0)
     assert index.entries == 102 and index.entry(1) == (2, 100)
     index.close()
+
+
+def test_spark_reads_past_a_lagging_high_watermark_checkpoint(spark, tmp_path: Path) -> None:
+    # The checkpoint is written after the data (newer mtime) and says 3 of 10: a single-replica leader's high
+    # watermark is the log end, so the Spark source reads all 10, as consume does.
+    with LogManager(tmp_path, clock=MockTime()) as manager:
+        manager.create_topic("t", 1)
+        manager.get_log("t", 0).append(build_batch([None] * 10, [b"v%d" % i for i in range(10)], [T0] * 10))
+    OffsetCheckpointFile(tmp_path / "replication-offset-checkpoint").write({("t", 0): 3})
+    before = tree_state(tmp_path)
+    df = spark.read.format("kafkalog").option("path", str(tmp_path)).option("subscribe", "t").load()
+    assert sorted(bytes(r.value) for r in df.select("value").collect()) == [b"v%d" % i for i in range(10)]
+    assert df.count() == 10
+    assert tree_state(tmp_path) == before
+
+
+def test_describe_takes_a_kraft_brokers_topic_configs_from_its_metadata(tmp_path: Path) -> None:
+    # Kafka creates __consumer_offsets compacted, and Schema Registry and Connect create their topics
+    # compacted; the KRaft fixture's metadata snapshots hold those ConfigRecords (issue 25).
+    copy = tmp_path / "kraft"
+    shutil.copytree(fixture_path("broker-logs", "itumelengmogase-cp77-kraft", "kafka-data"), copy)
+    before = tree_state(copy)
+    described = run("topics", "--log-dir", str(copy), "--describe").output.splitlines()
+    heads = {line.split("\t")[0][len("Topic: ") :]: line for line in described if line.startswith("Topic: ")}
+    for topic in ("__consumer_offsets", "__transaction_state", "_schemas", "docker-connect-configs"):
+        configs = heads[topic].split("Configs: ")[1].split(",")
+        assert "cleanup.policy=compact" in configs, heads[topic]
+        assert "TopicId: None" not in heads[topic]
+    assert "__cluster_metadata" not in heads
+    # explain runs the log manager on a private copy that takes the metadata partition along.
+    explained = run("explain", "compaction", str(copy), "--topic", "_schemas", "--no-estimate")
+    assert explained.exit_code == 0 and "_schemas-0: cleanup.policy compact" in explained.output
+    assert tree_state(copy) == before
+
+
+def test_consume_read_committed_through_the_view(tmp_path: Path) -> None:
+    from kafkalog.record import ControlRecordType, RecordBatchBuilder
+
+    with LogManager(tmp_path, clock=MockTime()) as manager:
+        manager.create_topic("t", 1)
+        log = manager.get_log("t", 0)
+        log.append([(b"p", b"plain-0", T0), (b"p", b"plain-1", T0)])  # offsets 0, 1
+        aborted = RecordBatchBuilder(producer_id=4000, producer_epoch=0, base_sequence=0, is_transactional=True)
+        aborted.append(b"t", b"aborted-2", T0)
+        aborted.append(b"t", b"aborted-3", T0)
+        log.append(aborted)
+        log.append_end_txn_marker(ControlRecordType.ABORT, 4000, 0, coordinator_epoch=1)  # offset 4
+        log.append([(b"p", b"plain-5", T0)])
+        still_open = RecordBatchBuilder(producer_id=5000, producer_epoch=0, base_sequence=0, is_transactional=True)
+        still_open.append(b"t", b"open-6", T0)
+        log.append(still_open)
+        log.append([(b"p", b"plain-7", T0)])
+    before = tree_state(tmp_path)
+    base = ["consume", "--log-dir", str(tmp_path), "--topic", "t", "--from-beginning"]
+    committed = CliRunner().invoke(main, [*base, "--isolation-level", "read_committed"])
+    # A read_committed consumer stops at the last stable offset (6, the open transaction's first offset) and
+    # drops the aborted transaction and the control record.
+    assert committed.stdout.split() == ["plain-0", "plain-1", "plain-5"]
+    uncommitted = CliRunner().invoke(main, base)
+    everything = ["plain-0", "plain-1", "aborted-2", "aborted-3", "plain-5", "open-6", "plain-7"]
+    assert uncommitted.stdout.split() == everything
+    latest = CliRunner().invoke(main, [*base[:-1], "--isolation-level", "read_committed"])  # starts at the LSO
+    assert latest.exit_code == 0 and latest.stdout == ""
+    part = ReadOnlyLogDir([tmp_path]).partition("t", 0)
+    assert (part.last_stable_offset, part.high_watermark) == (6, 8)
+    assert tree_state(tmp_path) == before

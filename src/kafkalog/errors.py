@@ -166,6 +166,20 @@ class MetadataParseError(KafkaLogError):
     """Kafka's MetadataParseException: a KRaft metadata record (or control record) that cannot be decoded."""
 
 
+class InconsistentBrokerMetadataError(KafkaLogError):
+    """Kafka's InconsistentBrokerMetadataException: the ``meta.properties`` of the log dirs disagree (the dirs of
+    several brokers, or of several clusters, given to one broker), or disagree with the configured node id."""
+
+
+class InconsistentBrokerIdError(InconsistentBrokerMetadataError):
+    """Kafka's InconsistentBrokerIdException: a stored node (broker) id that differs from another dir's or from
+    the configured ``node.id``/``broker.id``."""
+
+
+class InconsistentClusterIdError(InconsistentBrokerMetadataError):
+    """Kafka's InconsistentClusterIdException: log dirs whose stored ``cluster.id`` differ."""
+
+
 class NotEnoughReplicasError(KafkaLogError):
     """Kafka's NotEnoughReplicasException: acks=-1 while the ISR is smaller than min.insync.replicas."""
 

@@ -1,7 +1,9 @@
 """The files at the root of a log dir and in a partition dir that are not segments, as Kafka writes them.
 
 - ``LogDirLock``: the exclusive lock on ``<dir>/.lock`` (LogManager.lockLogDirs, FileLock).
-- ``MetaProperties``: ``<dir>/meta.properties`` (metadata/.../properties/MetaProperties.java).
+- ``MetaProperties``: ``<dir>/meta.properties`` (metadata/.../properties/MetaProperties.java), and
+  ``verify_meta_properties`` / ``initial_meta_properties``: MetaPropertiesEnsemble's checks across the log dirs
+  of one broker and what a broker writes into a dir that has none.
 - ``CleanShutdownFile``: ``<dir>/.kafka_cleanshutdown`` (CleanShutdownFileHandler.java).
 - ``PartitionMetadataFile``: ``<partition dir>/partition.metadata`` (PartitionMetadataFile.java).
 - ``validate_topic_name`` / ``has_collision_chars``: Kafka's Topic.validate rules, which also keep a topic's
@@ -25,7 +27,14 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import InvalidPartitionsError, InvalidTopicError, KafkaStorageError
+from .errors import (
+    InconsistentBrokerIdError,
+    InconsistentBrokerMetadataError,
+    InconsistentClusterIdError,
+    InvalidPartitionsError,
+    InvalidTopicError,
+    KafkaStorageError,
+)
 from .storage.config import parse_properties
 from .storage.files import atomic_write, fsync_dir
 
@@ -46,9 +55,11 @@ __all__ = [
     "TopicConfigStore",
     "TopicState",
     "has_collision_chars",
+    "initial_meta_properties",
     "new_uuid",
     "parse_uuid",
     "validate_topic_name",
+    "verify_meta_properties",
 ]
 
 LOCK_FILE = ".lock"
@@ -63,6 +74,8 @@ TOPICS_FILE = "kafkalog-topics.json"
 
 ZERO_UUID = "AAAAAAAAAAAAAAAAAAAAAA"  # Uuid.ZERO_UUID: "no id"
 ONE_UUID = "AAAAAAAAAAAAAAAAAAAAAQ"  # Uuid.ONE_UUID: the __cluster_metadata topic id
+# DirectoryId's reserved ids: UNASSIGNED (0), LOST (1), MIGRATING (2), and the rest below 100.
+_RESERVED_DIRECTORY_ID_COUNT = 100
 _RESERVED_UUIDS = frozenset({ZERO_UUID, ONE_UUID})
 _BASE64URL = re.compile(r"[A-Za-z0-9_-]*={0,2}")
 
@@ -333,6 +346,91 @@ class MetaProperties:
             raise KafkaStorageError(f"Failed to write {path}: {e}") from e
 
 
+def is_reserved_directory_id(directory_id: str) -> bool:
+    """DirectoryId.reserved: most significant 64 bits zero and least significant ones, as a signed long, < 100."""
+    raw = parse_uuid(directory_id)
+    return raw[:8] == bytes(8) and int.from_bytes(raw[8:], "big", signed=True) < _RESERVED_DIRECTORY_ID_COUNT
+
+
+def new_directory_id(taken: set[str] | frozenset[str] = frozenset()) -> str:
+    """MetaPropertiesEnsemble.generateValidDirectoryId: random, not reserved, not one of ``taken``."""
+    while True:
+        candidate = new_uuid()
+        if candidate not in taken and not is_reserved_directory_id(candidate):
+            return candidate
+
+
+def verify_meta_properties(metas: dict[Path, MetaProperties], expected_node_id: int | None = None) -> None:
+    """Kafka's MetaPropertiesEnsemble.verify over the ``meta.properties`` of one broker's log dirs.
+
+    Every dir must name the same cluster id and the same node id (the configured one, if given), and no two dirs
+    the same directory id. Raises InconsistentClusterIdError / InconsistentBrokerIdError /
+    InconsistentBrokerMetadataError with Kafka's messages: the dirs of two brokers, or of two clusters, are not
+    served together.
+    """
+    expected_cluster: str | None = None
+    expected_node = expected_node_id if expected_node_id is not None and expected_node_id >= 0 else None
+    seen: dict[str, Path] = {}
+    for directory, meta in metas.items():
+        path = MetaProperties.path(directory)
+        if meta.cluster_id is None:
+            if meta.version != 0:
+                raise InconsistentBrokerMetadataError(f"cluster.id was not specified in the v1 file: {path}")
+        elif expected_cluster is None:
+            expected_cluster = meta.cluster_id
+        elif meta.cluster_id != expected_cluster:
+            raise InconsistentClusterIdError(
+                f"Invalid cluster.id in: {path}. Expected {expected_cluster}, but read {meta.cluster_id}"
+            )
+        if meta.node_id is None:
+            if meta.version != 0:
+                raise InconsistentBrokerMetadataError(f"node.id was not specified in {path}")
+        elif expected_node is None:
+            expected_node = meta.node_id
+        elif meta.node_id != expected_node:
+            raise InconsistentBrokerIdError(
+                f"Stored node id {meta.node_id} doesn't match previous node id {expected_node} in {path}. "
+                "If you moved your data, make sure your configured node id matches. If you intend to create a "
+                "new node, you should remove all data in your data directories."
+            )
+        if meta.directory_id is not None:
+            if is_reserved_directory_id(meta.directory_id):
+                raise InconsistentBrokerMetadataError(
+                    f"Invalid resrved directory ID {meta.directory_id} found in {directory}"
+                )
+            previous = seen.setdefault(meta.directory_id, directory)
+            if previous != directory:
+                raise InconsistentBrokerMetadataError(
+                    f"Duplicate directory ID Optional[{meta.directory_id}] found. It was the ID of {previous}, "
+                    f"but also of {directory}"
+                )
+
+
+def initial_meta_properties(
+    metas: dict[Path, MetaProperties], node_id: int | None, taken_directory_ids: set[str]
+) -> MetaProperties:
+    """What a broker writes into a log dir without ``meta.properties``, given those of its other dirs.
+
+    Beside ZooKeeper-era files (version 0) it writes one alike (KafkaServer.checkpointBrokerMetadata: version 0,
+    ``broker.id`` and ``cluster.id``); otherwise a KRaft file as ``kafka-storage.sh format`` does (version 1 with
+    ``cluster.id``, ``node.id`` and a new ``directory.id``). The cluster id and node id are the other dirs'
+    (verified equal before), else the configured node id (0 if none) and a new cluster id.
+    """
+    existing = next(iter(metas.values()), None)
+    node = existing.node_id if existing is not None and existing.node_id is not None else None
+    if node is None:
+        node = node_id if node_id is not None and node_id >= 0 else 0
+    cluster = next((m.cluster_id for m in metas.values() if m.cluster_id is not None), None)
+    if existing is not None and existing.version == 0:
+        return MetaProperties(version=0, cluster_id=cluster, node_id=node)
+    return MetaProperties(
+        version=1,
+        cluster_id=cluster if cluster is not None else new_uuid(),
+        node_id=node,
+        directory_id=new_directory_id(taken_directory_ids),
+    )
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # .kafka_cleanshutdown
 # ---------------------------------------------------------------------------------------------------------------
@@ -525,13 +623,26 @@ def unify_collision_chars(name: str) -> str:
 TOPICS_FILE_VERSION = 1
 
 
+ORIGIN_KAFKALOG = "kafkalog"
+ORIGIN_CLUSTER_METADATA = "cluster-metadata"
+ORIGIN_UNKNOWN = "unknown"
+ORIGINS = (ORIGIN_KAFKALOG, ORIGIN_CLUSTER_METADATA, ORIGIN_UNKNOWN)
+
+
 @dataclass
 class TopicState:
-    """What kafkalog remembers about a topic across restarts: its id, partition count and config overrides."""
+    """What kafkalog remembers about a topic across restarts: its id, partition count and config overrides.
+
+    ``origin`` says where the configs come from: ``kafkalog`` (created by kafkalog, or configs set through it),
+    ``cluster-metadata`` (a KRaft broker's topic: its configs are re-read from ``__cluster_metadata`` at each
+    startup), ``unknown`` (a topic kafkalog did not create, whose configs it cannot know, e.g. in a ZooKeeper-era
+    broker's dir). None: written by a kafkalog that did not record it (before origins were kept).
+    """
 
     topic_id: str
     partitions: int
     config: dict[str, str] = field(default_factory=dict)
+    origin: str | None = ORIGIN_KAFKALOG
 
     def validate(self) -> None:
         try:
@@ -544,18 +655,23 @@ class TopicState:
             isinstance(k, str) and isinstance(v, str) for k, v in self.config.items()
         ):
             raise ValueError(f"Topic config must map strings to strings: {self.config!r}")
+        if self.origin is not None and self.origin not in ORIGINS:
+            raise ValueError(f"Unknown topic origin {self.origin!r} (known: {', '.join(ORIGINS)})")
 
     def copy(self) -> TopicState:
-        return TopicState(self.topic_id, self.partitions, dict(self.config))
+        return TopicState(self.topic_id, self.partitions, dict(self.config), self.origin)
 
     def to_json(self) -> dict[str, object]:
-        return {"topic_id": self.topic_id, "partitions": self.partitions, "config": dict(self.config)}
+        out: dict[str, object] = {"topic_id": self.topic_id, "partitions": self.partitions, "config": dict(self.config)}
+        if self.origin is not None:
+            out["origin"] = self.origin
+        return out
 
     @classmethod
     def from_json(cls, data: object) -> TopicState:
         if not isinstance(data, dict):
             raise ValueError(f"a topic entry must be an object, not {data!r}")
-        state = cls(data["topic_id"], data["partitions"], data.get("config", {}))
+        state = cls(data["topic_id"], data["partitions"], data.get("config", {}), data.get("origin"))
         state.validate()
         return state.copy()
 
@@ -651,6 +767,17 @@ class TopicConfigStore:
             self._ensure_loaded()
             topics = dict(self._topics)
             topics[topic] = state.copy()
+            self._persist(topics)
+
+    def put_all(self, states: dict[str, TopicState]) -> None:
+        """Record (or replace) several topics' states and persist them in one write."""
+        for topic, state in states.items():
+            validate_topic_name(topic)
+            state.validate()
+        with self._lock:
+            self._ensure_loaded()
+            topics = dict(self._topics)
+            topics.update({topic: state.copy() for topic, state in states.items()})
             self._persist(topics)
 
     def remove(self, topic: str) -> bool:

@@ -1,14 +1,20 @@
 """The broker's storage side (Kafka's LogManager): log dirs, topics, and Kafka's background work.
 
-``LogManager(log_dirs, config, clock)`` locks each log dir, loads every partition in it (in parallel,
+``LogManager(log_dirs, config, clock)`` locks each log dir, checks that the dirs' ``meta.properties`` are of one
+broker of one cluster (and writes one where a dir has none), loads every partition in it (in parallel,
 recovering only what an unclean shutdown requires), and schedules retention, flushing and the
 checkpoints on Kafka's intervals. With ``clock=MockTime(...)`` every task runs when the clock passes
 its due time, so the whole schedule is testable.
+
+Topics kafkalog did not create take their ids and configs from the KRaft cluster metadata in the dirs, when
+there is one (kafkalog.topic_origins); where their configs cannot be known, no deleting retention runs on them
+until the operator confirms (``kafkalog.adopted.topics.retention.enable``, or setting the topic's configs).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 import logging
 import shutil
@@ -28,23 +34,29 @@ from .errors import (
 )
 from .log_cleaner import CleanerPassStats, LogCleaner
 from .logdir import (
+    ORIGIN_KAFKALOG,
+    ORIGIN_UNKNOWN,
     CleanShutdownFile,
     LogDirLock,
     MetaProperties,
     PartitionMetadataFile,
     TopicConfigStore,
     TopicState,
+    initial_meta_properties,
     new_uuid,
     validate_topic_name,
+    verify_meta_properties,
 )
 from .record import RecordBatchBuilder, default_partition
 from .record.types import Header
 from .retention import RetentionExplanation, explain_retention
 from .scheduler import KafkaScheduler
 from .storage.checkpoints import CheckpointError, OffsetCheckpointFile
+from .storage.cluster_metadata import ClusterMetadataImage
 from .storage.config import BrokerConfig, LogConfig
 from .storage.files import DELETE_DIR_SUFFIX, FUTURE_DIR_SUFFIX, STRAY_DIR_SUFFIX, deleted_dir_name, parse_partition_dir
 from .storage.log import Log
+from .topic_origins import INTERNAL_TOPIC_CONFIGS, internal_topic_configs, read_cluster_metadata, resolve_topic
 
 log = logging.getLogger(__name__)
 
@@ -128,6 +140,9 @@ class LogManager:
         self._clean_start: dict[Path, bool] = {}
         self.cleaner: LogCleaner | None = None
         self._offline_dirs: dict[Path, str] = {}  # Kafka's LogDirFailureChannel: failed dir -> why
+        self.cluster_metadata: ClusterMetadataImage | None = None  # the KRaft metadata read at startup, if any
+        self._unconfirmed: dict[str, str] = {}  # topics whose configs are unknown -> why
+        self.meta_properties: dict[Path, MetaProperties] = {}  # each log dir's, checked at startup
         self._offline_lock = threading.Lock()
         from .replica_manager import ReplicaManager
 
@@ -160,8 +175,10 @@ class LogManager:
                     lock = LogDirLock(directory)
                     lock.acquire()
                     self._locks.append(lock)
-                    self._ensure_meta_properties(directory)
+                self._ensure_meta_properties()
                 self._store.load()
+                self.cluster_metadata = read_cluster_metadata(self.log_dirs)
+                self._resolve_topics()
                 for directory in self.log_dirs:
                     try:
                         self._load_dir(directory)
@@ -189,13 +206,86 @@ class LogManager:
                 self.cleaner.startup(None if self._owns_scheduler else self.scheduler)
             self._started = True
 
-    def _ensure_meta_properties(self, directory: Path) -> None:
-        if MetaProperties.read(directory) is None:
-            existing = next((m for d in self.log_dirs if (m := MetaProperties.read(d)) is not None), None)
-            meta = MetaProperties.generate(
-                cluster_id=existing.cluster_id if existing else None, node_id=existing.node_id if existing else 0
-            )
+    def _ensure_meta_properties(self) -> None:
+        """Check the dirs' meta.properties as Kafka's MetaPropertiesEnsemble.verify does (one cluster id, one node
+        id, equal to node.id/broker.id if configured, no directory id twice), then write one into each dir that
+        has none, alike the others' (KafkaServer / kafka-storage.sh format)."""
+        metas = {d: m for d in self.log_dirs if (m := MetaProperties.read(d)) is not None}
+        self.meta_properties = metas  # verified below, completed as dirs get theirs
+        configured = self.broker.node_id if self.broker.node_id >= 0 else None
+        verify_meta_properties(metas, configured)
+        taken = {m.directory_id for m in metas.values() if m.directory_id is not None}
+        for directory in self.log_dirs:
+            if directory in metas:
+                continue
+            meta = initial_meta_properties(metas, configured, taken)
             meta.write(directory)
+            metas[directory] = meta
+            log.info("Wrote %s (version %d, node id %s)", MetaProperties.path(directory), meta.version, meta.node_id)
+            if meta.directory_id is not None:
+                taken.add(meta.directory_id)
+
+    def _scan_partition_dirs(self) -> dict[str, list[tuple[int, Path]]]:
+        """Every topic's partition dirs across the log dirs, by a listing (nothing is opened)."""
+        found: dict[str, list[tuple[int, Path]]] = {}
+        for directory in self.log_dirs:
+            try:
+                children = sorted(directory.iterdir())
+            except OSError:
+                continue  # _load_dir meets the same error and takes the dir offline
+            for child in children:
+                name = child.name
+                if name.startswith(".") or name == METADATA_TOPIC_DIR:
+                    continue
+                if name.endswith((DELETE_DIR_SUFFIX, FUTURE_DIR_SUFFIX, STRAY_DIR_SUFFIX)):
+                    continue
+                try:
+                    topic, partition = parse_partition_dir(name)
+                except ValueError:
+                    continue
+                if child.is_dir():
+                    found.setdefault(topic, []).append((partition, child))
+        return found
+
+    def _resolve_topics(self) -> None:
+        """Decide each topic's source of configs before its logs open (kafkalog.topic_origins) and store what
+        changed; warn about the topics whose configs are unknown."""
+        self._unconfirmed.clear()
+        changed: dict[str, TopicState] = {}
+        for topic, parts in sorted(self._scan_partition_dirs().items()):
+            stored = self._store.get(topic)
+            partitions = max(p for p, _ in parts) + 1
+            if stored is not None:
+                partitions = max(partitions, stored.partitions)
+            resolution = resolve_topic(topic, stored, self.cluster_metadata, [path for _, path in parts], partitions)
+            if resolution.state != stored:
+                changed[topic] = resolution.state
+            if resolution.state.origin == ORIGIN_UNKNOWN and topic not in INTERNAL_TOPIC_CONFIGS:
+                self._unconfirmed[topic] = resolution.reason or "its configs are unknown"  # internal: compacted
+        if changed:
+            self._store.put_all(changed)
+        if self._unconfirmed and not self.broker.kafkalog_adopted_topics_retention_enable:
+            log.warning(
+                "The configs of %d topics in these log dirs are unknown to kafkalog (%s): %s. Their retention, "
+                "which deletes segments, does not run until their configs are confirmed: set them (kafkalog topics "
+                "alter) or, if the broker defaults are right for them, set "
+                "kafkalog.adopted.topics.retention.enable=true.",
+                len(self._unconfirmed),
+                "; ".join(sorted(set(self._unconfirmed.values()))),
+                ", ".join(sorted(self._unconfirmed)),
+            )
+
+    @property
+    def cluster_id(self) -> str | None:
+        """The cluster id the log dirs' meta.properties agree on (None before startup, or in ZooKeeper-era files
+        that have none)."""
+        return next((m.cluster_id for m in self.meta_properties.values() if m.cluster_id is not None), None)
+
+    @property
+    def unconfirmed_topics(self) -> dict[str, str]:
+        """The topics whose configs kafkalog cannot know (e.g. a ZooKeeper-era broker's), each with why. No
+        deleting retention runs on them unless kafkalog.adopted.topics.retention.enable is true."""
+        return dict(self._unconfirmed)
 
     def _read_checkpoint(self, directory: Path, name: str) -> dict[TopicPartition, int]:
         try:
@@ -269,15 +359,21 @@ class LogManager:
             raise error
 
     def _adopt_topic(self, tp: TopicPartition, path: Path) -> None:
-        """A partition directory kafkalog did not create (e.g. a broker's): record its topic."""
-        metadata = PartitionMetadataFile(path)
-        topic_id = metadata.read() if metadata.exists() else new_uuid()
+        """A partition directory kafkalog did not create, missed by _resolve_topics: its topic, configs unknown."""
         partitions = max((p.partition for p in self._logs if p.topic == tp.topic), default=0) + 1
-        self._store.put(tp.topic, TopicState(topic_id, partitions, {}))
+        resolution = resolve_topic(tp.topic, None, self.cluster_metadata, [path], partitions)
+        self._store.put(tp.topic, resolution.state)
+        if resolution.state.origin == ORIGIN_UNKNOWN and tp.topic not in INTERNAL_TOPIC_CONFIGS:
+            self._unconfirmed[tp.topic] = resolution.reason or "its configs are unknown"
 
     def _log_config(self, topic: str) -> LogConfig:
+        """The topic's effective configs: its stored overrides (internal topics kept compacted) over the broker's."""
         state = self._store.get(topic)
-        return LogConfig(dict(state.config) if state else {}, broker=self.broker)
+        return LogConfig(internal_topic_configs(topic, dict(state.config) if state else {}), broker=self.broker)
+
+    def _retention_allowed(self, topic: str) -> bool:
+        """False for a topic whose configs are unknown, until the operator confirms them."""
+        return topic not in self._unconfirmed or self.broker.kafkalog_adopted_topics_retention_enable
 
     def _schedule_tasks(self) -> None:
         b = self.broker
@@ -368,8 +464,8 @@ class LogManager:
         cleaner, after each clean, so that the two never work on one log at the same time.
         """
         deleted = 0
-        for log_obj in self._online_logs().values():
-            if not log_obj.config.compact:
+        for tp, log_obj in self._online_logs().items():
+            if not log_obj.config.compact and self._retention_allowed(tp.topic):
                 try:
                     deleted += log_obj.delete_old_segments()
                 except OSError as e:
@@ -495,6 +591,34 @@ class LogManager:
             self._store.put(name, TopicState(topic_id, partitions, overrides))
             return self.describe_topic(name)
 
+    def create_partitions(self, name: str, count: int) -> TopicDescription:
+        """Grow a topic to ``count`` partitions (Kafka's CreatePartitions): the new ones spread over the log dirs,
+        with the topic's id and configs. A count not above the current one is InvalidPartitionsError."""
+        with self._lock:
+            self._check_started()
+            state = self._store.get(name)
+            if state is None:
+                raise UnknownTopicOrPartitionError(f"Topic '{name}' does not exist.")
+            current = len(self._partitions_of(name))
+            if count < current:
+                raise InvalidPartitionsError(
+                    f"Topic currently has {current} partitions, which is higher than the requested {count}."
+                )
+            if count == current:
+                raise InvalidPartitionsError(f"Topic already has {current} partitions.")
+            log_config = LogConfig(dict(state.config), broker=self.broker)
+            counts = self._partitions_per_dir()
+            for p in range(current, count):
+                directory = self._next_log_dir(counts)
+                counts[directory] += 1
+                path = directory / f"{name}-{p}"
+                path.mkdir(parents=True, exist_ok=False)
+                PartitionMetadataFile(path).write(state.topic_id)
+                log_obj = Log.open(path, log_config, self.clock, scheduler=self.scheduler, had_clean_shutdown=True)
+                self._register_log(TopicPartition(name, p), log_obj, directory)
+            self._store.put(name, TopicState(state.topic_id, count, dict(state.config)))
+            return self.describe_topic(name)
+
     def _partitions_per_dir(self) -> dict[Path, int]:
         counts = {d: 0 for d in self.log_dirs}
         for directory in self._dir_of.values():
@@ -528,6 +652,7 @@ class LogManager:
                 log_obj.directory.rename(target)
                 self._schedule_dir_removal(target, delay)
             self._store.remove(name)
+            self._unconfirmed.pop(name, None)
             self.checkpoint_recovery_points()
             self.checkpoint_log_start_offsets()
 
@@ -562,7 +687,10 @@ class LogManager:
         return TopicDescription(name, state.topic_id, parts, dict(state.config), config)
 
     def alter_topic_config(self, name: str, updates: dict) -> TopicDescription:
-        """Change topic config overrides at runtime (a None value removes one); persisted and applied now."""
+        """Change topic config overrides at runtime (a None value removes one); persisted and applied now.
+
+        From then on kafkalog's store is the source of this topic's configs (origin ``kafkalog``): for a topic
+        whose configs were unknown, this is the operator confirming them, and its retention runs again."""
         with self._lock:
             state = self._store.get(name)
             if state is None:
@@ -573,10 +701,11 @@ class LogManager:
                     overrides.pop(key, None)
                 else:
                     overrides[key] = str(value)
-            log_config = LogConfig(overrides, broker=self.broker)
+            log_config = LogConfig(internal_topic_configs(name, overrides), broker=self.broker)
             for tp in self._partitions_of(name):
                 self._logs[tp].config = log_config
-            self._store.put(name, TopicState(state.topic_id, state.partitions, overrides))
+            self._store.put(name, TopicState(state.topic_id, state.partitions, overrides, ORIGIN_KAFKALOG))
+            self._unconfirmed.pop(name, None)
             return self.describe_topic(name)
 
     def get_log(self, topic: str, partition: int = 0) -> Log:
@@ -645,12 +774,20 @@ class LogManager:
         now = self.clock.milliseconds()
         interval = int(self.broker.log_retention_check_interval_ms)
         next_check = self._next_retention_check_ms if self._next_retention_check_ms is not None else now
-        return [
+        explanations = [
             explain_retention(
                 self.get_log(topic, p), now_ms=now, check_interval_ms=interval, next_check_ms=max(next_check, now)
             )
             for p in partitions
         ]
+        if self._retention_allowed(topic):
+            return explanations
+        why = self._unconfirmed[topic]
+        note = (
+            f"Retention does not run on this topic: its configs are unknown ({why}); confirm them by setting them "
+            "or with kafkalog.adopted.topics.retention.enable=true. Once confirmed: "
+        )
+        return [dataclasses.replace(e, next_deletion_ms=None, summary=note + e.summary) for e in explanations]
 
     def explain_compaction(self, topic: str, partition: int = 0, *, estimate: bool = True) -> CompactionExplanation:
         """The cleaner's view of one partition: dirty ratio, why it is or is not eligible now, and (with

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 
-from .handlers import admin, api_versions, fetch, metadata, offsets, produce, producer_id, topics
+from .handlers import admin, api_versions, fetch, group, metadata, offsets, produce, producer_id, topics
 from .network import CLOSE, Connection
 from .protocol import (
     API_VERSIONS_KEY,
@@ -33,8 +33,21 @@ HANDLERS = {
     23: offsets.handle_offset_for_leader_epoch,
     32: admin.handle_describe_configs,
     33: admin.handle_alter_configs,
+    35: admin.handle_describe_log_dirs,
+    37: topics.handle_create_partitions,
     44: admin.handle_incremental_alter_configs,
     60: admin.handle_describe_cluster,
+    8: group.handle_offset_commit,
+    9: group.handle_offset_fetch,
+    10: group.handle_find_coordinator,
+    11: group.handle_join_group,
+    12: group.handle_heartbeat,
+    13: group.handle_leave_group,
+    14: group.handle_sync_group,
+    15: group.handle_describe_groups,
+    16: group.handle_list_groups,
+    42: group.handle_delete_groups,
+    47: group.handle_offset_delete,
 }
 
 
@@ -58,6 +71,7 @@ class RequestRouter:
                 f"(supported: {spec.min_version}-{spec.max_version})"
             )
         request = decode_request(spec, header, frame)
+        group.CLIENT_ADDRESS.set(getattr(conn, "client_host", ""))
         if log.isEnabledFor(logging.DEBUG):
             log.debug("Handling %s v%d from %s (%s)", spec.name, header.api_version, conn.id, header.client_id)
         result = await HANDLERS[spec.key](self.broker, header, request)

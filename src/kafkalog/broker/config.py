@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..coordinator.group import GroupCoordinatorConfig
 from ..errors import InvalidConfigurationError
 from ..storage.config import BrokerConfig, load_properties
 
@@ -116,6 +117,7 @@ class KafkaConfig:
         self.socket_request_max_bytes = _int(p, "socket.request.max.bytes", 100 * 1024 * 1024, 1)
         self.queued_max_requests = _int(p, "queued.max.requests", 500, 1)
         self.group_initial_rebalance_delay_ms = _int(p, "group.initial.rebalance.delay.ms", 3000, 0)
+        self.group_coordinator = GroupCoordinatorConfig.from_properties(p)  # offsets.*, group.* (checked here)
         self.log = BrokerConfig(self.props)
 
     @classmethod

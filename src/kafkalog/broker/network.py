@@ -60,6 +60,7 @@ class Connection:
         local = writer.get_extra_info("sockname") or ("?", 0)
         peer = writer.get_extra_info("peername") or ("?", 0)
         self.id = f"{local[0]}:{local[1]}-{peer[0]}:{peer[1]}-{index}"
+        self.client_host = f"/{peer[0]}"  # as Kafka records a group member's host (InetAddress.toString)
         self.closed = False
         self.busy = False  # a request has been read and its response is not yet written
 

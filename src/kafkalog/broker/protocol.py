@@ -15,8 +15,12 @@ from dataclasses import dataclass, field
 from kafka.protocol.admin import (
     AlterConfigsRequest,
     AlterConfigsResponse,
+    CreatePartitionsRequest,
+    CreatePartitionsResponse,
     CreateTopicsRequest,
     CreateTopicsResponse,
+    DeleteGroupsRequest,
+    DeleteGroupsResponse,
     DeleteRecordsRequest,
     DeleteRecordsResponse,
     DeleteTopicsRequest,
@@ -25,18 +29,45 @@ from kafka.protocol.admin import (
     DescribeClusterResponse,
     DescribeConfigsRequest,
     DescribeConfigsResponse,
+    DescribeGroupsRequest,
+    DescribeGroupsResponse,
+    DescribeLogDirsRequest,
+    DescribeLogDirsResponse,
     IncrementalAlterConfigsRequest,
     IncrementalAlterConfigsResponse,
+    ListGroupsRequest,
+    ListGroupsResponse,
 )
 from kafka.protocol.consumer import (
     FetchRequest,
     FetchResponse,
+    HeartbeatRequest,
+    HeartbeatResponse,
+    JoinGroupRequest,
+    JoinGroupResponse,
+    LeaveGroupRequest,
+    LeaveGroupResponse,
     ListOffsetsRequest,
     ListOffsetsResponse,
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+    OffsetDeleteRequest,
+    OffsetDeleteResponse,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
     OffsetForLeaderEpochRequest,
     OffsetForLeaderEpochResponse,
+    SyncGroupRequest,
+    SyncGroupResponse,
 )
-from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse
+from kafka.protocol.metadata import (
+    ApiVersionsRequest,
+    ApiVersionsResponse,
+    FindCoordinatorRequest,
+    FindCoordinatorResponse,
+    MetadataRequest,
+    MetadataResponse,
+)
 from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdResponse, ProduceRequest, ProduceResponse
 
 from ..storage.file_records import RecordsSlice
@@ -137,7 +168,8 @@ class ApiSpec:
     flexible_from: int = field(init=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "flexible_from", self.request._flexible_versions[0])
+        first = self.request._flexible_versions[0]  # (-1, -1) when no version is flexible (OffsetDelete)
+        object.__setattr__(self, "flexible_from", first if first >= 0 else 1 << 15)
 
     def flexible(self, version: int) -> bool:
         return version >= self.flexible_from
@@ -160,8 +192,22 @@ APIS: dict[int, ApiSpec] = {
         ApiSpec(23, "OffsetForLeaderEpoch", 2, 4, OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse),
         ApiSpec(32, "DescribeConfigs", 1, 4, DescribeConfigsRequest, DescribeConfigsResponse),
         ApiSpec(33, "AlterConfigs", 0, 2, AlterConfigsRequest, AlterConfigsResponse),
+        ApiSpec(35, "DescribeLogDirs", 1, 4, DescribeLogDirsRequest, DescribeLogDirsResponse),
+        ApiSpec(37, "CreatePartitions", 0, 3, CreatePartitionsRequest, CreatePartitionsResponse),
         ApiSpec(44, "IncrementalAlterConfigs", 0, 1, IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse),
         ApiSpec(60, "DescribeCluster", 0, 1, DescribeClusterRequest, DescribeClusterResponse),
+        # The group coordinator's APIs (kafkalog.coordinator.group, handlers/group.py).
+        ApiSpec(8, "OffsetCommit", 2, 9, OffsetCommitRequest, OffsetCommitResponse),
+        ApiSpec(9, "OffsetFetch", 1, 9, OffsetFetchRequest, OffsetFetchResponse),
+        ApiSpec(10, "FindCoordinator", 0, 4, FindCoordinatorRequest, FindCoordinatorResponse),
+        ApiSpec(11, "JoinGroup", 0, 9, JoinGroupRequest, JoinGroupResponse),
+        ApiSpec(12, "Heartbeat", 0, 4, HeartbeatRequest, HeartbeatResponse),
+        ApiSpec(13, "LeaveGroup", 0, 5, LeaveGroupRequest, LeaveGroupResponse),
+        ApiSpec(14, "SyncGroup", 0, 5, SyncGroupRequest, SyncGroupResponse),
+        ApiSpec(15, "DescribeGroups", 0, 5, DescribeGroupsRequest, DescribeGroupsResponse),
+        ApiSpec(16, "ListGroups", 0, 5, ListGroupsRequest, ListGroupsResponse),
+        ApiSpec(42, "DeleteGroups", 0, 2, DeleteGroupsRequest, DeleteGroupsResponse),
+        ApiSpec(47, "OffsetDelete", 0, 0, OffsetDeleteRequest, OffsetDeleteResponse),
     )
 }
 API_VERSIONS_KEY = 18

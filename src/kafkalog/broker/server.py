@@ -13,11 +13,13 @@ import logging
 import signal
 from pathlib import Path
 
+from ..coordinator.group import GroupCoordinator
 from ..errors import KafkaStorageError
 from ..logdir import MetaProperties
 from ..manager import LogManager
 from .apis import RequestRouter
 from .config import KafkaConfig
+from .handlers.group import LoopScheduler
 from .network import SocketServer
 from .producer_ids import ProducerIdManager
 from .purgatory import FetchPurgatory
@@ -64,6 +66,7 @@ class KafkaServer:
         self.producer_ids: ProducerIdManager | None = None
         self.purgatory: FetchPurgatory | None = None
         self.socket_server: SocketServer | None = None
+        self.group_coordinator: GroupCoordinator | None = None
         self.cluster_id: str | None = None
         self.stopping = False
         self._stopped = asyncio.Event()
@@ -79,6 +82,13 @@ class KafkaServer:
         self.purgatory = FetchPurgatory(asyncio.get_running_loop())
         self.replica_manager.add_listener(self.purgatory.notify)
         self.producer_ids = ProducerIdManager(self.log_manager.log_dirs[0])
+        self.group_coordinator = GroupCoordinator(
+            self.log_manager,
+            self.config.group_coordinator,
+            self.log_manager.clock,
+            LoopScheduler(asyncio.get_running_loop()),
+        )
+        self.group_coordinator.startup()  # loads the groups and offsets of __consumer_offsets
         self.socket_server = SocketServer(
             self.config.listeners,
             RequestRouter(self),
@@ -99,6 +109,8 @@ class KafkaServer:
         log.info("[KafkaServer id=%d] shutting down", self.node_id)
         if self.purgatory is not None:
             self.purgatory.wake_all()  # long polls answer now rather than at their max wait
+        if self.group_coordinator is not None:
+            self.group_coordinator.shutdown()  # waiting JoinGroup / SyncGroup answer NOT_COORDINATOR now
         if self.socket_server is not None:
             await self.socket_server.stop()
         if self.log_manager is not None:

@@ -11,7 +11,14 @@ from pathlib import Path
 import click
 
 from ..manager import LogManager
-from ..partition.readonly import CLEAN_SHUTDOWN_MARKER, LOG_DIR_ROOT_FILES, ReadOnlyLogDir, log_dir_problem
+from ..partition.readonly import (
+    CLEAN_SHUTDOWN_MARKER,
+    LOG_DIR_ROOT_FILES,
+    METADATA_TOPIC,
+    ReadOnlyLogDir,
+    log_dir_problem,
+)
+from ..storage.cluster_metadata import METADATA_PARTITION_DIR
 from ..storage.config import load_properties
 
 log_dir_option = click.option(
@@ -63,9 +70,9 @@ def private_copy_manager(log_dir: Path, config_file: Path | None, topic: str) ->
     whole log machinery (the retention rules, a dry-run clean) but must not write into the log dir.
 
     Loading a log writes (indexes, snapshots, checkpoints, the lock, the clean-shutdown marker), so the
-    topic's partition directories and the dir's root files are copied, with their mtimes, into a temporary
-    directory (under TMPDIR) that is removed afterwards; the copy loads as the original would, and the log
-    dir itself is only read. The copy needs as much free space as the topic's files take."""
+    topic's partition directories, the KRaft metadata partition and the dir's root files are copied, with
+    their mtimes, into a temporary directory (under TMPDIR) that is removed afterwards; the copy loads as the
+    original would, and the log dir itself is only read. The copy needs as much free space as those files."""
     view = open_readonly((log_dir,))
     partitions = view.partitions_of(topic)
     with tempfile.TemporaryDirectory(prefix="kafkalog-readonly-") as scratch:
@@ -74,8 +81,10 @@ def private_copy_manager(log_dir: Path, config_file: Path | None, topic: str) ->
         for name in (*LOG_DIR_ROOT_FILES, CLEAN_SHUTDOWN_MARKER):
             if (log_dir / name).is_file():
                 shutil.copy2(log_dir / name, copy / name)
-        for part in partitions:
-            shutil.copytree(part.directory, copy / Path(part.directory).name)
+        # The KRaft metadata partition travels too: a KRaft broker's topic configs live there.
+        metadata = [log_dir / METADATA_PARTITION_DIR] if (log_dir / METADATA_PARTITION_DIR).is_dir() else []
+        for directory in [*(Path(p.directory) for p in partitions if p.topic != METADATA_TOPIC), *metadata]:
+            shutil.copytree(directory, copy / directory.name)
         manager = open_manager((copy,), config_file)
         try:
             yield manager

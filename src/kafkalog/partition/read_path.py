@@ -16,18 +16,17 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from ..errors import CorruptRecordError, CorruptSnapshotError, KafkaLogError, OffsetOutOfRangeError
-from ..record.batch import CONTROL_MASK, HEADER_SIZE_UP_TO_MAGIC, HEADER_STRUCT, TRANSACTIONAL_MASK
+from ..errors import CorruptSnapshotError, KafkaLogError, OffsetOutOfRangeError
+from ..record.batch import CONTROL_MASK, TRANSACTIONAL_MASK
 from ..record.columnar import batches_to_arrow
-from ..record.scan import batch_size_at
-from ..storage.file_records import FileRecords
+from ..storage.file_records import BatchHeader, FileRecords
 from ..storage.producer_state import list_snapshots, read_snapshot
 from .aborted import AbortedFilter, collect_aborted_txns
 from .segment_files import (
     RUN_BYTES,
     complete_batches,
+    complete_headers,
     data_loss_message,
-    is_zero_fill,
     open_segment,
     segment_bases,
     segment_last_offset,
@@ -228,45 +227,7 @@ def decode_run(run: list, start: int | None, end: int | None, records: FileRecor
 # ----- the last stable offset -----------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class _Header:
-    """A batch header with what the transaction scan needs (FileRecords' BatchHeader lacks the attributes)."""
-
-    position: int
-    size: int
-    magic: int
-    base_offset: int
-    last_offset: int
-    max_timestamp: int
-    attributes: int
-    producer_id: int
-
-
-def _headers(records: FileRecords, start: int) -> Iterator[_Header]:
-    """Every complete batch header from ``start``, one small read each; a zero-filled tail ends the walk."""
-    end = records.size
-    pos = start
-    while end - pos >= HEADER_SIZE_UP_TO_MAGIC:
-        head = records.read(pos, HEADER_STRUCT.size)
-        try:
-            total = batch_size_at(head, 0, end - pos)
-        except CorruptRecordError:
-            if is_zero_fill(records, pos):
-                return
-            raise
-        if total is None:
-            return
-        if head[16] >= 2 and len(head) >= HEADER_STRUCT.size:
-            base, _, _, magic, _, attributes, delta, _, max_ts, producer_id, _, _, _ = HEADER_STRUCT.unpack_from(head)
-            yield _Header(pos, total, magic, base, base + delta, max_ts, attributes, producer_id)
-        else:  # a legacy message: never transactional
-            offset = int.from_bytes(head[0:8], "big", signed=True)
-            max_ts = int.from_bytes(head[18:26], "big", signed=True) if head[16] == 1 and len(head) >= 26 else -1
-            yield _Header(pos, total, head[16], offset, offset, max_ts, 0, -1)
-        pos += total
-
-
-def _headers_between(directory: str, bases: list[int], start: int, end: int) -> Iterator[_Header]:
+def _headers_between(directory: str, bases: list[int], start: int, end: int) -> Iterator[BatchHeader]:
     """The headers of the batches holding offsets in [start, end), along Kafka's read path (``read_path``;
     segments deleted under us are skipped)."""
     if not bases or start >= end:
@@ -279,7 +240,7 @@ def _headers_between(directory: str, bases: list[int], start: int, end: int) -> 
             continue
         try:
             position = start_position(directory, run.base, read_from) if run.base <= read_from else 0
-            for header in _headers(records, position):
+            for header in complete_headers(records, position):
                 if header.last_offset < read_from:
                     continue
                 if header.base_offset >= end:

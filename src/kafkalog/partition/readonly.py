@@ -20,6 +20,8 @@ import pyarrow as pa
 
 from ..errors import KafkaLogError, KafkaStorageError, OffsetOutOfRangeError, UnknownTopicOrPartitionError
 from ..logdir import PartitionMetadataFile, TopicConfigStore
+from ..storage.cluster_metadata import METADATA_PARTITION_DIR, ClusterMetadataImage, load_cluster_metadata
+from ..topic_origins import resolve_topic
 from .aborted import AbortedFilter, collect_aborted_txns, read_txn_index
 from .read_path import ReadRun, last_stable_offset, path_batches, read_path, read_range, runs_from
 from .segment_files import (
@@ -38,6 +40,7 @@ from .segment_files import (
     discover,
     index_entries,
     log_end_offset,
+    open_segment,
     partition_offsets,
     read_checkpoint,
     segment_bases,
@@ -85,6 +88,7 @@ __all__ = [
     "log_dir_problem",
     "log_end_offset",
     "offset_for_timestamp",
+    "open_segment",
     "partition_offsets",
     "path_batches",
     "read_checkpoint",
@@ -130,9 +134,10 @@ def log_dir_problem(path: str | os.PathLike[str]) -> str | None:
 
     A broker writes ``meta.properties`` and the root checkpoints into every log dir when it starts on it
     (Kafka's ``LogManager`` and ``MetaPropertiesEnsemble``), and a partition lives in a ``<topic>-<n>``
-    directory holding ``<base offset>.log`` segments. A folder with none of these is not a log dir: Kafka
-    would initialise it as a new one, which a reading command must never do. A partial copy of a log dir
-    (only some partition directories) still counts.
+    directory holding ``<base offset>.log`` segments. A folder with none of these is not a log dir: a
+    ZooKeeper-mode broker would initialise it as a new one (a KRaft broker refuses to start until
+    ``kafka-storage.sh format`` has written its ``meta.properties``), which a reading command must never do.
+    A partial copy of a log dir (only some partition directories) still counts.
     """
     root = os.fspath(path)
     if not os.path.exists(root):
@@ -330,6 +335,7 @@ class ReadOnlyLogDir:
             for key, part in parts.items()
         }
         self._store: TopicConfigStore | None = None
+        self._metadata: tuple[ClusterMetadataImage | None] | None = None
 
     @property
     def clean_shutdown(self) -> bool:
@@ -353,22 +359,45 @@ class ReadOnlyLogDir:
         except KeyError:
             raise UnknownTopicOrPartitionError(f"Partition {topic}-{partition} does not exist.") from None
 
-    def _topic_store(self):
+    def _topic_store(self) -> TopicConfigStore:
         if self._store is None:
             self._store = TopicConfigStore([Path(d) for d in self.log_dirs]).load()
         return self._store
 
+    def cluster_metadata(self) -> ClusterMetadataImage | None:
+        """The KRaft metadata image of the first log dir holding ``__cluster_metadata-0`` (None without one),
+        replayed read-only from its snapshots and log."""
+        if self._metadata is None:
+            image = None
+            for log_dir in self.log_dirs:
+                directory = os.path.join(log_dir, METADATA_PARTITION_DIR)
+                if os.path.isdir(directory):
+                    with contextlib.suppress(KafkaLogError, OSError):
+                        image = load_cluster_metadata(directory)
+                    break
+            self._metadata = (image,)
+        return self._metadata[0]
+
     def topic_id(self, topic: str) -> str | None:
-        """The topic id from a partition's ``partition.metadata``, else from kafkalog's topic file."""
+        """The topic id from a partition's ``partition.metadata``, else kafkalog's topic file, else the KRaft
+        metadata."""
         for part in self.partitions_of(topic):
             metadata = PartitionMetadataFile(part.directory)
             if metadata.exists():
                 with contextlib.suppress(KafkaLogError, OSError, ValueError):
                     return metadata.read()
         state = self._topic_store().get(topic)
-        return state.topic_id if state is not None else None
+        if state is not None:
+            return state.topic_id
+        image = self.cluster_metadata()
+        found = image.topic(topic) if image is not None else None
+        return found.topic_id if found is not None else None
 
     def config_overrides(self, topic: str) -> dict[str, str]:
-        """The topic's config overrides as kafkalog recorded them (empty for a dir kafkalog did not create)."""
-        state = self._topic_store().get(topic)
-        return dict(state.config) if state is not None else {}
+        """The topic's config overrides as a LogManager would load them (kafkalog.topic_origins): kafkalog's
+        record for a topic it created or was given configs for, else a KRaft broker's cluster metadata
+        (ConfigRecords), else none known (a ZooKeeper-era dir kept them in ZooKeeper)."""
+        parts = self.partitions_of(topic)
+        stored = self._topic_store().get(topic)
+        directories = [Path(p.directory) for p in parts]
+        return dict(resolve_topic(topic, stored, self.cluster_metadata(), directories, len(parts)).state.config)

@@ -52,12 +52,14 @@ class PartitionDir:
 
 @dataclass(frozen=True)
 class PartitionOffsets:
-    """What a reader may read: [log_start, latest). ``latest`` is the high watermark when the broker's
-    checkpoint of it is current, else the log end offset (the end of the last complete batch)."""
+    """What a reader may read: [log_start, latest). ``latest`` is the high watermark a single-replica leader
+    has, the log end offset (one past the last complete batch); ``checkpointed_high_watermark`` is what the
+    log dir's replication-offset-checkpoint says (None without an entry), which may lag it."""
 
     log_start: int
     log_end: int
     latest: int
+    checkpointed_high_watermark: int | None = None
 
 
 def discover(paths: list[str]) -> dict[tuple[str, int], PartitionDir]:
@@ -252,9 +254,12 @@ def partition_offsets(
     """The log start, log end and latest offset of one partition, from its files and its log dir's checkpoints.
 
     The log start is the first segment's base, or the checkpointed log start when that is later
-    (``delete_records`` moves it inside a segment). The high watermark checkpoint is used for ``latest`` only
-    when it was written after the last segment last changed: a live writer checkpoints it every few seconds,
-    so an older checkpoint would hide records that are already on disk.
+    (``delete_records`` moves it inside a segment). ``latest`` is the log end offset: the high watermark a
+    single-replica leader computes on becoming leader (``Partition.maybeIncrementLeaderHW`` with an ISR of
+    one), as ``ReadOnlyPartition`` has it. A high watermark checkpoint that lags the log (a writer killed
+    between two checkpoints, a broker stopped with followers behind) is reported in
+    ``checkpointed_high_watermark``, not used to hide records that are on disk. ``high_watermark_mtime_ns``
+    is no longer consulted; it stays so that callers' signatures do not change.
     """
     key = (part.topic, part.partition)
     bases = segment_bases(part.directory)
@@ -262,15 +267,7 @@ def partition_offsets(
     log_start = max(first, log_starts.get(key, first))
     end = log_end_offset(part.directory, bases)
     log_end = max(log_start, end if end is not None else log_start)
-    latest = log_end
-    if key in high_watermarks and high_watermark_mtime_ns is not None and bases:
-        try:
-            data_mtime = os.stat(segment_path(part.directory, bases[-1], ".log")).st_mtime_ns
-        except FileNotFoundError:
-            data_mtime = None
-        if data_mtime is not None and high_watermark_mtime_ns >= data_mtime:
-            latest = min(max(high_watermarks[key], log_start), log_end)
-    return PartitionOffsets(log_start, log_end, latest)
+    return PartitionOffsets(log_start, log_end, log_end, high_watermarks.get(key))
 
 
 class CheckpointedOffsets:

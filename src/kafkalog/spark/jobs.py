@@ -18,7 +18,8 @@ import pyarrow as pa
 
 from ..logdir import TopicConfigStore
 from ..partition import readonly as logfiles
-from ..record.scan import batch_positions, map_file
+from ..record.batch import HEADER_SIZE_UP_TO_MAGIC
+from ..record.scan import batch_size_at
 from ..storage.config import LogConfig
 
 EXPORT_STATE_FILE = "_kafkalog_offsets.json"
@@ -224,32 +225,14 @@ def _segment_rows(log_dir: str, directory: str, topic: str, partition: int) -> l
     bases = logfiles.segment_bases(directory)
     rows = []
     for i, base in enumerate(bases):
-        path = os.path.join(directory, f"{base:020d}.log")
-        try:
-            view = map_file(path)
-        except FileNotFoundError:
+        records = logfiles.open_segment(directory, base)
+        if records is None:
             continue  # deleted under us
-        batches = records = 0
-        next_offset = base
-        min_ts, max_ts = None, None
-        for position, _, magic in batch_positions(view):
-            head = bytes(view[position : position + 61])
-            last_delta = int.from_bytes(head[23:27], "big", signed=True) if magic == 2 else 0
-            base_offset = int.from_bytes(head[0:8], "big", signed=True)
-            if magic == 2:
-                next_offset = base_offset + last_delta + 1
-                batch_max = int.from_bytes(head[35:43], "big", signed=True)
-                batch_first = int.from_bytes(head[27:35], "big", signed=True)
-                records += int.from_bytes(head[57:61], "big", signed=True)
-            else:
-                next_offset = base_offset + 1
-                batch_max = batch_first = -1
-                records += 1
-            batches += 1
-            if batch_max >= 0:
-                max_ts = batch_max if max_ts is None else max(max_ts, batch_max)
-            if batch_first >= 0:
-                min_ts = batch_first if min_ts is None else min(min_ts, batch_first)
+        try:
+            size = records.size
+            batches, records_count, next_offset, min_ts, max_ts = _scan_headers(records, base)
+        finally:
+            records.close()
         rows.append(
             {
                 "log_dir": log_dir,
@@ -257,15 +240,50 @@ def _segment_rows(log_dir: str, directory: str, topic: str, partition: int) -> l
                 "partition": partition,
                 "base_offset": base,
                 "next_offset": next_offset,
-                "bytes": len(view),
+                "bytes": size,
                 "batches": batches,
-                "records": records,
+                "records": records_count,
                 "min_timestamp": min_ts,
                 "max_timestamp": max_ts,
                 "active": i == len(bases) - 1,
             }
         )
     return rows
+
+
+def _scan_headers(records, base: int) -> tuple[int, int, int, int | None, int | None]:
+    """(batches, records, next offset, min first timestamp, max timestamp) of a segment, from its batch
+    headers read with ``pread`` (61 bytes per batch; a memory map of a file truncated under it would SIGBUS).
+    A partial batch at the end ends the walk, as it ends a scan of the log."""
+    batches = count = 0
+    next_offset = base
+    min_ts: int | None = None
+    max_ts: int | None = None
+    end = records.size
+    pos = 0
+    while end - pos >= HEADER_SIZE_UP_TO_MAGIC:
+        head = records.read(pos, 61)
+        total = batch_size_at(head, 0, end - pos)
+        if total is None:
+            break
+        magic = head[16]
+        base_offset = int.from_bytes(head[0:8], "big", signed=True)
+        if magic == 2:
+            next_offset = base_offset + int.from_bytes(head[23:27], "big", signed=True) + 1
+            batch_first = int.from_bytes(head[27:35], "big", signed=True)
+            batch_max = int.from_bytes(head[35:43], "big", signed=True)
+            count += int.from_bytes(head[57:61], "big", signed=True)
+        else:
+            next_offset = base_offset + 1
+            batch_max = batch_first = -1
+            count += 1
+        batches += 1
+        if batch_max >= 0:
+            max_ts = batch_max if max_ts is None else max(max_ts, batch_max)
+        if batch_first >= 0:
+            min_ts = batch_first if min_ts is None else min(min_ts, batch_first)
+        pos += total
+    return batches, count, next_offset, min_ts, max_ts
 
 
 def _scan_partition(item: dict) -> list[tuple]:

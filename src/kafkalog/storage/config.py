@@ -382,6 +382,14 @@ BROKER_KEYS: dict[str, ConfigKey] = _keys(
     ConfigKey("unclean.leader.election.enable", "BOOLEAN", False),
     ConfigKey("log.local.retention.ms", "LONG", -2, at_least(-2)),
     ConfigKey("log.local.retention.bytes", "LONG", -2, at_least(-2)),
+    # The broker's id (KafkaConfig: node.id in KRaft, broker.id its ZooKeeper-era synonym; -1 = unset), checked
+    # against each log dir's meta.properties at startup and written into a new dir's.
+    ConfigKey("node.id", "INT", -1),
+    ConfigKey("broker.id", "INT", -1),
+    # kafkalog's own: run deleting retention on topics whose configs kafkalog cannot know (partition dirs it did
+    # not create, in log dirs without KRaft cluster metadata, e.g. a ZooKeeper-era broker's). Off until the
+    # operator confirms that the broker defaults are right for them (see LogManager.unconfirmed_topics).
+    ConfigKey("kafkalog.adopted.topics.retention.enable", "BOOLEAN", False),
 )
 
 
@@ -481,6 +489,9 @@ class BrokerConfig(_Frozen):
     unclean_leader_election_enable: bool
     log_local_retention_ms: int
     log_local_retention_bytes: int
+    node_id: int
+    broker_id: int
+    kafkalog_adopted_topics_retention_enable: bool
 
     def __init__(self, props: Mapping[str, Any] | None = None) -> None:
         originals = dict(props or {})
@@ -518,6 +529,8 @@ class BrokerConfig(_Frozen):
                 v["log.message.timestamp.before.max.ms"], difference
             ),
             "log_message_timestamp_after_max_ms": _timestamp_bound(v["log.message.timestamp.after.max.ms"], difference),
+            # KafkaConfig: node.id, else broker.id (synonyms); -1 when neither is set.
+            "node_id": v["node.id"] if v["node.id"] >= 0 else v["broker.id"],
         }
 
     def _validate(self) -> None:
@@ -526,6 +539,9 @@ class BrokerConfig(_Frozen):
             raise invalid("log.roll.ms", self.log_roll_ms, "log.roll.ms must be greater than or equal to 1")
         if self.log_roll_jitter_ms < 0:
             raise invalid("log.roll.jitter.ms", self.log_roll_jitter_ms, "log.roll.jitter.ms must be at least 0")
+        node, broker = self.get("node.id"), self.get("broker.id")
+        if node >= 0 and broker >= 0 and node != broker:
+            raise invalid("node.id", node, f"If both broker.id and node.id are set, they must be equal ({broker})")
         if self.log_retention_ms == 0:
             raise invalid("log.retention.ms", 0, "log.retention.ms must be unlimited (-1) or, at least 1")
         if not self.log_dirs:

@@ -50,7 +50,8 @@ _HEADER_READ = 61  # a v2 header; legacy messages need only the first 17 bytes o
 
 @dataclass(frozen=True)
 class BatchHeader:
-    """What a batch header says, read without the records: position, size, offsets, max timestamp."""
+    """What a batch header says, read without the records: position, size, offsets, max timestamp, and (v2)
+    the attributes and producer id (what a transaction scan needs; a legacy message has 0 and -1)."""
 
     position: int
     size: int
@@ -58,6 +59,8 @@ class BatchHeader:
     base_offset: int
     last_offset: int
     max_timestamp: int
+    attributes: int = 0
+    producer_id: int = -1
 
     @classmethod
     def parse(cls, head: bytes, position: int, size: int) -> BatchHeader:
@@ -66,7 +69,9 @@ class BatchHeader:
         if magic >= 2 and len(head) >= 43:
             last = offset + int.from_bytes(head[23:27], "big", signed=True)
             max_ts = int.from_bytes(head[35:43], "big", signed=True)
-            return cls(position, size, magic, offset, last, max_ts)
+            attributes = int.from_bytes(head[21:23], "big", signed=True)
+            producer_id = int.from_bytes(head[43:51], "big", signed=True) if len(head) >= 51 else -1
+            return cls(position, size, magic, offset, last, max_ts, attributes, producer_id)
         # A legacy message: its offset is its last offset; the timestamp (v1) follows the attributes.
         max_ts = int.from_bytes(head[18:26], "big", signed=True) if magic == 1 and len(head) >= 26 else -1
         return cls(position, size, magic, offset, offset, max_ts)

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import functools
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any, cast
 
 import numpy as np
 
@@ -41,7 +43,7 @@ from ..record.builder import RecordBatchBuilder
 from ..record.checksums import crc32c
 from ..record.columnar import _ERRORS as KERNEL_ERRORS
 from ..record.scan import AnyBatch, iter_batches
-from ..record.types import NO_TIMESTAMP, TimestampType
+from ..record.types import NO_TIMESTAMP, BytesLike, TimestampType
 from .config import LogConfig
 
 CLIENT, REPLICATION, COORDINATOR = "client", "replication", "coordinator"
@@ -146,9 +148,9 @@ class ValidationResult:
     append is one buffer.
     """
 
-    parts: list
+    parts: list[BytesLike]
     size: int
-    batches: list
+    batches: Sequence[AnyBatch]
     max_timestamp: int
     shallow_offset_of_max_timestamp: int
     log_append_time: int
@@ -157,12 +159,18 @@ class ValidationResult:
     num_records: int
 
     @property
-    def records(self) -> bytes:
+    def records(self) -> BytesLike:
         return self.parts[0] if len(self.parts) == 1 else b"".join(self.parts)
 
 
 def validate_and_assign_offsets(
-    batches: list, first_offset: int, now: int, config: LogConfig, *, origin: str = CLIENT, leader_epoch: int = 0
+    batches: list[AnyBatch],
+    first_offset: int,
+    now: int,
+    config: LogConfig,
+    *,
+    origin: str = CLIENT,
+    leader_epoch: int = 0,
 ) -> ValidationResult:
     """Kafka's LogValidator.validateMessagesAndAssignOffsets for one append of batches already analysed.
 
@@ -178,21 +186,26 @@ def validate_and_assign_offsets(
             raise InvalidRecordError("All batches in the append must have the same magic value")
     log_append = config.message_timestamp_type == "LogAppendTime"
     if source == codecs.NONE and target == codecs.NONE and magic == 2:
-        return _assign_in_place(batches, first_offset, now, config, origin, leader_epoch, log_append)
+        return _assign_in_place(
+            cast("list[RecordBatch]", batches), first_offset, now, config, origin, leader_epoch, log_append
+        )
     first = batches[0]
     if magic >= 2 and len(batches) > 1:
         raise InvalidRecordError("Compressed outer record has more than one batch")
     in_place = (source == target and magic == 2) or (source == codecs.NONE and first.is_control)
-    if in_place:
-        return _assign_in_place(batches, first_offset, now, config, origin, leader_epoch, log_append)
+    if in_place:  # magic 2 either way: a legacy message is never a control batch
+        return _assign_in_place(
+            cast("list[RecordBatch]", batches), first_offset, now, config, origin, leader_epoch, log_append
+        )
     return _rebuild(batches, first_offset, now, config, origin, leader_epoch, target, log_append)
 
 
-def _validate_batch(batch, origin: str, target_magic: int = 2) -> None:
+def _validate_batch(batch: AnyBatch, origin: str, target_magic: int = 2) -> None:
     """LogValidator.validateBatch, for client appends of v2 batches."""
     if origin != CLIENT or batch.magic < 2:
         return
-    where = {"offset": batch.base_offset, "position": batch.position}
+    batch = cast(RecordBatch, batch)  # magic 2
+    where: dict[str, Any] = {"offset": batch.base_offset, "position": batch.position}
     if batch.last_offset - batch.base_offset + 1 <= 0:
         raise InvalidRecordError("Batch has an invalid offset range", **where)
     if batch.record_count <= 0:
@@ -230,11 +243,13 @@ def _summarize(batch: RecordBatch) -> tuple[int, int, int, int]:
     return count, int(min_ts), int(max_ts), int(null_keys)
 
 
-def _check_records(batch, config: LogConfig, now: int, origin: str, min_ts: int, max_ts: int, null_keys: int) -> None:
+def _check_records(
+    batch: RecordBatch, config: LogConfig, now: int, origin: str, min_ts: int, max_ts: int, null_keys: int
+) -> None:
     """LogValidator.validateRecord, vectorised: null keys on compacted topics, timestamp range and type."""
     if origin == REPLICATION:
         return
-    where = {"offset": batch.base_offset, "position": batch.position}
+    where: dict[str, Any] = {"offset": batch.base_offset, "position": batch.position}
     if config.compact and null_keys and not batch.is_control:
         raise InvalidRecordError("Compacted topic cannot accept message without key in topic partition", **where)
     if config.message_timestamp_type == "CreateTime":
@@ -277,7 +292,7 @@ def _new_header(batch: RecordBatch, last_offset: int, leader_epoch: int, log_app
 
 
 def _assign_in_place(
-    batches,
+    batches: list[RecordBatch],
     first_offset: int,
     now: int,
     config: LogConfig,
@@ -288,8 +303,8 @@ def _assign_in_place(
     """New headers, untouched bodies: the validated bytes are made with a single copy."""
     counter = first_offset
     max_timestamp, offset_of_max = NO_TIMESTAMP, -1
-    parts: list = []
-    views: list = []
+    parts: list[BytesLike] = []
+    views: list[RecordBatch] = []
     for batch in batches:
         _validate_batch(batch, origin)
         count, min_ts, batch_max, null_keys = _summarize(batch)
@@ -322,7 +337,7 @@ def _assign_in_place(
 
 
 def _rebuild(
-    batches,
+    batches: list[AnyBatch],
     first_offset: int,
     now: int,
     config: LogConfig,
@@ -338,8 +353,9 @@ def _rebuild(
     for batch in batches:
         _validate_batch(batch, origin)
         if batch.magic >= 2:
-            _, min_ts, max_ts, null_keys = _summarize(batch)
-            _check_records(batch, config, now, origin, min_ts, max_ts, null_keys)
+            v2 = cast(RecordBatch, batch)
+            _, min_ts, max_ts, null_keys = _summarize(v2)
+            _check_records(v2, config, now, origin, min_ts, max_ts, null_keys)
     records = [r for batch in batches for r in batch]
     if not records:
         raise InvalidRecordError("Record batch has no records")
@@ -406,7 +422,12 @@ def check_valid_size(records: bytes, what: str) -> None:
 _FAST_ATTRIBUTES_MASK = 0x7F  # codec, timestamp type, transactional, control, delete horizon: all must be clear
 
 
-def plain_batch_header(records: bytes, config: LogConfig) -> tuple | None:
+# HEADER_STRUCT's 13 fields: base offset, batch length, leader epoch, magic, crc, attributes, last offset delta,
+# base timestamp, max timestamp, producer id, producer epoch, base sequence, record count
+PlainHeader = tuple[Any, ...]
+
+
+def plain_batch_header(records: bytes, config: LogConfig) -> PlainHeader | None:
     """The unpacked header (``HEADER_STRUCT`` fields) of the common client append, a lone uncompressed v2
     batch without a producer id, once its header checks pass; None when the append is anything else, so
     that the general path handles it."""
@@ -430,7 +451,7 @@ def plain_batch_header(records: bytes, config: LogConfig) -> tuple | None:
     return header
 
 
-def check_plain_batch(records: bytes, header: tuple, now: int, config: LogConfig) -> int | None:
+def check_plain_batch(records: bytes, header: PlainHeader, now: int, config: LogConfig) -> int | None:
     """The CRC and record checks (analyze's and LogValidator's) of a batch ``plain_batch_header`` passed:
     its records' max timestamp, or None when anything is wrong, so that the general path raises Kafka's
     exact error. It takes no lock, so a large batch is checked while it is written."""
@@ -452,8 +473,8 @@ def check_plain_batch(records: bytes, header: tuple, now: int, config: LogConfig
 
 
 def plain_batch_append(
-    records: bytes, header: tuple, max_ts: int, first_offset: int, leader_epoch: int
-) -> tuple[list, int, LogAppendInfo]:
+    records: bytes, header: PlainHeader, max_ts: int, first_offset: int, leader_epoch: int
+) -> tuple[list[BytesLike], int, LogAppendInfo]:
     """(buffers to write, size, info) for a checked batch whose records' max timestamp is ``max_ts``: the
     header gets the offsets and leader epoch in place, and the CRC is recomputed only when the max
     timestamp changes (setMaxTimestamp: the CRC covers it)."""
@@ -492,7 +513,7 @@ def plain_batch_append(
 
 def validate_single_plain_batch(
     records: bytes, first_offset: int, now: int, config: LogConfig, leader_epoch: int
-) -> tuple[list, int, LogAppendInfo] | None:
+) -> tuple[list[BytesLike], int, LogAppendInfo] | None:
     """The common client append in one pass: a lone uncompressed v2 batch with no producer id.
 
     Returns (buffers to write, size, info). It applies the checks of ``analyze`` and

@@ -1,4 +1,4 @@
-"""DescribeConfigs (32), IncrementalAlterConfigs (44), AlterConfigs (33), DescribeCluster (60), DeleteRecords (21).
+"""The admin APIs: DescribeConfigs, Incremental/AlterConfigs, DescribeCluster, DeleteRecords, DescribeLogDirs.
 
 DescribeConfigs gives a topic's every config with where its value comes from (a topic override, the
 broker's server.properties, or Kafka's default), and the broker's static configs; DeleteRecords moves log
@@ -8,12 +8,14 @@ start offsets forward through the replica manager.
 from __future__ import annotations
 
 import logging
+import shutil
 
 from kafka.protocol.admin import (
     AlterConfigsResponse,
     DeleteRecordsResponse,
     DescribeClusterResponse,
     DescribeConfigsResponse,
+    DescribeLogDirsResponse,
     IncrementalAlterConfigsResponse,
 )
 
@@ -258,4 +260,50 @@ async def handle_alter_configs(broker, header, request) -> Response:
         for r in request.resources
     ]
     response = AlterConfigsResponse(version=version, throttle_time_ms=0, responses=responses)
+    return Response.of(response, version)
+
+
+# ----- DescribeLogDirs (key 35) ----------------------------------------------------------------------------------
+KAFKA_STORAGE_ERROR = 56
+
+
+async def handle_describe_log_dirs(broker, header, request) -> Response:
+    """Each log dir with its partitions' sizes (offset lag 0: no future replica moves here) and disk space."""
+    version = header.api_version
+    R = DescribeLogDirsResponse.DescribeLogDirsResult
+    T = R.DescribeLogDirsTopic
+    P = T.DescribeLogDirsPartition
+    manager = broker.log_manager
+    wanted = None
+    if request.topics is not None:
+        wanted = {(t.topic, p) for t in request.topics for p in t.partitions}
+    by_dir: dict[str, dict[str, list]] = {str(d): {} for d in manager.log_dirs}
+    for name in manager.topics():
+        try:
+            description = manager.describe_topic(name)
+        except Exception:  # deleted meanwhile
+            continue
+        for p in description.partitions:
+            if wanted is not None and (name, p.partition) not in wanted:
+                continue
+            entry = P(partition_index=p.partition, partition_size=p.size_bytes, offset_lag=0, is_future_key=False)
+            by_dir.setdefault(p.log_dir, {}).setdefault(name, []).append(entry)
+    offline = {str(d) for d in manager.offline_log_dirs}
+    results = []
+    for directory, topics in by_dir.items():
+        try:
+            usage = shutil.disk_usage(directory)
+            total, usable = usage.total, usage.free
+        except OSError:
+            total = usable = -1
+        results.append(
+            R(
+                error_code=KAFKA_STORAGE_ERROR if directory in offline else NONE,
+                log_dir=directory,
+                topics=[T(name=name, partitions=parts) for name, parts in sorted(topics.items())],
+                total_bytes=total,
+                usable_bytes=usable,
+            )
+        )
+    response = DescribeLogDirsResponse(version=version, throttle_time_ms=0, error_code=NONE, results=results)
     return Response.of(response, version)

@@ -1,4 +1,4 @@
-"""CreateTopics (key 19) and DeleteTopics (key 20), through the log manager."""
+"""CreateTopics (key 19), DeleteTopics (key 20) and CreatePartitions (key 37), through the log manager."""
 
 from __future__ import annotations
 
@@ -7,9 +7,11 @@ import logging
 from ...errors import UnknownTopicOrPartitionError
 from ...logdir import validate_topic_name
 from ..protocol import (
+    INVALID_PARTITIONS,
     INVALID_REPLICATION_FACTOR,
     INVALID_REQUEST,
     NONE,
+    CreatePartitionsResponse,
     CreateTopicsResponse,
     DeleteTopicsResponse,
     Response,
@@ -106,3 +108,37 @@ async def handle_delete(broker, header, request) -> Response:
     names = [t.name for t in request.topics] if version >= 6 else list(request.topic_names)
     results = [_delete_one(broker, name) for name in names]
     return Response.of(DeleteTopicsResponse(version=version, throttle_time_ms=0, responses=results), version)
+
+
+INVALID_REPLICA_ASSIGNMENT = 39
+
+
+def _grow_one(broker, topic, validate_only: bool):
+    Result = CreatePartitionsResponse.CreatePartitionsTopicResult
+    try:
+        if topic.assignments and any(ids != [broker.node_id] for ids in (a.broker_ids for a in topic.assignments)):
+            return Result(
+                name=topic.name,
+                error_code=INVALID_REPLICA_ASSIGNMENT,
+                error_message=f"Every new partition must be assigned to this broker alone ({broker.node_id})",
+            )
+        if validate_only:
+            current = len(broker.log_manager.describe_topic(topic.name).partitions)
+            if topic.count <= current:
+                return Result(
+                    name=topic.name,
+                    error_code=INVALID_PARTITIONS,
+                    error_message=f"Topic currently has {current} partitions; {topic.count} is not an increase.",
+                )
+        else:
+            broker.log_manager.create_partitions(topic.name, topic.count)
+            log.info("Topic %s now has %d partitions", topic.name, topic.count)
+    except Exception as e:
+        return Result(name=topic.name, error_code=error_code(e), error_message=error_message(e))
+    return Result(name=topic.name, error_code=NONE, error_message=None)
+
+
+async def handle_create_partitions(broker, header, request) -> Response:
+    version = header.api_version
+    results = [_grow_one(broker, t, bool(request.validate_only)) for t in request.topics]
+    return Response.of(CreatePartitionsResponse(version=version, throttle_time_ms=0, results=results), version)

@@ -1,0 +1,405 @@
+"""The group APIs (FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch,
+OffsetDelete, ListGroups, DescribeGroups, DeleteGroups) over kafkalog.coordinator.group.
+
+Each handler reads the decoded request, asks the broker's GroupCoordinator and encodes its answer; the
+decisions (and the error codes) are the coordinator's. JoinGroup and SyncGroup may wait (for the other members
+to rejoin, for the leader's assignment): the coordinator answers through a callback, which resolves an asyncio
+future the handler awaits, so a waiting member holds no thread. ``LoopScheduler`` gives the coordinator its
+timers on the event loop, where every handler also runs: the coordinator is only ever used from that thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from contextvars import ContextVar
+
+from kafka.protocol.admin import (
+    DeleteGroupsResponse,
+    DescribeGroupsResponse,
+    ListGroupsResponse,
+)
+from kafka.protocol.consumer import (
+    HeartbeatResponse,
+    JoinGroupResponse,
+    LeaveGroupResponse,
+    OffsetCommitResponse,
+    OffsetDeleteResponse,
+    OffsetFetchResponse,
+    SyncGroupResponse,
+)
+from kafka.protocol.metadata import FindCoordinatorResponse
+
+from ...coordinator.group import Errors, JoinResult, SyncResult
+from ..protocol import Response
+
+log = logging.getLogger("kafka.server.KafkaApis")
+
+# The connection a request came on (set by the router): JoinGroup records the member's client host from it.
+CLIENT_ADDRESS: ContextVar[str] = ContextVar("client_address", default="")
+
+GROUP_KEY_TYPE, TRANSACTION_KEY_TYPE = 0, 1
+NO_AUTHORIZED_OPERATIONS = None  # kafka-python encodes None as Kafka's "not requested" (INT32 MIN_VALUE)
+
+
+class LoopScheduler:
+    """The coordinator's timers on the running event loop: ``schedule_once`` returns a handle with ``cancel()``."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+
+    def schedule_once(self, name: str, fn: Callable[[], object], delay_ms: int = 0) -> asyncio.TimerHandle:
+        return self.loop.call_later(max(delay_ms, 0) / 1000, self._run, name, fn)
+
+    @staticmethod
+    def _run(name: str, fn: Callable[[], object]) -> None:
+        try:
+            fn()
+        except Exception:
+            log.exception("Group coordinator task %s failed", name)
+
+
+async def _wait(register: Callable[[Callable], None]):
+    """Run ``register(callback)`` and await the value the coordinator passes to the callback."""
+    future = asyncio.get_running_loop().create_future()
+
+    def done(result) -> None:
+        if not future.done():
+            future.set_result(result)
+
+    register(done)
+    return await future
+
+
+# ----- FindCoordinator (10) ------------------------------------------------------------------------------------
+async def handle_find_coordinator(broker, header, request) -> Response:
+    version = header.api_version
+    key_type = request.key_type if version >= 1 else GROUP_KEY_TYPE
+    keys = list(request.coordinator_keys) if version >= 4 else [request.key]
+    host, port = broker.advertised_endpoint()
+    answers = []
+    for key in keys:
+        if key_type == GROUP_KEY_TYPE:
+            error = broker.group_coordinator.ensure_offsets_topic()
+            message = None if error == Errors.NONE else "The coordinator is not available."
+        elif key_type == TRANSACTION_KEY_TYPE:
+            error, message = Errors.COORDINATOR_NOT_AVAILABLE, "The transaction coordinator is not built yet."
+        else:
+            error, message = Errors.INVALID_REQUEST, f"Unknown coordinator key type {key_type}"
+        ok = error == Errors.NONE
+        answers.append((key, int(error), message, broker.node_id if ok else -1, host if ok else "", port if ok else -1))
+    if version >= 4:
+        coordinators = [
+            FindCoordinatorResponse.Coordinator(
+                key=key, node_id=node, host=h, port=p, error_code=code, error_message=message
+            )
+            for key, code, message, node, h, p in answers
+        ]
+        response = FindCoordinatorResponse(version=version, throttle_time_ms=0, coordinators=coordinators)
+    else:
+        _, code, message, node, h, p = answers[0]
+        response = FindCoordinatorResponse(
+            version=version, throttle_time_ms=0, error_code=code, error_message=message, node_id=node, host=h, port=p
+        )
+    return Response.of(response, version)
+
+
+# ----- JoinGroup (11) / SyncGroup (14) / Heartbeat (12) / LeaveGroup (13) --------------------------------------
+async def handle_join_group(broker, header, request) -> Response:
+    version = header.api_version
+    coordinator = broker.group_coordinator
+    result: JoinResult = await _wait(
+        lambda callback: coordinator.join_group(
+            request.group_id,
+            request.member_id,
+            request.group_instance_id if version >= 5 else None,
+            header.client_id or "",
+            CLIENT_ADDRESS.get(),
+            request.rebalance_timeout_ms if version >= 1 else -1,
+            request.session_timeout_ms,
+            request.protocol_type,
+            [(p.name, bytes(p.metadata)) for p in request.protocols],
+            callback,
+            require_known_member_id=version >= 4,
+            supports_skip_assignment=version >= 9,
+        )
+    )
+    members = [
+        JoinGroupResponse.JoinGroupResponseMember(member_id=m, group_instance_id=i, metadata=data)
+        for m, i, data in result.members
+    ]
+    protocol_name = result.protocol_name
+    if protocol_name is None and version < 7:
+        protocol_name = ""  # not nullable before v7
+    response = JoinGroupResponse(
+        version=version,
+        throttle_time_ms=0,
+        error_code=int(result.error),
+        generation_id=result.generation_id,
+        protocol_type=result.protocol_type,
+        protocol_name=protocol_name,
+        leader=result.leader,
+        skip_assignment=result.skip_assignment,
+        member_id=result.member_id,
+        members=members,
+    )
+    return Response.of(response, version)
+
+
+async def handle_sync_group(broker, header, request) -> Response:
+    version = header.api_version
+    coordinator = broker.group_coordinator
+    assignments = {a.member_id: bytes(a.assignment) for a in request.assignments}
+    result: SyncResult = await _wait(
+        lambda callback: coordinator.sync_group(
+            request.group_id,
+            request.generation_id,
+            request.member_id,
+            request.group_instance_id if version >= 3 else None,
+            request.protocol_type if version >= 5 else None,
+            request.protocol_name if version >= 5 else None,
+            assignments,
+            callback,
+        )
+    )
+    response = SyncGroupResponse(
+        version=version,
+        throttle_time_ms=0,
+        error_code=int(result.error),
+        protocol_type=result.protocol_type,
+        protocol_name=result.protocol_name,
+        assignment=result.assignment if result.error == Errors.NONE else b"",
+    )
+    return Response.of(response, version)
+
+
+async def handle_heartbeat(broker, header, request) -> Response:
+    version = header.api_version
+    error = broker.group_coordinator.heartbeat(
+        request.group_id,
+        request.member_id,
+        request.group_instance_id if version >= 3 else None,
+        request.generation_id,
+    )
+    return Response.of(HeartbeatResponse(version=version, throttle_time_ms=0, error_code=int(error)), version)
+
+
+async def handle_leave_group(broker, header, request) -> Response:
+    version = header.api_version
+    if version >= 3:
+        leaving = [(m.member_id, m.group_instance_id) for m in request.members]
+    else:
+        leaving = [(request.member_id, None)]
+    top, results = broker.group_coordinator.leave_group(request.group_id, leaving)
+    if version < 3:  # one member: its error is the response's
+        code = int(top) if top != Errors.NONE or not results else int(results[0][2])
+        return Response.of(LeaveGroupResponse(version=version, throttle_time_ms=0, error_code=code), version)
+    members = [
+        LeaveGroupResponse.MemberResponse(member_id=m, group_instance_id=i, error_code=int(e)) for m, i, e in results
+    ]
+    response = LeaveGroupResponse(version=version, throttle_time_ms=0, error_code=int(top), members=members)
+    return Response.of(response, version)
+
+
+# ----- OffsetCommit (8) / OffsetFetch (9) / OffsetDelete (47) ---------------------------------------------------
+CommitTopic = OffsetCommitResponse.OffsetCommitResponseTopic
+CommitPartition = CommitTopic.OffsetCommitResponsePartition
+
+
+async def handle_offset_commit(broker, header, request) -> Response:
+    version = header.api_version
+    offsets = {}
+    for topic in request.topics:
+        for p in topic.partitions:
+            epoch = p.committed_leader_epoch if version >= 6 else -1
+            offsets[(topic.name, p.partition_index)] = (p.committed_offset, epoch, p.committed_metadata)
+    results = broker.group_coordinator.commit_offsets(
+        request.group_id,
+        request.member_id,
+        request.group_instance_id if version >= 7 else None,
+        request.generation_id_or_member_epoch,
+        offsets,
+        request.retention_time_ms if 2 <= version <= 4 else -1,
+    )
+    topics = [
+        CommitTopic(
+            name=topic.name,
+            partitions=[
+                CommitPartition(
+                    partition_index=p.partition_index, error_code=int(results[(topic.name, p.partition_index)])
+                )
+                for p in topic.partitions
+            ],
+        )
+        for topic in request.topics
+    ]
+    return Response.of(OffsetCommitResponse(version=version, throttle_time_ms=0, topics=topics), version)
+
+
+def _fetch_group(broker, group_id: str, topics) -> tuple[int, list[tuple[str, list[tuple[int, int, int, str, int]]]]]:
+    """(group error, [(topic, [(partition, offset, leader epoch, metadata, error)])]) for one group."""
+    wanted = None if topics is None else [(t.name, p) for t in topics for p in t.partition_indexes]
+    error, found = broker.group_coordinator.fetch_offsets(group_id, wanted)
+    by_topic: dict[str, list[tuple[int, int, int, str, int]]] = {}
+    if error != Errors.NONE:
+        for topic, partition in wanted or []:
+            by_topic.setdefault(topic, []).append((partition, -1, -1, "", int(error)))
+        return int(error), list(by_topic.items())
+    for (topic, partition), om in found.items():
+        if om is None:
+            by_topic.setdefault(topic, []).append((partition, -1, -1, "", 0))
+        else:
+            by_topic.setdefault(topic, []).append((partition, om.offset, om.leader_epoch, om.metadata, 0))
+    return 0, list(by_topic.items())
+
+
+async def handle_offset_fetch(broker, header, request) -> Response:
+    version = header.api_version
+    if version >= 8:
+        Group = OffsetFetchResponse.OffsetFetchResponseGroup
+        Topic = Group.OffsetFetchResponseTopics
+        Partition = Topic.OffsetFetchResponsePartitions
+        groups = []
+        for g in request.groups:
+            code, topics = _fetch_group(broker, g.group_id, g.topics)
+            groups.append(
+                Group(
+                    group_id=g.group_id,
+                    error_code=code,
+                    topics=[
+                        Topic(
+                            name=name,
+                            partitions=[
+                                Partition(
+                                    partition_index=p,
+                                    committed_offset=o,
+                                    committed_leader_epoch=e,
+                                    metadata=m,
+                                    error_code=c,
+                                )
+                                for p, o, e, m, c in parts
+                            ],
+                        )
+                        for name, parts in topics
+                    ],
+                )
+            )
+        return Response.of(OffsetFetchResponse(version=version, throttle_time_ms=0, groups=groups), version)
+    Topic1 = OffsetFetchResponse.OffsetFetchResponseTopic
+    Partition1 = Topic1.OffsetFetchResponsePartition
+    code, topics = _fetch_group(broker, request.group_id, request.topics)
+    response = OffsetFetchResponse(
+        version=version,
+        throttle_time_ms=0,
+        error_code=code,
+        topics=[
+            Topic1(
+                name=name,
+                partitions=[
+                    Partition1(
+                        partition_index=p,
+                        committed_offset=o,
+                        committed_leader_epoch=e,
+                        metadata=m,
+                        error_code=c if version >= 2 or c else code,
+                    )
+                    for p, o, e, m, c in parts
+                ],
+            )
+            for name, parts in topics
+        ],
+    )
+    return Response.of(response, version)
+
+
+async def handle_offset_delete(broker, header, request) -> Response:
+    version = header.api_version
+    wanted = [(t.name, p.partition_index) for t in request.topics for p in t.partitions]
+    error, results = broker.group_coordinator.delete_offsets(request.group_id, wanted)
+    Topic = OffsetDeleteResponse.OffsetDeleteResponseTopic
+    Partition = Topic.OffsetDeleteResponsePartition
+    topics = []
+    if error == Errors.NONE:
+        topics = [
+            Topic(
+                name=t.name,
+                partitions=[
+                    Partition(partition_index=p.partition_index, error_code=int(results[(t.name, p.partition_index)]))
+                    for p in t.partitions
+                ],
+            )
+            for t in request.topics
+        ]
+    response = OffsetDeleteResponse(version=version, error_code=int(error), throttle_time_ms=0, topics=topics)
+    return Response.of(response, version)
+
+
+# ----- ListGroups (16) / DescribeGroups (15) / DeleteGroups (42) ------------------------------------------------
+async def handle_list_groups(broker, header, request) -> Response:
+    version = header.api_version
+    states = list(request.states_filter or []) if version >= 4 else []
+    types = list(request.types_filter or []) if version >= 5 else []
+    groups = [
+        ListGroupsResponse.ListedGroup(
+            group_id=g.group_id, protocol_type=g.protocol_type, group_state=g.state, group_type="classic"
+        )
+        for g in broker.group_coordinator.list_groups(states, types)
+    ]
+    response = ListGroupsResponse(version=version, throttle_time_ms=0, error_code=0, groups=groups)
+    return Response.of(response, version)
+
+
+async def handle_describe_groups(broker, header, request) -> Response:
+    version = header.api_version
+    Described = DescribeGroupsResponse.DescribedGroup
+    DescribedMember = Described.DescribedGroupMember
+    groups = []
+    for group_id in request.groups:
+        _, description = broker.group_coordinator.describe_group(group_id)
+        if description is None:  # before v6, an unknown group is described as Dead, without error
+            groups.append(
+                Described(
+                    error_code=0,
+                    group_id=group_id,
+                    group_state="Dead",
+                    protocol_type="",
+                    protocol_data="",
+                    members=[],
+                    authorized_operations=NO_AUTHORIZED_OPERATIONS,
+                )
+            )
+            continue
+        groups.append(
+            Described(
+                error_code=0,
+                group_id=group_id,
+                group_state=description.state,
+                protocol_type=description.protocol_type,
+                protocol_data=description.protocol,
+                members=[
+                    DescribedMember(
+                        member_id=m,
+                        group_instance_id=i,
+                        client_id=c,
+                        client_host=h,
+                        member_metadata=meta,
+                        member_assignment=a,
+                    )
+                    for m, i, c, h, meta, a in description.members
+                ],
+                authorized_operations=NO_AUTHORIZED_OPERATIONS,
+            )
+        )
+    return Response.of(DescribeGroupsResponse(version=version, throttle_time_ms=0, groups=groups), version)
+
+
+async def handle_delete_groups(broker, header, request) -> Response:
+    version = header.api_version
+    results = broker.group_coordinator.delete_groups(list(request.groups_names))
+    response = DeleteGroupsResponse(
+        version=version,
+        throttle_time_ms=0,
+        results=[DeleteGroupsResponse.DeletableGroupResult(group_id=g, error_code=int(e)) for g, e in results.items()],
+    )
+    return Response.of(response, version)
