@@ -86,6 +86,8 @@ def reading_commands(log_dir: Path) -> list[list[str]]:
     first = view.topics()[0]
     commands.append(["explain", "retention", d, "--topic", first])
     commands.append(["explain", "compaction", d, "--topic", first])
+    last = view.partitions_of(first)[-1].partition
+    commands.append(["explain", "retention", d, "--topic", first, "--partition", str(last)])
     return commands
 
 
