@@ -17,16 +17,22 @@ from kafka.protocol.admin import (
     AlterConfigsResponse,
     AlterUserScramCredentialsRequest,
     AlterUserScramCredentialsResponse,
+    CreateAclsRequest,
+    CreateAclsResponse,
     CreatePartitionsRequest,
     CreatePartitionsResponse,
     CreateTopicsRequest,
     CreateTopicsResponse,
+    DeleteAclsRequest,
+    DeleteAclsResponse,
     DeleteGroupsRequest,
     DeleteGroupsResponse,
     DeleteRecordsRequest,
     DeleteRecordsResponse,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
+    DescribeAclsRequest,
+    DescribeAclsResponse,
     DescribeClusterRequest,
     DescribeClusterResponse,
     DescribeConfigsRequest,
@@ -113,6 +119,9 @@ UNKNOWN_LEADER_EPOCH = 75
 FENCED_LEADER_EPOCH = 74
 UNSUPPORTED_COMPRESSION_TYPE = 76
 INVALID_RECORD = 87
+TOPIC_AUTHORIZATION_FAILED = 29
+GROUP_AUTHORIZATION_FAILED = 30
+CLUSTER_AUTHORIZATION_FAILED = 31
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
 COORDINATOR_NOT_AVAILABLE = 15
 UNKNOWN_TOPIC_ID = 100
@@ -146,6 +155,10 @@ _ERROR_CODES = {
     "UnsupportedCompressionTypeError": UNSUPPORTED_COMPRESSION_TYPE,
     "InvalidRecordError": INVALID_RECORD,
     "InvalidRequestError": INVALID_REQUEST,
+    "TopicAuthorizationFailedError": 29,
+    "GroupAuthorizationFailedError": 30,
+    "ClusterAuthorizationFailedError": 31,
+    "TransactionalIdAuthorizationFailedError": 53,
 }
 
 
@@ -219,6 +232,9 @@ APIS: dict[int, ApiSpec] = {
         ApiSpec(42, "DeleteGroups", 0, 2, DeleteGroupsRequest, DeleteGroupsResponse),
         ApiSpec(47, "OffsetDelete", 0, 0, OffsetDeleteRequest, OffsetDeleteResponse),
         # Security (broker/security/, handlers/security.py).
+        ApiSpec(29, "DescribeAcls", 1, 3, DescribeAclsRequest, DescribeAclsResponse),
+        ApiSpec(30, "CreateAcls", 1, 3, CreateAclsRequest, CreateAclsResponse),
+        ApiSpec(31, "DeleteAcls", 1, 3, DeleteAclsRequest, DeleteAclsResponse),
         ApiSpec(17, "SaslHandshake", 0, 1, SaslHandshakeRequest, SaslHandshakeResponse),
         ApiSpec(36, "SaslAuthenticate", 0, 2, SaslAuthenticateRequest, SaslAuthenticateResponse),
         ApiSpec(

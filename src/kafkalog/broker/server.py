@@ -24,6 +24,7 @@ from .network import SocketSecurity, SocketServer
 from .producer_ids import ProducerIdManager
 from .purgatory import FetchPurgatory
 from .replica_access import ReplicaManager, prepare_replica_manager
+from .security.acl import Authorizer
 from .security.context import CURRENT
 from .security.sasl import SaslAuthenticator, listener_sasl
 from .security.scram import CredentialStore
@@ -73,6 +74,7 @@ class KafkaServer:
         self.group_coordinator: GroupCoordinator | None = None
         self.cluster_id: str | None = None
         self.credential_store: CredentialStore | None = None
+        self.authorizer: Authorizer | None = None
         self.stopping = False
         self._stopped = asyncio.Event()
 
@@ -99,6 +101,8 @@ class KafkaServer:
     async def startup(self) -> None:
         log.info("[KafkaServer id=%d] starting", self.node_id)
         security = self._socket_security()
+        # ACLs and SCRAM credentials live in the first log dir (Kafka keeps them in ZooKeeper or the metadata log).
+        self.authorizer = Authorizer.from_config(self.config.props, self.config.log_dirs[0])
         meta = _meta_properties(self.config)
         self.cluster_id = meta.cluster_id
         self.log_manager = LogManager(self.config.log_dirs, self.config.log)

@@ -10,11 +10,13 @@ from ...logdir import parse_uuid, validate_topic_name
 from ..protocol import (
     INVALID_TOPIC_EXCEPTION,
     NONE,
+    TOPIC_AUTHORIZATION_FAILED,
     UNKNOWN_TOPIC_OR_PARTITION,
     MetadataResponse,
     Response,
     error_code,
 )
+from ..security.acl import allowed, cluster_allowed
 
 log = logging.getLogger("kafka.server.KafkaApis")
 
@@ -61,6 +63,9 @@ def _error_topic(name: str, code: int) -> Topic:
 
 
 def _topic_or_error(broker, name: str, allow_auto_create: bool) -> Topic:
+    # Kafka: a topic named in the request without DESCRIBE is TOPIC_AUTHORIZATION_FAILED, whether it exists or not.
+    if not allowed(broker, "DESCRIBE", "TOPIC", name):
+        return _error_topic(name, TOPIC_AUTHORIZATION_FAILED)
     try:
         validate_topic_name(name)
     except InvalidTopicError:
@@ -71,6 +76,8 @@ def _topic_or_error(broker, name: str, allow_auto_create: bool) -> Topic:
         pass
     if not (allow_auto_create and broker.config.auto_create_topics_enable):
         return _error_topic(name, UNKNOWN_TOPIC_OR_PARTITION)
+    if not (cluster_allowed(broker, "CREATE") or allowed(broker, "CREATE", "TOPIC", name)):
+        return _error_topic(name, TOPIC_AUTHORIZATION_FAILED)
     try:
         broker.auto_create_topic(name)
     except TopicExistsError:
@@ -84,7 +91,8 @@ def _topic_or_error(broker, name: str, allow_auto_create: bool) -> Topic:
 async def handle(broker, header, request) -> Response:
     version = header.api_version
     if request.topics is None or (version == 0 and not request.topics):
-        topics = [describe(broker, name) for name in broker.log_manager.topics()]
+        # Every topic the principal may DESCRIBE; the others are left out, as if they did not exist.
+        topics = [describe(broker, n) for n in broker.log_manager.topics() if allowed(broker, "DESCRIBE", "TOPIC", n)]
     else:
         allow = request.allow_auto_topic_creation if version >= 4 else True
         topics = [_topic_or_error(broker, t.name or "", allow) for t in request.topics]
