@@ -194,3 +194,38 @@ def test_delete_groups_and_bad_usage(broker):
     assert run(broker, "--list", "--describe").exit_code == 2
     both = run(broker, "--reset-offsets", "--group", "g", "--all-topics", "--to-earliest", "--to-latest")
     assert both.exit_code == 2 and "exactly one of" in both.output
+
+
+def test_describe_a_group_a_real_kafka_broker_left_in_its_log_dir(tmp_path):
+    """kafkalog serve on a copy of a Kafka 2.0 broker's log dir: the group Kafka stored in __consumer_offsets-28
+    (never seen by kafkalog) is described with its member and committed offset. The expected log end offset is
+    the high watermark Kafka itself checkpointed for debug_topic-0 (replication-offset-checkpoint: 40)."""
+    import shutil
+
+    from conftest import fixture_path
+
+    source = fixture_path("broker-logs", "william0423-kafka", "kafka-logs")
+    target = tmp_path / "kafka-logs"
+    shutil.copytree(source, target)
+    checkpoint = (source / "replication-offset-checkpoint").read_text().split("\n")
+    kafka_hw = next(int(line.split()[2]) for line in checkpoint if line.startswith("debug_topic 0 "))
+    server = BrokerProcess(target, OVERRIDES).start()
+    try:
+        assert "debug-consumer-group" in run(server, "--list").stdout.split()
+        described = run(server, "--describe", "--group", "debug-consumer-group")
+        assert described.exit_code == 0, described.output
+        assert rows(described.stdout) == [
+            [
+                "debug-consumer-group",
+                "debug_topic",
+                "0",
+                "40",
+                str(kafka_hw),
+                str(kafka_hw - 40),
+                "consumer-1-61400dcb-1b93-4b4e-8891-5ae75e419305",
+                "/127.0.0.1",
+                "consumer-1",
+            ]
+        ]
+    finally:
+        assert server.stop() == 0, server.log
