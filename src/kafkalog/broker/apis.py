@@ -48,6 +48,7 @@ HANDLERS = {
     16: group.handle_list_groups,
     42: group.handle_delete_groups,
     47: group.handle_offset_delete,
+    68: group.handle_consumer_group_heartbeat,
 }
 
 

@@ -71,6 +71,7 @@ from kafka.protocol.metadata import (
 from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdResponse, ProduceRequest, ProduceResponse
 
 from ..storage.file_records import RecordsSlice
+from .messages import ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse
 
 # ----- error codes (Kafka's org.apache.kafka.common.protocol.Errors) ---------------------------------------
 UNKNOWN_SERVER_ERROR = -1
@@ -208,6 +209,7 @@ APIS: dict[int, ApiSpec] = {
         ApiSpec(16, "ListGroups", 0, 5, ListGroupsRequest, ListGroupsResponse),
         ApiSpec(42, "DeleteGroups", 0, 2, DeleteGroupsRequest, DeleteGroupsResponse),
         ApiSpec(47, "OffsetDelete", 0, 0, OffsetDeleteRequest, OffsetDeleteResponse),
+        ApiSpec(68, "ConsumerGroupHeartbeat", 0, 1, ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse),
     )
 }
 API_VERSIONS_KEY = 18

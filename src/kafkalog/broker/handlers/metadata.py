@@ -10,6 +10,7 @@ from ...logdir import parse_uuid, validate_topic_name
 from ..protocol import (
     INVALID_TOPIC_EXCEPTION,
     NONE,
+    UNKNOWN_TOPIC_ID,
     UNKNOWN_TOPIC_OR_PARTITION,
     MetadataResponse,
     Response,
@@ -56,6 +57,20 @@ def describe(broker, name: str) -> Topic:
     )
 
 
+def _topic_by_id(broker, topic_id) -> Topic:
+    """Metadata v10+ by topic id (KIP-516; KIP-848 consumers look up their assigned topics so): the topic, or
+    UNKNOWN_TOPIC_ID."""
+    for name in broker.log_manager.topics():
+        try:
+            if topic_uuid(broker.log_manager.describe_topic(name).topic_id) == topic_id:
+                return describe(broker, name)
+        except UnknownTopicOrPartitionError:
+            continue
+    return Topic(
+        error_code=UNKNOWN_TOPIC_ID, name=None, topic_id=topic_id or ZERO_UUID, is_internal=False, partitions=[]
+    )
+
+
 def _error_topic(name: str, code: int) -> Topic:
     return Topic(error_code=code, name=name, topic_id=ZERO_UUID, is_internal=False, partitions=[])
 
@@ -87,7 +102,12 @@ async def handle(broker, header, request) -> Response:
         topics = [describe(broker, name) for name in broker.log_manager.topics()]
     else:
         allow = request.allow_auto_topic_creation if version >= 4 else True
-        topics = [_topic_or_error(broker, t.name or "", allow) for t in request.topics]
+        topics = [
+            _topic_by_id(broker, t.topic_id)
+            if t.name is None and version >= 10
+            else _topic_or_error(broker, t.name or "", allow)
+            for t in request.topics
+        ]
     host, port = broker.advertised_endpoint()
     response = MetadataResponse(
         version=version,
