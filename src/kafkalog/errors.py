@@ -202,3 +202,23 @@ class FencedLeaderEpochError(KafkaLogError):
 
 class UnknownLeaderEpochError(KafkaLogError):
     """Kafka's UnknownLeaderEpochException: the request's leader epoch is newer than the partition's."""
+
+
+class AuthorizationError(KafkaLogError):
+    """A request the authorizer denied (Kafka's AuthorizationException family)."""
+
+
+class TopicAuthorizationFailedError(AuthorizationError):
+    pass
+
+
+class GroupAuthorizationFailedError(AuthorizationError):
+    pass
+
+
+class ClusterAuthorizationFailedError(AuthorizationError):
+    pass
+
+
+class TransactionalIdAuthorizationFailedError(AuthorizationError):
+    pass

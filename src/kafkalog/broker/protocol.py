@@ -15,16 +15,24 @@ from dataclasses import dataclass, field
 from kafka.protocol.admin import (
     AlterConfigsRequest,
     AlterConfigsResponse,
+    AlterUserScramCredentialsRequest,
+    AlterUserScramCredentialsResponse,
+    CreateAclsRequest,
+    CreateAclsResponse,
     CreatePartitionsRequest,
     CreatePartitionsResponse,
     CreateTopicsRequest,
     CreateTopicsResponse,
+    DeleteAclsRequest,
+    DeleteAclsResponse,
     DeleteGroupsRequest,
     DeleteGroupsResponse,
     DeleteRecordsRequest,
     DeleteRecordsResponse,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
+    DescribeAclsRequest,
+    DescribeAclsResponse,
     DescribeClusterRequest,
     DescribeClusterResponse,
     DescribeConfigsRequest,
@@ -33,6 +41,8 @@ from kafka.protocol.admin import (
     DescribeGroupsResponse,
     DescribeLogDirsRequest,
     DescribeLogDirsResponse,
+    DescribeUserScramCredentialsRequest,
+    DescribeUserScramCredentialsResponse,
     IncrementalAlterConfigsRequest,
     IncrementalAlterConfigsResponse,
     ListGroupsRequest,
@@ -69,6 +79,12 @@ from kafka.protocol.metadata import (
     MetadataResponse,
 )
 from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdResponse, ProduceRequest, ProduceResponse
+from kafka.protocol.sasl import (
+    SaslAuthenticateRequest,
+    SaslAuthenticateResponse,
+    SaslHandshakeRequest,
+    SaslHandshakeResponse,
+)
 
 from ..storage.file_records import RecordsSlice
 from .messages import ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse
@@ -104,6 +120,9 @@ UNKNOWN_LEADER_EPOCH = 75
 FENCED_LEADER_EPOCH = 74
 UNSUPPORTED_COMPRESSION_TYPE = 76
 INVALID_RECORD = 87
+TOPIC_AUTHORIZATION_FAILED = 29
+GROUP_AUTHORIZATION_FAILED = 30
+CLUSTER_AUTHORIZATION_FAILED = 31
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
 COORDINATOR_NOT_AVAILABLE = 15
 UNKNOWN_TOPIC_ID = 100
@@ -137,6 +156,10 @@ _ERROR_CODES = {
     "UnsupportedCompressionTypeError": UNSUPPORTED_COMPRESSION_TYPE,
     "InvalidRecordError": INVALID_RECORD,
     "InvalidRequestError": INVALID_REQUEST,
+    "TopicAuthorizationFailedError": 29,
+    "GroupAuthorizationFailedError": 30,
+    "ClusterAuthorizationFailedError": 31,
+    "TransactionalIdAuthorizationFailedError": 53,
 }
 
 
@@ -210,6 +233,23 @@ APIS: dict[int, ApiSpec] = {
         ApiSpec(42, "DeleteGroups", 0, 2, DeleteGroupsRequest, DeleteGroupsResponse),
         ApiSpec(47, "OffsetDelete", 0, 0, OffsetDeleteRequest, OffsetDeleteResponse),
         ApiSpec(68, "ConsumerGroupHeartbeat", 0, 1, ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse),
+        # Security (broker/security/, handlers/security.py).
+        ApiSpec(29, "DescribeAcls", 1, 3, DescribeAclsRequest, DescribeAclsResponse),
+        ApiSpec(30, "CreateAcls", 1, 3, CreateAclsRequest, CreateAclsResponse),
+        ApiSpec(31, "DeleteAcls", 1, 3, DeleteAclsRequest, DeleteAclsResponse),
+        ApiSpec(17, "SaslHandshake", 0, 1, SaslHandshakeRequest, SaslHandshakeResponse),
+        ApiSpec(36, "SaslAuthenticate", 0, 2, SaslAuthenticateRequest, SaslAuthenticateResponse),
+        ApiSpec(
+            50,
+            "DescribeUserScramCredentials",
+            0,
+            0,
+            DescribeUserScramCredentialsRequest,
+            DescribeUserScramCredentialsResponse,
+        ),
+        ApiSpec(
+            51, "AlterUserScramCredentials", 0, 0, AlterUserScramCredentialsRequest, AlterUserScramCredentialsResponse
+        ),
     )
 }
 API_VERSIONS_KEY = 18

@@ -18,6 +18,8 @@ COMMANDS = [
     ("clean", "clean_command"),
     ("spark_jobs", "spark_command"),
     ("consumer_groups", "consumer_groups_command"),
+    ("configs", "configs_command"),
+    ("acls", "acls_command"),
 ]
 
 

@@ -10,12 +10,14 @@ from ...logdir import parse_uuid, validate_topic_name
 from ..protocol import (
     INVALID_TOPIC_EXCEPTION,
     NONE,
+    TOPIC_AUTHORIZATION_FAILED,
     UNKNOWN_TOPIC_ID,
     UNKNOWN_TOPIC_OR_PARTITION,
     MetadataResponse,
     Response,
     error_code,
 )
+from ..security.acl import allowed, cluster_allowed
 
 log = logging.getLogger("kafka.server.KafkaApis")
 
@@ -63,6 +65,14 @@ def _topic_by_id(broker, topic_id) -> Topic:
     for name in broker.log_manager.topics():
         try:
             if topic_uuid(broker.log_manager.describe_topic(name).topic_id) == topic_id:
+                if not allowed(broker, "DESCRIBE", "TOPIC", name):
+                    return Topic(
+                        error_code=TOPIC_AUTHORIZATION_FAILED,
+                        name=None,
+                        topic_id=topic_id,
+                        is_internal=False,
+                        partitions=[],
+                    )
                 return describe(broker, name)
         except UnknownTopicOrPartitionError:
             continue
@@ -76,6 +86,9 @@ def _error_topic(name: str, code: int) -> Topic:
 
 
 def _topic_or_error(broker, name: str, allow_auto_create: bool) -> Topic:
+    # Kafka: a topic named in the request without DESCRIBE is TOPIC_AUTHORIZATION_FAILED, whether it exists or not.
+    if not allowed(broker, "DESCRIBE", "TOPIC", name):
+        return _error_topic(name, TOPIC_AUTHORIZATION_FAILED)
     try:
         validate_topic_name(name)
     except InvalidTopicError:
@@ -86,6 +99,8 @@ def _topic_or_error(broker, name: str, allow_auto_create: bool) -> Topic:
         pass
     if not (allow_auto_create and broker.config.auto_create_topics_enable):
         return _error_topic(name, UNKNOWN_TOPIC_OR_PARTITION)
+    if not (cluster_allowed(broker, "CREATE") or allowed(broker, "CREATE", "TOPIC", name)):
+        return _error_topic(name, TOPIC_AUTHORIZATION_FAILED)
     try:
         broker.auto_create_topic(name)
     except TopicExistsError:
@@ -99,7 +114,8 @@ def _topic_or_error(broker, name: str, allow_auto_create: bool) -> Topic:
 async def handle(broker, header, request) -> Response:
     version = header.api_version
     if request.topics is None or (version == 0 and not request.topics):
-        topics = [describe(broker, name) for name in broker.log_manager.topics()]
+        # Every topic the principal may DESCRIBE; the others are left out, as if they did not exist.
+        topics = [describe(broker, n) for n in broker.log_manager.topics() if allowed(broker, "DESCRIBE", "TOPIC", n)]
     else:
         allow = request.allow_auto_topic_creation if version >= 4 else True
         topics = [
