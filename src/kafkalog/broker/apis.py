@@ -66,6 +66,7 @@ HANDLERS = {
     16: group.handle_list_groups,
     42: group.handle_delete_groups,
     47: group.handle_offset_delete,
+    68: group.handle_consumer_group_heartbeat,
     29: acls.handle_describe,
     30: acls.handle_create,
     31: acls.handle_delete,

@@ -11,6 +11,7 @@ from ..protocol import (
     INVALID_TOPIC_EXCEPTION,
     NONE,
     TOPIC_AUTHORIZATION_FAILED,
+    UNKNOWN_TOPIC_ID,
     UNKNOWN_TOPIC_OR_PARTITION,
     MetadataResponse,
     Response,
@@ -58,6 +59,28 @@ def describe(broker, name: str) -> Topic:
     )
 
 
+def _topic_by_id(broker, topic_id) -> Topic:
+    """Metadata v10+ by topic id (KIP-516; KIP-848 consumers look up their assigned topics so): the topic, or
+    UNKNOWN_TOPIC_ID."""
+    for name in broker.log_manager.topics():
+        try:
+            if topic_uuid(broker.log_manager.describe_topic(name).topic_id) == topic_id:
+                if not allowed(broker, "DESCRIBE", "TOPIC", name):
+                    return Topic(
+                        error_code=TOPIC_AUTHORIZATION_FAILED,
+                        name=None,
+                        topic_id=topic_id,
+                        is_internal=False,
+                        partitions=[],
+                    )
+                return describe(broker, name)
+        except UnknownTopicOrPartitionError:
+            continue
+    return Topic(
+        error_code=UNKNOWN_TOPIC_ID, name=None, topic_id=topic_id or ZERO_UUID, is_internal=False, partitions=[]
+    )
+
+
 def _error_topic(name: str, code: int) -> Topic:
     return Topic(error_code=code, name=name, topic_id=ZERO_UUID, is_internal=False, partitions=[])
 
@@ -95,7 +118,12 @@ async def handle(broker, header, request) -> Response:
         topics = [describe(broker, n) for n in broker.log_manager.topics() if allowed(broker, "DESCRIBE", "TOPIC", n)]
     else:
         allow = request.allow_auto_topic_creation if version >= 4 else True
-        topics = [_topic_or_error(broker, t.name or "", allow) for t in request.topics]
+        topics = [
+            _topic_by_id(broker, t.topic_id)
+            if t.name is None and version >= 10
+            else _topic_or_error(broker, t.name or "", allow)
+            for t in request.topics
+        ]
     host, port = broker.advertised_endpoint()
     response = MetadataResponse(
         version=version,
