@@ -54,6 +54,14 @@ async def handle(broker, header, request):
                 continue
             entries[tp] = bytes(records)
     results = broker.replica_manager.append_records(entries, acks) if entries else {}
+    cluster = getattr(broker, "cluster", None)
+    if cluster is not None and results:
+        for tp, result in results.items():
+            if result.error is None:
+                broker.purgatory.notify(tp)  # followers' long-polling fetches wait for new records too
+        if acks == -1:
+            # Kafka's delayed produce: answer when the ISR has the records (or the timeout passes).
+            results = await cluster.wait_for_acks(results, max(0, request.timeout_ms))
     if acks == 0:
         failed = [tp for tp in order if tp in early or results[tp].error is not None]
         if failed:
