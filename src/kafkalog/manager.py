@@ -601,7 +601,9 @@ class LogManager:
             if existing is not None:
                 return existing
             state = self._store.get(tp.topic)
-            overrides = {k: str(v) for k, v in (config if config is not None else (state.config if state else {})).items()}
+            overrides = {
+                k: str(v) for k, v in (config if config is not None else (state.config if state else {})).items()
+            }
             log_config = LogConfig(overrides, broker=self.broker)
             directory = self._next_log_dir(self._partitions_per_dir())
             path = directory / f"{tp.topic}-{tp.partition}"

@@ -80,7 +80,9 @@ class Report:
             )
         ]
         details = [*self.lost[:5], *self.duplicated[:5], *self.reordered[:5], *self.phantom[:5], *self.diverged[:5]]
-        return ", ".join(parts) + f" (records checked {self.records})" + ("\n  " + "\n  ".join(details) if details else "")
+        return (
+            ", ".join(parts) + f" (records checked {self.records})" + ("\n  " + "\n  ".join(details) if details else "")
+        )
 
 
 def batch_bytes_below(partition_dir: Path, end_offset: int) -> bytes:

@@ -164,9 +164,7 @@ class Partition:
             isr = frozenset(isr) | {self.local_broker_id}
             leos = known_leos or {}
             self._isr = isr
-            self._remote_leos = {
-                r: self._remote_leos.get(r, leos.get(r, 0)) for r in isr if r != self.local_broker_id
-            }
+            self._remote_leos = {r: self._remote_leos.get(r, leos.get(r, 0)) for r in isr if r != self.local_broker_id}
         return self.maybe_increment_leader_hw()
 
     def update_follower_high_watermark(self, leader_high_watermark: int) -> int:

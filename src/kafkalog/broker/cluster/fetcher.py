@@ -11,6 +11,7 @@ offset is what tells the leader how far it has come.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import struct
 from collections.abc import Callable
@@ -141,10 +142,8 @@ class ReplicaFetcher:
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-            except (asyncio.CancelledError, Exception):
-                pass
         if self._conn is not None:
             self._conn.close()
             self._conn = None

@@ -16,6 +16,7 @@ high watermark), each a conditional write of the state znode on its version.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Iterable
@@ -159,10 +160,8 @@ class ClusterNode:
 
         for path in zk.PERSISTENT_PATHS:
             self.zk.ensure_path(path)
-        try:
+        with contextlib.suppress(NodeExistsError):
             self.zk.create(zk.CLUSTER_ID, zk.encode_cluster_id(new_uuid()), makepath=True)
-        except NodeExistsError:
-            pass
         data, _ = self.zk.get(zk.CLUSTER_ID)
         return zk.decode_cluster_id(data)
 
@@ -184,10 +183,8 @@ class ClusterNode:
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
-            try:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-            except (asyncio.CancelledError, Exception):
-                pass
         for fetcher in list(self.fetchers.values()):
             await fetcher.stop()
         self.fetchers.clear()
@@ -216,20 +213,16 @@ class ClusterNode:
         loop = self._loop
         if loop is None or loop.is_closed():
             return
-        try:
+        with contextlib.suppress(RuntimeError):
             loop.call_soon_threadsafe(self._dirty.set)
-        except RuntimeError:
-            pass
 
     async def _reconcile_loop(self) -> None:
         from kazoo.exceptions import KazooException
 
         period = max(0.5, min(5.0, self.settings.replica_lag_time_max_ms / 4000.0))
         while True:
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._dirty.wait(), period)
-            except TimeoutError:
-                pass
             self._dirty.clear()
             try:
                 await self.reconcile()
@@ -248,7 +241,9 @@ class ClusterNode:
     async def reconcile(self) -> None:
         if not self.zk.connected:
             return
-        await asyncio.to_thread(self._ensure_registered)
+        if not await asyncio.to_thread(self._ensure_registered):
+            await asyncio.sleep(0.5)  # a killed predecessor's session still holds our id: look again shortly
+            self._dirty.set()
         view = await asyncio.to_thread(self._read_view)
         self.view = view
         if view.controller_id == -1:
@@ -260,7 +255,8 @@ class ClusterNode:
                 self.view = view = await asyncio.to_thread(self._read_view)
         self._apply(view)
 
-    def _ensure_registered(self) -> None:
+    def _ensure_registered(self) -> bool:
+        """Create /brokers/ids/N (ephemeral) unless this session holds it; False while an older session does."""
         from kazoo.exceptions import NodeExistsError
 
         path = zk.broker_path(self.broker_id)
@@ -269,16 +265,17 @@ class ClusterNode:
         if stat is not None:
             if stat.ephemeralOwner == self.zk.client_id[0]:
                 self.registered.set()
-                return
-            log.info("[Broker %d] %s is held by an older session; waiting for it to expire", self.broker_id, path)
-            self.request_resync()
-            return
+                return True
+            if not self.registered.is_set():
+                log.info("[Broker %d] %s is held by an older session; waiting for it to expire", self.broker_id, path)
+            return False
         try:
             self.zk.create(path, zk.BrokerInfo(self.broker_id, host, port).encode(), ephemeral=True, makepath=True)
             log.info("[Broker %d] registered at %s:%d", self.broker_id, host, port)
             self.registered.set()
+            return True
         except NodeExistsError:
-            self.request_resync()
+            return False
 
     def _read_controller(self) -> tuple[int, int]:
         from kazoo.exceptions import NoNodeError
@@ -383,8 +380,13 @@ class ClusterNode:
                     try:
                         self.zk.create(path, new.encode(), makepath=True)
                         wrote = True
-                        log.info("[Controller id=%d] %s: new partition, leader %d isr %s", self.broker_id, tp,
-                                 new.leader, new.isr)
+                        log.info(
+                            "[Controller id=%d] %s: new partition, leader %d isr %s",
+                            self.broker_id,
+                            tp,
+                            new.leader,
+                            new.isr,
+                        )
                     except NodeExistsError:
                         pass
                     continue
@@ -396,8 +398,13 @@ class ClusterNode:
                     wrote = True
                     log.info(
                         "[Controller id=%d] %s: leader %d -> %d, epoch %d, isr %s -> %s",
-                        self.broker_id, tp, state.leader, new_state.leader, new_state.leader_epoch,
-                        state.isr, new_state.isr,
+                        self.broker_id,
+                        tp,
+                        state.leader,
+                        new_state.leader,
+                        new_state.leader_epoch,
+                        state.isr,
+                        new_state.isr,
                     )
                 except BadVersionError:
                     self.request_resync()
@@ -425,7 +432,10 @@ class ClusterNode:
         if alive and self._unclean_allowed(tp.topic, view):
             log.warning(
                 "[Controller id=%d] %s: unclean leader election of %d (ISR %s is offline): records it lacks are lost",
-                self.broker_id, tp, alive[0], state.isr,
+                self.broker_id,
+                tp,
+                alive[0],
+                state.isr,
             )
             return zk.LeaderAndIsr(alive[0], state.leader_epoch + 1, [alive[0]], epoch)
         if state.leader == zk.NO_LEADER:
@@ -643,10 +653,8 @@ class ClusterNode:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0 or self.server.stopping:
                     break
-                try:
+                with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(event.wait(), remaining)
-                except TimeoutError:
-                    pass
             finally:
                 purgatory.unwatch(list(pending) or [], event)
         for tp in pending:
@@ -689,7 +697,8 @@ class ClusterNode:
         the controller then creates each partition's state, and the replicas their logs."""
         validate_topic_name(name)
         LogConfig(config, broker=self.server.config.log)  # InvalidConfigurationError before anything is written
-        brokers = sorted(self.view.brokers) or [self.broker_id]
+        # The registered brokers now (not the last view, which may predate a broker's registration).
+        brokers = sorted(int(b) for b in await asyncio.to_thread(self.zk.get_children, zk.BROKER_IDS))
         if replication_factor > len(brokers):
             raise InvalidReplicationFactorError(
                 f"Unable to replicate the partition {replication_factor} time(s): The target replication factor of "

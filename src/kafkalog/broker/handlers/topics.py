@@ -85,7 +85,9 @@ async def _create_in_cluster(broker, topic, validate_only: bool) -> Created:
     ZooKeeper; answered once the controller has elected every partition's leader (or after 10 s regardless)."""
     partitions = topic.num_partitions if topic.num_partitions != -1 else broker.config.num_partitions
     replication = (
-        topic.replication_factor if topic.replication_factor != -1 else broker.cluster.settings.default_replication_factor
+        topic.replication_factor
+        if topic.replication_factor != -1
+        else broker.cluster.settings.default_replication_factor
     )
     configs = {c.name: c.value for c in topic.configs}
 
