@@ -21,7 +21,7 @@ from pathlib import Path
 from kafka.protocol.metadata import ApiVersionsRequest
 
 REPO = Path(__file__).resolve().parents[1]
-_LISTENING = re.compile(r"Awaiting socket connections on (\S+):(\d+)")
+_LISTENING = re.compile(r"Awaiting socket connections on (\S+):(\d+)(?: \(listener (\w+))?")
 
 
 class BrokerProcess:
@@ -38,10 +38,15 @@ class BrokerProcess:
         self.lines: list[str] = []
         self.host = "127.0.0.1"
         self.port = 0
+        self.listener_count = len([x for x in settings["listeners"].split(",") if x.strip()])
+        self.ports: dict[str, int] = {}  # listener name -> bound port
 
     @property
     def bootstrap(self) -> str:
         return f"{self.host}:{self.port}"
+
+    def bootstrap_of(self, listener: str) -> str:
+        return f"{self.host}:{self.ports[listener]}"
 
     def start(self, timeout: float = 60.0) -> BrokerProcess:
         env = dict(os.environ)
@@ -57,8 +62,12 @@ class BrokerProcess:
                 self.lines.append(line)
                 m = _LISTENING.search(line)
                 if m and not found.is_set():
-                    self.host, self.port = m.group(1), int(m.group(2))
-                    found.set()
+                    if not self.port:
+                        self.host, self.port = m.group(1), int(m.group(2))
+                    if m.group(3):
+                        self.ports[m.group(3)] = int(m.group(2))
+                    if len(self.ports) >= self.listener_count or not m.group(3):
+                        found.set()
             found.set()
 
         threading.Thread(target=drain, daemon=True).start()
@@ -115,9 +124,11 @@ def encode_request(message, version: int, correlation_id: int = 1) -> bytes:
 class RawClient:
     """One TCP connection speaking Kafka frames; responses are returned as (correlation id, body bytes)."""
 
-    def __init__(self, bootstrap: str, timeout: float = 10.0) -> None:
+    def __init__(self, bootstrap: str, timeout: float = 10.0, ssl_context=None) -> None:
         host, port = bootstrap.rsplit(":", 1)
         self.sock = socket.create_connection((host, int(port)), timeout=timeout)
+        if ssl_context is not None:
+            self.sock = ssl_context.wrap_socket(self.sock, server_hostname=host)
 
     def send(self, data: bytes) -> None:
         self.sock.sendall(data)

@@ -97,7 +97,9 @@ def test_config_reads_properties_then_overrides(tmp_path):
 @pytest.mark.parametrize(
     "props, message",
     [
-        ({"listeners": "SSL://:9093"}, "only PLAINTEXT"),
+        ({"listeners": "CLIENT://:9093"}, "No security protocol defined for listener CLIENT"),
+        ({"listener.security.protocol.map": "CLIENT:TLS", "listeners": "CLIENT://:9093"}, "NAME:PROTOCOL"),
+        ({"listeners": "PLAINTEXT://:9093,SSL://:9093"}, "port 9093 more than once"),
         ({"listeners": "PLAINTEXT://host:port"}, "Invalid port"),
         ({"node.id": "1", "broker.id": "2"}, "must be equal"),
         ({"default.replication.factor": "3"}, "single node"),
@@ -111,8 +113,16 @@ def test_bad_config_is_refused_with_a_clear_error(props, message):
 
 
 def test_serve_refuses_a_bad_override_on_the_command_line(tmp_path):
-    result = CliRunner().invoke(main, ["serve", "--override", "listeners=SSL://:1", "--log-dirs", str(tmp_path)])
-    assert result.exit_code == 1 and "only PLAINTEXT" in result.output
+    result = CliRunner().invoke(main, ["serve", "--override", "listeners=TLS://:1", "--log-dirs", str(tmp_path)])
+    assert result.exit_code == 1 and "No security protocol defined for listener TLS" in result.output
+
+
+def test_serve_refuses_an_ssl_listener_without_a_usable_keystore(tmp_path):
+    result = CliRunner().invoke(
+        main, ["serve", "--override", "listeners=SSL://127.0.0.1:0", "--log-dirs", str(tmp_path)]
+    )
+    assert result.exit_code == 1 and "ssl.keystore.type JKS" in result.output
+    assert not list(tmp_path.iterdir()), "nothing is written to the log dir when the listeners are unusable"
 
 
 def test_serve_refuses_log_dirs_of_another_node(tmp_path):

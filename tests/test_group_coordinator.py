@@ -55,7 +55,7 @@ class Harness:
         self.coordinator.shutdown()
         self.manager.shutdown()
 
-    def join(self, group="g", member_id="", instance=None, protocols=None, session=SESSION, ptype="consumer"):
+    def join(self, group="g", member_id="", instance=None, protocols=None, session=SESSION, ptype="consumer", v9=False):
         """Send a JoinGroup; returns a list that receives the result when the coordinator answers."""
         box: list = []
         self.coordinator.join_group(
@@ -69,6 +69,7 @@ class Harness:
             ptype,
             protocols if protocols is not None else [("range", b"sub")],
             box.append,
+            supports_skip_assignment=v9,
         )
         return box
 
@@ -420,3 +421,51 @@ def test_loads_groups_and_offsets_kafka_wrote(tmp_path, fixture, group, state, g
         coordinator.shutdown()
     finally:
         manager.shutdown()
+
+
+def test_members_loaded_from_kafkas_records_expire_and_the_group_empties(tmp_path):
+    """schema-registry's last record (fixture, Kafka 2.x) has one member; nobody heartbeats for it here, so after
+    its session timeout (10 s in the record) it is removed, the group rebalances to an empty generation 74 and
+    that is written, so a restart loads the group Empty."""
+    source = fixture_path("broker-logs", "mscaldas-cp512-lz4", "kafka-data")
+    target = tmp_path / "logs"
+    shutil.copytree(source, target)
+    clock = MockTime()
+    manager = LogManager(target, clock=clock)
+    manager.startup()
+    try:
+        coordinator = GroupCoordinator(manager, GroupCoordinatorConfig(), clock, clock.scheduler)
+        coordinator.startup()
+        group = coordinator.groups["schema-registry"]
+        (member,) = group.members.values()
+        assert member.session_timeout_ms == 10_000 and group.state.value == "Stable"
+        clock.advance(9_999)
+        assert group.state.value == "Stable"
+        clock.advance(1)
+        assert group.state.value == "Empty" and group.generation_id == 74 and not group.members
+        coordinator.shutdown()
+        reloaded = GroupCoordinator(manager, GroupCoordinatorConfig(), clock, clock.scheduler)
+        reloaded.startup()
+        again = reloaded.groups["schema-registry"]
+        assert (again.state.value, again.generation_id, again.protocol_type) == ("Empty", 74, "sr")
+        reloaded.shutdown()
+    finally:
+        manager.shutdown()
+
+
+@pytest.mark.parametrize("v9", [False, True])
+def test_a_restarted_static_leader_rejoins_without_a_rebalance(h, v9):
+    """Kafka's staticMemberRejoinWithLeaderIdAndUnknownMemberId: same generation, no rebalance; with JoinGroup v9
+    (KIP-814) the new leader gets the members and skipAssignment, before it the old leader id."""
+    leader = h.join(instance="leader-pod")[0]
+    h.sync("g", 1, leader.member_id, {leader.member_id: b"L"}, instance="leader-pod")
+    again = h.join(instance="leader-pod", v9=v9)[0]
+    assert again.error == Errors.NONE and again.generation_id == 1 and again.member_id != leader.member_id
+    assert h.coordinator.groups["g"].state.value == "Stable"
+    assert h.coordinator.groups["g"].leader_id == again.member_id
+    if v9:
+        assert again.skip_assignment and again.leader == again.member_id
+        assert [m[0] for m in again.members] == [again.member_id]
+    else:
+        assert not again.skip_assignment and again.leader == leader.member_id and again.members == []
+    assert h.sync("g", 1, again.member_id, instance="leader-pod")[0].assignment == b"L"

@@ -156,3 +156,26 @@ def test_the_manager_names_the_cluster_id_its_dirs_agree_on(tmp_path):
     with LogManager([a, tmp_path / "b"], {}) as manager:
         assert manager.cluster_id == props["cluster.id"]
         assert set(manager.meta_properties) == {a, tmp_path / "b"}
+
+
+def test_reserved_directory_ids_are_kafkas():
+    """DirectoryId.reserved: most significant bits 0 and least significant bits, a signed long, below 100."""
+    import base64
+
+    from kafkalog.logdir import is_reserved_directory_id, new_directory_id
+
+    def uid(high: int, low: int) -> str:
+        raw = high.to_bytes(8, "big") + low.to_bytes(8, "big")
+        return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+    assert is_reserved_directory_id(uid(0, 0)) and is_reserved_directory_id(uid(0, 99))
+    assert is_reserved_directory_id(uid(0, 1 << 63))  # negative as a Java long
+    assert not is_reserved_directory_id(uid(0, 100)) and not is_reserved_directory_id(uid(1, 0))
+    taken = {new_directory_id() for _ in range(50)}
+    assert len(taken) == 50 and not any(is_reserved_directory_id(d) for d in taken)
+
+
+def test_a_reserved_directory_id_is_refused(tmp_path):
+    a = make_dir(tmp_path / "a", kraft_props(**{"directory.id": "AAAAAAAAAAAAAAAAAAAAAQ"}))
+    error = refused([a])
+    assert str(error) == f"Invalid resrved directory ID AAAAAAAAAAAAAAAAAAAAAQ found in {a}"  # Kafka's spelling

@@ -86,6 +86,8 @@ def reading_commands(log_dir: Path) -> list[list[str]]:
     first = view.topics()[0]
     commands.append(["explain", "retention", d, "--topic", first])
     commands.append(["explain", "compaction", d, "--topic", first])
+    last = view.partitions_of(first)[-1].partition
+    commands.append(["explain", "retention", d, "--topic", first, "--partition", str(last)])
     return commands
 
 
@@ -395,6 +397,9 @@ def test_describe_takes_a_kraft_brokers_topic_configs_from_its_metadata(tmp_path
         assert "cleanup.policy=compact" in configs, heads[topic]
         assert "TopicId: None" not in heads[topic]
     assert "__cluster_metadata" not in heads
+    # explain runs the log manager on a private copy that takes the metadata partition along.
+    explained = run("explain", "compaction", str(copy), "--topic", "_schemas", "--no-estimate")
+    assert explained.exit_code == 0 and "_schemas-0: cleanup.policy compact" in explained.output
     assert tree_state(copy) == before
 
 
@@ -428,4 +433,12 @@ def test_consume_read_committed_through_the_view(tmp_path: Path) -> None:
     assert latest.exit_code == 0 and latest.stdout == ""
     part = ReadOnlyLogDir([tmp_path]).partition("t", 0)
     assert (part.last_stable_offset, part.high_watermark) == (6, 8)
+    assert tree_state(tmp_path) == before
+
+
+def test_spark_refuses_a_folder_that_is_not_a_log_dir(spark, tmp_path: Path) -> None:
+    (tmp_path / "notes.txt").write_text("hello")
+    before = tree_state(tmp_path)
+    with pytest.raises(Exception, match="is not a Kafka log dir"):
+        spark.read.format("kafkalog").option("path", str(tmp_path)).option("subscribe", "t").load().collect()
     assert tree_state(tmp_path) == before

@@ -126,9 +126,10 @@ def test_quick_reliability_run_has_zero_losses_and_zero_corruption(tmp_path):
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rows = json.loads(out.read_text())
-    # 3 kill -9 rows (two flush modes; large batches), 7 injected-fault rows on appends and flushes, 4 on reads
-    # and producer snapshots, 1 RLIMIT_FSIZE row, 1 load row, then one row per fuzzed parser and bad-input entrance.
-    assert len([r for r in rows if not r["check"].startswith(("fuzz:", "bad input:"))]) == 16
+    # 4 kill -9 rows (two flush modes; large batches; the partition layer's HW property), 7 injected-fault rows on
+    # appends and flushes, 4 on reads and producer snapshots, 1 RLIMIT_FSIZE row, 1 load row, then one row per
+    # fuzzed parser and bad-input entrance.
+    assert len([r for r in rows if not r["check"].startswith(("fuzz:", "bad input:"))]) == 17
     assert sum(r["check"].startswith(("injected EIO on read", "injected ENOSPC on producer")) for r in rows) == 2
     assert any(r["check"].startswith("fuzz:") for r in rows) and any(r["check"].startswith("bad input:") for r in rows)
     for row in rows:
@@ -137,6 +138,7 @@ def test_quick_reliability_run_has_zero_losses_and_zero_corruption(tmp_path):
     kill = [r for r in rows if r["check"].startswith("kill -9")]
     assert sum(r["runs"] for r in kill[:2]) == 20 and all(r["acked"] > 0 for r in kill)
     assert kill[2]["check"].endswith("checked while written") and kill[2]["runs"] == 2
+    assert kill[3]["check"].startswith("kill -9 at random: HW == LEO") and kill[3]["runs"] == 3
     # the load row (tests/test_reliability_load.py checks its figures): real peaks against their bounds
     (load,) = [r for r in rows if r["check"].startswith("load: 1,000 partitions")]
     assert load["ok"] and load["acked"] > 0 and "peak fds" in load["note"] and "RSS" in load["note"]

@@ -69,7 +69,12 @@ class ReplicaManager:
         partition.add_listener(lambda _p, _hw, tp=tp: self._fire(tp))
         with self._lock:
             self._partitions[tp] = partition
-        partition.make_leader()
+        try:
+            partition.make_leader()
+        except (OSError, KafkaLogError) as e:  # e.g. its dir failed while loading: it serves nothing, as the dir
+            log.error("Could not make %s leader: %s", tp, e)
+            if _caused_by_io(e):
+                self.log_manager.handle_log_dir_failure(log_obj.directory.parent, e)
         return partition
 
     def remove_partition(self, tp: TopicPartition) -> None:
@@ -173,3 +178,7 @@ class ReplicaManager:
                         e, None, partition.high_watermark, partition.last_stable_offset, partition.log_start_offset
                     )
         return results
+
+
+def _caused_by_io(error: BaseException) -> bool:
+    return isinstance(error, OSError) or isinstance(error.__cause__, OSError)

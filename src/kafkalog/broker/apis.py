@@ -8,15 +8,18 @@ from __future__ import annotations
 
 import logging
 
-from .handlers import admin, api_versions, fetch, group, metadata, offsets, produce, producer_id, topics
+from .handlers import admin, api_versions, fetch, group, metadata, offsets, produce, producer_id, security, topics
 from .network import CLOSE, Connection
 from .protocol import (
     API_VERSIONS_KEY,
     InvalidRequestError,
+    Response,
     decode_request,
     parse_header,
     response_header,
 )
+from .security.context import CURRENT, RequestContext
+from .security.sasl import IllegalSaslState
 
 log = logging.getLogger("kafka.server.KafkaApis")
 
@@ -48,6 +51,13 @@ HANDLERS = {
     16: group.handle_list_groups,
     42: group.handle_delete_groups,
     47: group.handle_offset_delete,
+    50: security.handle_describe_scram,
+    51: security.handle_alter_scram,
+}
+# APIs that act on the connection itself (its SASL state): called as handler(broker, conn, header, request).
+CONNECTION_HANDLERS = {
+    17: security.handle_handshake,
+    36: security.handle_authenticate,
 }
 
 
@@ -58,6 +68,10 @@ class RequestRouter:
         self.broker = broker
 
     async def __call__(self, conn: Connection, frame: memoryview):
+        sasl = conn.sasl
+        if sasl is not None and sasl.raw_tokens:  # after a v0 SaslHandshake: a bare token, answered bare
+            code, _, answer = await security.sasl_token(self.broker, conn, bytes(frame))
+            return CLOSE if code else (b"", Response([answer]))
         header, spec = parse_header(frame)
         if spec is None:
             raise InvalidRequestError(f"Unknown API key {header.api_key} (correlation id {header.correlation_id})")
@@ -70,11 +84,24 @@ class RequestRouter:
                 f"Received request api key {spec.name} with version {header.api_version} which is not enabled "
                 f"(supported: {spec.min_version}-{spec.max_version})"
             )
+        if sasl is not None:
+            try:
+                sasl.check_request(spec.key, spec.name)
+            except IllegalSaslState as e:
+                log.info("Closing connection %s from %s: %s", conn.id, conn.client_host, e)
+                return CLOSE
+            if sasl.session_expired() and spec.key not in CONNECTION_HANDLERS:
+                log.info("Closing connection %s: its SASL session has expired (connections.max.reauth.ms)", conn.id)
+                return CLOSE
         request = decode_request(spec, header, frame)
         group.CLIENT_ADDRESS.set(getattr(conn, "client_host", ""))
+        CURRENT.set(RequestContext(conn.principal, conn.peer_host, conn.endpoint.name, conn.endpoint.security_protocol))
         if log.isEnabledFor(logging.DEBUG):
             log.debug("Handling %s v%d from %s (%s)", spec.name, header.api_version, conn.id, header.client_id)
-        result = await HANDLERS[spec.key](self.broker, header, request)
+        if spec.key in CONNECTION_HANDLERS:
+            result = await CONNECTION_HANDLERS[spec.key](self.broker, conn, header, request)
+        else:
+            result = await HANDLERS[spec.key](self.broker, header, request)
         if result is None or result is CLOSE:
             return result
         return response_header(spec, header), result

@@ -16,18 +16,31 @@ from ..errors import InvalidConfigurationError
 from ..storage.config import BrokerConfig, load_properties
 
 DEFAULT_LISTENER = "PLAINTEXT://127.0.0.1:9092"
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+# Kafka's default listener.security.protocol.map: each security protocol's name maps to itself.
+DEFAULT_PROTOCOL_MAP = "SASL_SSL:SASL_SSL,PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT"
 
 
 @dataclass(frozen=True)
 class Endpoint:
-    """One listener: ``NAME://host:port`` (an empty host binds every interface, as Kafka's)."""
+    """One listener: ``NAME://host:port`` (an empty host binds every interface, as Kafka's), and the security
+    protocol its name maps to in ``listener.security.protocol.map``."""
 
     name: str
     host: str
     port: int
+    security_protocol: str = "PLAINTEXT"
+
+    @property
+    def tls(self) -> bool:
+        return self.security_protocol in ("SSL", "SASL_SSL")
+
+    @property
+    def sasl(self) -> bool:
+        return self.security_protocol in ("SASL_PLAINTEXT", "SASL_SSL")
 
     @classmethod
-    def parse(cls, text: str, key: str) -> Endpoint:
+    def parse(cls, text: str, key: str, protocol_map: Mapping[str, str] | None = None) -> Endpoint:
         name, sep, rest = text.strip().partition("://")
         if not sep or not name:
             raise InvalidConfigurationError(
@@ -43,17 +56,45 @@ class Endpoint:
             raise InvalidConfigurationError(f"Invalid port in {text!r} for configuration {key}") from None
         if not 0 <= number <= 65535:
             raise InvalidConfigurationError(f"Invalid port {number} in {text!r} for configuration {key}")
-        if name.upper() != "PLAINTEXT":
+        name = name.upper()
+        protocols = protocol_map if protocol_map is not None else parse_protocol_map(DEFAULT_PROTOCOL_MAP)
+        protocol = protocols.get(name)
+        if protocol is None:
             raise InvalidConfigurationError(
-                f"Listener {name} in {key}: only PLAINTEXT listeners are supported (security is not built yet)"
+                f"No security protocol defined for listener {name} (listener.security.protocol.map)"
             )
-        return cls(name.upper(), host, number)
+        return cls(name, host, number, protocol)
 
 
-def _endpoints(value: str, key: str) -> list[Endpoint]:
-    endpoints = [Endpoint.parse(part, key) for part in value.split(",") if part.strip()]
+def parse_protocol_map(value: str) -> dict[str, str]:
+    """``listener.security.protocol.map``: ``NAME:PROTOCOL`` pairs, each protocol one of Kafka's four."""
+    result: dict[str, str] = {}
+    for item in value.split(","):
+        if not item.strip():
+            continue
+        name, sep, protocol = item.strip().partition(":")
+        protocol = protocol.strip().upper()
+        if not sep or not name.strip() or protocol not in SECURITY_PROTOCOLS:
+            raise InvalidConfigurationError(
+                f"Invalid value {value!r} for configuration listener.security.protocol.map: {item.strip()!r} is "
+                f"not NAME:PROTOCOL with PROTOCOL one of {', '.join(SECURITY_PROTOCOLS)}"
+            )
+        result[name.strip().upper()] = protocol
+    return result
+
+
+def _endpoints(value: str, key: str, protocol_map: Mapping[str, str]) -> list[Endpoint]:
+    endpoints = [Endpoint.parse(part, key, protocol_map) for part in value.split(",") if part.strip()]
     if not endpoints:
         raise InvalidConfigurationError(f"No listener in configuration {key}")
+    names = [e.name for e in endpoints]
+    duplicate = next((n for n in names if names.count(n) > 1), None)
+    if duplicate is not None:
+        raise InvalidConfigurationError(f"{key} contains listener {duplicate} more than once: each name must be unique")
+    ports = [e.port for e in endpoints if e.port != 0]
+    clash = next((port for port in ports if ports.count(port) > 1), None)
+    if key == "listeners" and clash is not None:
+        raise InvalidConfigurationError(f"{key} contains port {clash} more than once: each listener needs its own port")
     return endpoints
 
 
@@ -72,6 +113,30 @@ def _int(props: Mapping[str, str], key: str, default: int, minimum: int | None =
             f"Invalid value {value} for configuration {key}: Value must be at least {minimum}"
         )
     return value
+
+
+def _per_ip_overrides(value: str) -> dict[str, int]:
+    """``max.connections.per.ip.overrides``: ``host:count`` pairs."""
+    result: dict[str, int] = {}
+    for item in value.split(","):
+        if not item.strip():
+            continue
+        host, sep, count = item.strip().rpartition(":")
+        if not sep or not host or not count.strip().isdigit():
+            raise InvalidConfigurationError(
+                f"Invalid value {value!r} for configuration max.connections.per.ip.overrides: expected host:count pairs"
+            )
+        result[host] = int(count)
+    return result
+
+
+def listener_property(props: Mapping[str, str], listener: str, key: str, *, prefixed_only: bool = False) -> str | None:
+    """A listener's value of ``key``: ``listener.name.<listener>.<key>`` first, then ``key`` itself (Kafka's
+    listener-prefixed overrides; the prefix's listener name is lower case)."""
+    value = props.get(f"listener.name.{listener.lower()}.{key}")
+    if value is not None or prefixed_only:
+        return value
+    return props.get(key)
 
 
 def _bool(props: Mapping[str, str], key: str, default: bool) -> bool:
@@ -99,9 +164,18 @@ class KafkaConfig:
     def __init__(self, props: Mapping[str, str] | None = None) -> None:
         self.props = {k: str(v) for k, v in (props or {}).items()}
         p = self.props
-        self.listeners = _endpoints(p.get("listeners", DEFAULT_LISTENER), "listeners")
+        self.protocol_map = parse_protocol_map(p.get("listener.security.protocol.map", DEFAULT_PROTOCOL_MAP))
+        self.listeners = _endpoints(p.get("listeners", DEFAULT_LISTENER), "listeners", self.protocol_map)
         advertised = p.get("advertised.listeners")
-        self.advertised = _endpoints(advertised, "advertised.listeners") if advertised else list(self.listeners)
+        self.advertised = (
+            _endpoints(advertised, "advertised.listeners", self.protocol_map) if advertised else list(self.listeners)
+        )
+        self.max_connections = _int(p, "max.connections", 2**31 - 1, 0)
+        self.max_connections_per_ip = _int(p, "max.connections.per.ip", 2**31 - 1, 0)
+        self.max_connections_per_ip_overrides = _per_ip_overrides(p.get("max.connections.per.ip.overrides", ""))
+        self.connections_max_idle_ms = _int(p, "connections.max.idle.ms", 600000, -1)
+        self.connections_max_reauth_ms = _int(p, "connections.max.reauth.ms", 0, 0)
+        self.failed_authentication_delay_ms = _int(p, "connection.failed.authentication.delay.ms", 100, 0)
         node = p.get("node.id", p.get("broker.id"))
         self.node_id = _int({"node.id": node} if node is not None else {}, "node.id", 0, 0)
         if "node.id" in p and "broker.id" in p and p["node.id"].strip() != p["broker.id"].strip():

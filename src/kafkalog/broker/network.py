@@ -8,22 +8,38 @@ does a request the router cannot parse; nothing a client sends can stop the serv
 connection.
 
 Fetch responses carry regions of segment files: with ``zero_copy`` they are written with ``loop.sendfile``,
-which uses ``os.sendfile`` on a plain socket, so record bytes never enter Python; without it (TLS, later)
-they are read and copied, to the same bytes. The loop is asyncio's own: uvloop's transports have no native
-sendfile (loop.sendfile would copy), so it would cost the zero-copy path.
+which uses ``os.sendfile`` on a plain socket, so record bytes never enter Python; on a TLS connection (or
+without zero_copy) they are read and copied, to the same bytes, since the kernel cannot encrypt them.
+
+Security (Kafka's SocketServer and channel builders): each listener has a security protocol. On SSL and
+SASL_SSL listeners the TLS handshake runs first (a failure is logged as Kafka logs a failed authentication and
+closes the connection); the principal is the client certificate's subject. On SASL listeners a
+:class:`~.security.sasl.SaslAuthenticator` decides which requests may pass before login (the router asks it).
+Limits: ``max.connections`` (a new connection waits for a slot, as Kafka's acceptor stops accepting),
+``max.connections.per.ip`` with its overrides (a connection over the limit is closed at once and logged), and
+``connections.max.idle.ms`` (a connection idle that long between requests is closed).
+
+The loop is asyncio's own: uvloop's transports have no native sendfile (loop.sendfile would copy), so it
+would cost the zero-copy path.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import socket
+import ssl
 import struct
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 
 from .config import Endpoint
 from .protocol import FileRegion, InvalidRequestError, Response
+from .security.context import ANONYMOUS
+from .security.sasl import SaslAuthenticator
+from .security.tls import principal_of
 
 log = logging.getLogger("kafka.network.SocketServer")
 
@@ -52,17 +68,40 @@ class _Fd:
 
 
 class Connection:
-    """One client connection: its address and the id Kafka's logs give it (local-remote-index)."""
+    """One client connection: its address, the id Kafka's logs give it (local-remote-index), its listener,
+    and who it is (``principal``; on a SASL listener, ``sasl`` holds the login state and its principal)."""
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, index: int) -> None:
+    def __init__(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, index: int, endpoint: Endpoint | None = None
+    ) -> None:
         self.reader = reader
         self.writer = writer
         local = writer.get_extra_info("sockname") or ("?", 0)
         peer = writer.get_extra_info("peername") or ("?", 0)
         self.id = f"{local[0]}:{local[1]}-{peer[0]}:{peer[1]}-{index}"
+        self.peer_host = str(peer[0])
         self.client_host = f"/{peer[0]}"  # as Kafka records a group member's host (InetAddress.toString)
+        self.endpoint = endpoint or Endpoint("PLAINTEXT", "", 0)
+        self.tls = False
+        self.principal = ANONYMOUS
+        self.sasl: SaslAuthenticator | None = None
+        self.close_after_send = False  # a failed login: answer, then close
         self.closed = False
         self.busy = False  # a request has been read and its response is not yet written
+
+
+@dataclass
+class SocketSecurity:
+    """What the socket server needs to secure its listeners: TLS contexts by listener name, a SASL
+    authenticator factory for SASL listeners, and the connection limits."""
+
+    ssl_contexts: dict[str, ssl.SSLContext] = field(default_factory=dict)
+    sasl_factory: Callable[[Endpoint], SaslAuthenticator] | None = None
+    max_connections: int = 2**31 - 1
+    max_connections_per_ip: int = 2**31 - 1
+    max_connections_per_ip_overrides: dict[str, int] = field(default_factory=dict)
+    connections_max_idle_ms: int = 600000
+    ssl_handshake_timeout: float = 10.0
 
 
 class SocketServer:
@@ -79,12 +118,18 @@ class SocketServer:
         *,
         max_request_bytes: int,
         zero_copy: bool = True,
+        security: SocketSecurity | None = None,
     ) -> None:
         self.listeners = listeners
         self.handler = handler
         self.max_request_bytes = max_request_bytes
         self.zero_copy = zero_copy
+        self.security = security or SocketSecurity()
+        self._per_ip: dict[str, int] = {}
+        self._open = 0  # connections holding a max.connections slot
+        self._slot_freed = asyncio.Condition()
         self.bound: list[tuple[str, int]] = []
+        self.bound_by_listener: dict[str, tuple[str, int]] = {}
         self._servers: list[asyncio.base_events.Server] = []
         self._connections: dict[asyncio.Task, Connection] = {}
         self._index = 0
@@ -94,23 +139,54 @@ class SocketServer:
     async def start(self) -> None:
         for endpoint in self.listeners:
             host = endpoint.host or None
-            server = await asyncio.start_server(self._accept, host, endpoint.port, reuse_address=True, backlog=1024)
+            accept = functools.partial(self._accept, endpoint)
+            server = await asyncio.start_server(accept, host, endpoint.port, reuse_address=True, backlog=1024)
             self._servers.append(server)
             for sock in server.sockets:
                 address = sock.getsockname()
                 self.bound.append((address[0], address[1]))
-                log.info("Awaiting socket connections on %s:%d (listener %s).", address[0], address[1], endpoint.name)
+                self.bound_by_listener.setdefault(endpoint.name, (address[0], address[1]))
+                log.info(
+                    "Awaiting socket connections on %s:%d (listener %s, %s).",
+                    address[0],
+                    address[1],
+                    endpoint.name,
+                    endpoint.security_protocol,
+                )
 
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def _ip_limit(self, host: str) -> int:
+        return self.security.max_connections_per_ip_overrides.get(host, self.security.max_connections_per_ip)
+
+    async def _accept(self, endpoint: Endpoint, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         sock = writer.get_extra_info("socket")
         if sock is not None:
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        peer = writer.get_extra_info("peername") or ("?", 0)
+        host = str(peer[0])
+        if self._per_ip.get(host, 0) >= self._ip_limit(host):
+            log.info(
+                "Rejected connection from /%s, address already has the configured maximum of %d connections.",
+                host,
+                self._ip_limit(host),
+            )
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+            return
+        self._per_ip[host] = self._per_ip.get(host, 0) + 1
         self._index += 1
-        conn = Connection(reader, writer, self._index)
+        conn = Connection(reader, writer, self._index, endpoint)
         task = asyncio.current_task()
         self._connections[task] = conn
+        slot = False
         try:
+            await self._wait_for_slot()
+            slot = True
+            if endpoint.tls and not await self._start_tls(conn):
+                return
+            if endpoint.sasl and self.security.sasl_factory is not None:
+                conn.sasl = self.security.sasl_factory(endpoint)
             await self._serve(conn)
         except (ConnectionError, asyncio.IncompleteReadError, TimeoutError):
             pass
@@ -120,15 +196,59 @@ class SocketServer:
             log.exception("Unexpected error on connection %s; closing it", conn.id)
         finally:
             self._connections.pop(task, None)
+            left = self._per_ip.get(host, 1) - 1
+            if left:
+                self._per_ip[host] = left
+            else:
+                self._per_ip.pop(host, None)
+            if slot:
+                await self._release_slot()
             conn.closed = True
-            writer.close()
+            conn.writer.close()
             with contextlib.suppress(Exception):
-                await writer.wait_closed()
+                await conn.writer.wait_closed()
+
+    async def _wait_for_slot(self) -> None:
+        """Hold one of ``max.connections`` slots, waiting for one to free (Kafka's acceptor waits likewise)."""
+        async with self._slot_freed:
+            if self._open >= self.security.max_connections:
+                log.info("Waiting for a connection slot: max.connections=%d reached", self.security.max_connections)
+            await self._slot_freed.wait_for(lambda: self._open < self.security.max_connections)
+            self._open += 1
+
+    async def _release_slot(self) -> None:
+        async with self._slot_freed:
+            self._open -= 1
+            self._slot_freed.notify()
+
+    async def _start_tls(self, conn: Connection) -> bool:
+        """Run the TLS handshake; on failure log it as Kafka logs a failed authentication and return False."""
+        context = self.security.ssl_contexts[conn.endpoint.name]
+        try:
+            await conn.writer.start_tls(context, ssl_handshake_timeout=self.security.ssl_handshake_timeout)
+        except (ssl.SSLError, ConnectionError, TimeoutError, OSError) as e:
+            log.info(
+                "Failed authentication with %s (channelId=%s) (SSL handshake failed: %s)", conn.client_host, conn.id, e
+            )
+            return False
+        conn.tls = True
+        conn.principal = principal_of(conn.writer.get_extra_info("ssl_object"))
+        return True
+
+    async def _read_frame_head(self, conn: Connection) -> bytes:
+        idle = self.security.connections_max_idle_ms
+        if idle < 0:
+            return await conn.reader.readexactly(4)
+        try:
+            return await asyncio.wait_for(conn.reader.readexactly(4), idle / 1000.0)
+        except TimeoutError:
+            log.debug("Closing connection %s: idle for more than connections.max.idle.ms=%d", conn.id, idle)
+            raise
 
     async def _serve(self, conn: Connection) -> None:
         reader = conn.reader
         while not self._stopping:
-            head = await reader.readexactly(4)
+            head = await self._read_frame_head(conn)
             (size,) = _SIZE.unpack(head)
             if size < 0 or size > self.max_request_bytes:
                 log.warning(
@@ -154,6 +274,8 @@ class SocketServer:
                     await self._send(conn, header, response)
                 finally:
                     response.close()
+            if conn.close_after_send:
+                return
             conn.busy = False
 
     async def _send(self, conn: Connection, header: bytes, response: Response) -> None:
@@ -163,7 +285,7 @@ class SocketServer:
         pending += header
         for part in response.parts:
             if isinstance(part, FileRegion):
-                if self.zero_copy:
+                if self.zero_copy and not conn.tls:
                     writer.write(bytes(pending))
                     pending.clear()
                     await self._sendfile(writer, part)

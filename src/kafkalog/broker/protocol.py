@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from kafka.protocol.admin import (
     AlterConfigsRequest,
     AlterConfigsResponse,
+    AlterUserScramCredentialsRequest,
+    AlterUserScramCredentialsResponse,
     CreatePartitionsRequest,
     CreatePartitionsResponse,
     CreateTopicsRequest,
@@ -33,6 +35,8 @@ from kafka.protocol.admin import (
     DescribeGroupsResponse,
     DescribeLogDirsRequest,
     DescribeLogDirsResponse,
+    DescribeUserScramCredentialsRequest,
+    DescribeUserScramCredentialsResponse,
     IncrementalAlterConfigsRequest,
     IncrementalAlterConfigsResponse,
     ListGroupsRequest,
@@ -69,6 +73,12 @@ from kafka.protocol.metadata import (
     MetadataResponse,
 )
 from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdResponse, ProduceRequest, ProduceResponse
+from kafka.protocol.sasl import (
+    SaslAuthenticateRequest,
+    SaslAuthenticateResponse,
+    SaslHandshakeRequest,
+    SaslHandshakeResponse,
+)
 
 from ..storage.file_records import RecordsSlice
 
@@ -211,6 +221,20 @@ APIS: dict[int, ApiSpec] = {
         ApiSpec(16, "ListGroups", 0, 5, ListGroupsRequest, ListGroupsResponse),
         ApiSpec(42, "DeleteGroups", 0, 2, DeleteGroupsRequest, DeleteGroupsResponse),
         ApiSpec(47, "OffsetDelete", 0, 0, OffsetDeleteRequest, OffsetDeleteResponse),
+        # Security (broker/security/, handlers/security.py).
+        ApiSpec(17, "SaslHandshake", 0, 1, SaslHandshakeRequest, SaslHandshakeResponse),
+        ApiSpec(36, "SaslAuthenticate", 0, 2, SaslAuthenticateRequest, SaslAuthenticateResponse),
+        ApiSpec(
+            50,
+            "DescribeUserScramCredentials",
+            0,
+            0,
+            DescribeUserScramCredentialsRequest,
+            DescribeUserScramCredentialsResponse,
+        ),
+        ApiSpec(
+            51, "AlterUserScramCredentials", 0, 0, AlterUserScramCredentialsRequest, AlterUserScramCredentialsResponse
+        ),
     )
 }
 API_VERSIONS_KEY = 18

@@ -21,10 +21,14 @@ from .apis import RequestRouter
 from .cluster.node import ClusterNode, ClusterSettings
 from .config import KafkaConfig
 from .handlers.group import LoopScheduler
-from .network import SocketServer
+from .network import SocketSecurity, SocketServer
 from .producer_ids import ProducerIdManager
 from .purgatory import FetchPurgatory
 from .replica_access import ReplicaManager, prepare_replica_manager
+from .security.context import CURRENT
+from .security.sasl import SaslAuthenticator, listener_sasl
+from .security.scram import CredentialStore
+from .security.tls import server_context
 
 log = logging.getLogger("kafka.server.KafkaServer")
 
@@ -82,12 +86,33 @@ class KafkaServer:
         # ZooKeeper mode (zookeeper.connect set): this broker's membership of the cluster; None = a single node.
         self.cluster_settings = ClusterSettings.from_properties(config.props)
         self.cluster: ClusterNode | None = None
+        self.credential_store: CredentialStore | None = None
         self.stopping = False
         self._stopped = asyncio.Event()
 
     # ----- lifecycle --------------------------------------------------------------------------------
+    def _socket_security(self) -> SocketSecurity:
+        """TLS contexts and SASL settings of the listeners, checked before anything is loaded or bound."""
+        props = self.config.props
+        contexts = {e.name: server_context(props, e) for e in self.config.listeners if e.tls}
+        sasl = {e.name: listener_sasl(props, e) for e in self.config.listeners if e.sasl}
+        reauth_ms = self.config.connections_max_reauth_ms
+
+        def factory(endpoint) -> SaslAuthenticator:
+            return SaslAuthenticator(sasl[endpoint.name], self.credential_store, reauth_ms)
+
+        return SocketSecurity(
+            ssl_contexts=contexts,
+            sasl_factory=factory,
+            max_connections=self.config.max_connections,
+            max_connections_per_ip=self.config.max_connections_per_ip,
+            max_connections_per_ip_overrides=self.config.max_connections_per_ip_overrides,
+            connections_max_idle_ms=self.config.connections_max_idle_ms,
+        )
+
     async def startup(self) -> None:
         log.info("[KafkaServer id=%d] starting", self.node_id)
+        security = self._socket_security()
         zk_cluster_id = None
         if self.cluster_settings is not None:
             self.cluster = ClusterNode(self, self.cluster_settings)
@@ -105,6 +130,7 @@ class KafkaServer:
         self.purgatory = FetchPurgatory(asyncio.get_running_loop())
         self.replica_manager.add_listener(self.purgatory.notify)
         self.producer_ids = ProducerIdManager(self.log_manager.log_dirs[0])
+        self.credential_store = CredentialStore(self.log_manager.log_dirs[0])
         self.group_coordinator = GroupCoordinator(
             self.log_manager,
             self.config.group_coordinator,
@@ -117,6 +143,7 @@ class KafkaServer:
             RequestRouter(self),
             max_request_bytes=self.config.socket_request_max_bytes,
             zero_copy=self.zero_copy,
+            security=security,
         )
         try:
             await self.socket_server.start()
@@ -167,11 +194,16 @@ class KafkaServer:
         return list(self.socket_server.bound) if self.socket_server else []
 
     def advertised_endpoint(self) -> tuple[str, int]:
-        """(host, port) clients are told to connect to: advertised.listeners, else the first bound listener."""
-        endpoint = self.config.advertised[0]
+        """(host, port) clients are told to connect to: the advertised listener of the request's listener (as
+        Kafka answers with the endpoints of the listener a request came in on), else the first one."""
+        listener = CURRENT.get().listener
+        endpoint = next((e for e in self.config.advertised if e.name == listener), self.config.advertised[0])
         host, port = endpoint.host, endpoint.port
         if port == 0 or not host or host == "0.0.0.0":
-            bound_host, bound_port = self.bound_addresses[0] if self.bound_addresses else ("127.0.0.1", port)
+            bound = self.socket_server.bound_by_listener.get(endpoint.name) if self.socket_server else None
+            if bound is None:
+                bound = self.bound_addresses[0] if self.bound_addresses else ("127.0.0.1", port)
+            bound_host, bound_port = bound
             if port == 0:
                 port = bound_port
             if not host or host == "0.0.0.0":

@@ -17,6 +17,8 @@ COMMANDS = [
     ("explain", "explain_command"),
     ("clean", "clean_command"),
     ("spark_jobs", "spark_command"),
+    ("consumer_groups", "consumer_groups_command"),
+    ("configs", "configs_command"),
 ]
 
 

@@ -65,8 +65,10 @@ def open_readonly(log_dirs: tuple[Path, ...]) -> ReadOnlyLogDir:
 
 
 @contextlib.contextmanager
-def private_copy_manager(log_dir: Path, config_file: Path | None, topic: str) -> Iterator[LogManager]:
-    """A started LogManager over a private copy of ``topic``'s partitions, for commands that need Kafka's
+def private_copy_manager(
+    log_dir: Path, config_file: Path | None, topic: str, partition: int | None = None
+) -> Iterator[LogManager]:
+    """A started LogManager over a private copy of ``topic``'s partitions (or of one), for commands that need Kafka's
     whole log machinery (the retention rules, a dry-run clean) but must not write into the log dir.
 
     Loading a log writes (indexes, snapshots, checkpoints, the lock, the clean-shutdown marker), so the
@@ -74,7 +76,7 @@ def private_copy_manager(log_dir: Path, config_file: Path | None, topic: str) ->
     their mtimes, into a temporary directory (under TMPDIR) that is removed afterwards; the copy loads as the
     original would, and the log dir itself is only read. The copy needs as much free space as those files."""
     view = open_readonly((log_dir,))
-    partitions = view.partitions_of(topic)
+    partitions = [view.partition(topic, partition)] if partition is not None else view.partitions_of(topic)
     with tempfile.TemporaryDirectory(prefix="kafkalog-readonly-") as scratch:
         copy = Path(scratch) / "log-dir"
         copy.mkdir()

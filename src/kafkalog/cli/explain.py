@@ -47,7 +47,7 @@ def explain_retention_command(
 ) -> None:
     """For each segment of TOPIC in LOG_DIR: its offsets, largest timestamp, size, and the rule that will
     delete it (or why none can yet), with the time of the retention check that will and when its files go."""
-    with private_copy_manager(log_dir, config_file, topic) as manager:
+    with private_copy_manager(log_dir, config_file, topic, partition) as manager:
         explanations = manager.explain_retention(topic, partition)
     console = Console(width=200) if not Console().is_terminal else Console()
     for explanation in explanations:
@@ -80,7 +80,7 @@ def explain_compaction_command(
 ) -> None:
     """For each partition of TOPIC in LOG_DIR: the dirty section, what bounds it, the dirty ratio, whether the
     cleaner would clean it now and why, and the size one clean would leave (a dry run; nothing is written)."""
-    with private_copy_manager(log_dir, config_file, topic) as manager:
+    with private_copy_manager(log_dir, config_file, topic, partition) as manager:
         partitions = (
             [partition] if partition is not None else [p.partition for p in manager.describe_topic(topic).partitions]
         )

@@ -113,11 +113,13 @@ class Partition:
         the epoch is new.
 
         ``leader_epoch`` None keeps the log's latest epoch (a node restarting as the leader it was: 0 for a
-        new log); ``isr`` None is this broker alone. A new epoch is assigned in the leader epoch cache at the
-        log end offset, as Kafka does, and the high watermark is advanced (maybeIncrementLeaderHW).
+        new log), and writes nothing; ``isr`` None is this broker alone. A new epoch given explicitly is
+        assigned in the leader epoch cache at the log end offset, as Kafka does. Then the high watermark is
+        advanced (maybeIncrementLeaderHW).
         """
         with self._lock:
-            if leader_epoch is None:
+            restart = leader_epoch is None
+            if restart:
                 latest = self.log.leader_epoch_cache.latest_epoch
                 leader_epoch = max(latest if latest is not None else 0, self._leader_epoch, 0)
             if leader_epoch < 0:
@@ -131,7 +133,9 @@ class Partition:
             self._remote_leos = {r: self._remote_leos.get(r, 0) for r in isr if r != self.local_broker_id}
             self.leader_replica_id = self.local_broker_id
             latest = self.log.leader_epoch_cache.latest_epoch
-            if is_new_epoch and (latest is None or leader_epoch > latest):
+            if is_new_epoch and not restart and (latest is None or leader_epoch > latest):
+                # A new epoch from whoever elects leaders: it starts at the log end (Kafka's makeLeader). A node
+                # resuming its own epoch (a restart) writes nothing here: its next append records the epoch.
                 self.log.leader_epoch_cache.assign(leader_epoch, self.log.log_end_offset)
             self.log.leader_hw_rule = self._advance_high_watermark
         self.maybe_increment_leader_hw()
@@ -271,7 +275,7 @@ class Partition:
         """Every record from ``from_offset`` (default the log start) up to the isolation's bound, as a consumer
         sees them (control records out; with read_committed, aborted transactions out): fetch after fetch."""
         offset = self.log.log_start_offset if from_offset is None else from_offset
-        committed = isolation == READ_COMMITTED
+        committed = isolation in (READ_COMMITTED, "txn_committed")
         while True:
             fetch = self.fetch_records(offset, DEFAULT_FETCH_BYTES, isolation, True, False)
             batches = list(fetch.records.batches())

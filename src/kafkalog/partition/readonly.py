@@ -82,6 +82,7 @@ __all__ = [
     "collect_aborted_txns",
     "data_loss_message",
     "discover",
+    "discover_log_dirs",
     "first_offset_at_or_after",
     "index_entries",
     "last_stable_offset",
@@ -165,6 +166,13 @@ def check_log_dir(path: str | os.PathLike[str]) -> None:
     problem = log_dir_problem(path)
     if problem is not None:
         raise KafkaStorageError(problem, path=os.fspath(path))
+
+
+def discover_log_dirs(paths: list[str]) -> dict[tuple[str, int], PartitionDir]:
+    """``discover`` for a reader: each path must be a log dir (``check_log_dir``), then its partitions."""
+    for path in paths:
+        check_log_dir(path)
+    return discover(paths)
 
 
 class ReadOnlyPartition:

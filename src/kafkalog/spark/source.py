@@ -776,7 +776,7 @@ class KafkaLogBatchReader(DataSourceReader):
 
     def partitions(self) -> list[KafkaLogInputPartition]:
         options = self.options
-        found = logfiles.discover(list(options.paths))
+        found = logfiles.discover_log_dirs(list(options.paths))  # a folder that is not a log dir is refused
         selected = _select(options, found)
         if isinstance(options.starting, dict):
             _check_specific("startingOffsets", options.starting, selected)

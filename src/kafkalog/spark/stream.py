@@ -288,7 +288,8 @@ class KafkaLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         batch read. Otherwise a missing one is left out: the partitions it had are gone (data loss).
         """
         options = self.options
-        found = logfiles.discover(list(options.paths))
+        # A new query refuses a folder that is not a log dir; a running one reads what is there.
+        found = (logfiles.discover_log_dirs if strict else logfiles.discover)(list(options.paths))
         if strict or options.strategy == "subscribePattern":
             selected = _select(options, found)
         elif options.strategy == "subscribe":

@@ -9,7 +9,9 @@ Log owns one, assigns epochs as batches are appended, and truncates it with the 
 from __future__ import annotations
 
 import bisect
+import itertools
 import logging
+import os
 import threading
 from pathlib import Path
 
@@ -33,15 +35,26 @@ class LeaderEpochFileCache:
     """
 
     def __init__(self, path: str | Path, *, entries: list[EpochEntry] | None = None) -> None:
-        self.checkpoint = LeaderEpochCheckpointFile(path, create=False)
+        self._path = Path(path)
+        self._checkpoint: LeaderEpochCheckpointFile | None = None
         self._lock = threading.RLock()
         self._epochs: list[int] = []
         self._offsets: list[int] = []
-        if entries is None:
-            entries = self.checkpoint.read() if self.checkpoint.path.exists() else []
-        for entry in entries:
-            self._assign(entry.epoch, entry.start_offset)
+        if entries is None:  # every log opens one: read the file only when there is one
+            entries = self.checkpoint.read() if os.path.exists(self._path) else []
+        if _monotonic(entries):
+            self._epochs = [e.epoch for e in entries]  # monotonic already: no assignment to replay
+            self._offsets = [e.start_offset for e in entries]
+        else:
+            for entry in entries:
+                self._assign(entry.epoch, entry.start_offset)
         self._latest = self._epochs[-1] if self._epochs else UNDEFINED_EPOCH
+
+    @property
+    def checkpoint(self) -> LeaderEpochCheckpointFile:
+        if self._checkpoint is None:
+            self._checkpoint = LeaderEpochCheckpointFile(self._path, create=False)
+        return self._checkpoint
 
     # ----- reading ------------------------------------------------------------------------------
     @property
@@ -163,12 +176,19 @@ class LeaderEpochFileCache:
             self._epochs.clear()
             self._offsets.clear()
             self._latest = UNDEFINED_EPOCH
-            if had or self.checkpoint.path.exists():
+            if had or os.path.exists(self._path):
                 self._write()
 
     def _write(self, sync: bool = True) -> None:
-        if self.checkpoint.path.parent.is_dir():  # writeIfDirExists: a deleted partition's dir stays gone
+        if self._path.parent.is_dir():  # writeIfDirExists: a deleted partition's dir stays gone
             self.checkpoint.write(self.entries, sync)
 
     def __repr__(self) -> str:
         return f"LeaderEpochFileCache({self.entries})"
+
+
+def _monotonic(entries: list[EpochEntry]) -> bool:
+    """Entries a cache can take as they are: non-negative, strictly increasing in epoch and start offset."""
+    if any(e.epoch < 0 or e.start_offset < 0 for e in entries):
+        return False
+    return all(a.epoch < b.epoch and a.start_offset < b.start_offset for a, b in itertools.pairwise(entries))

@@ -422,9 +422,15 @@ def _recover_and_finish(
             ),
         )
     last = segments.last()
-    if had_clean_shutdown and last is not None and not last.has_whole_tail():
-        _recover_torn_tail(directory, segments, last, config, clock, log_start_offset, leader_epoch_cache)
-    next_offset = last.read_next_offset() if last is not None else log_start_offset
+    if last is None:
+        next_offset = log_start_offset
+    elif had_clean_shutdown:
+        next_offset, whole = last.read_next_offset_and_whole_tail()
+        if not whole:
+            _recover_torn_tail(directory, segments, last, config, clock, log_start_offset, leader_epoch_cache)
+            next_offset = last.read_next_offset()
+    else:
+        next_offset = last.read_next_offset()
     if last is not None and next_offset < log_start_offset:
         log.warning(
             "Deleting all segments: the log end %d is below the checkpointed log start offset %d",

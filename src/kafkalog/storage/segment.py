@@ -381,17 +381,21 @@ class LogSegment:
             next_offset = header.last_offset + 1
         return next_offset
 
-    def has_whole_tail(self) -> bool:
-        """Whether the batches from the last index entry on (those ``read_next_offset`` steps through) end
-        exactly at the end of the .log: False for a torn last batch, trailing garbage, or an index entry
-        past the end of the file."""
+    def read_next_offset_and_whole_tail(self) -> tuple[int, bool]:
+        """``read_next_offset`` and, from the same walk, whether those batches end exactly at the end of the .log
+        (False for a torn last batch, trailing garbage, or an index entry past the end of the file)."""
         end = self.offset_index.lookup(self.offset_index.last_offset).position
+        next_offset = self.base_offset
         try:
             for header in self.log.batch_headers(end):
+                next_offset = header.last_offset + 1
                 end = header.position + header.size
         except CorruptRecordError:
-            return False
-        return end == self.log.size
+            return next_offset, False
+        return next_offset, end == self.log.size
+
+    def has_whole_tail(self) -> bool:
+        return self.read_next_offset_and_whole_tail()[1]
 
     def find_offset_by_timestamp(self, timestamp: int, starting_offset: int) -> TimestampAndOffset | None:
         """The first record at or after ``starting_offset`` whose timestamp >= ``timestamp``."""

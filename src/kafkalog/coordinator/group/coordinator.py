@@ -542,8 +542,10 @@ class GroupCoordinator:
             instance_id,
             new_id,
         )
-        if group.is_in(STABLE) and member.matches(joining.protocols) and not group.is_leader(new_id):
-            # Nothing changed for the group: no rebalance, the member gets its current generation back.
+        if group.is_in(STABLE) and member.matches(joining.protocols):
+            # Nothing changed for the group: no rebalance, the member gets its current generation back. A restarted
+            # leader gets the members with skipAssignment (JoinGroup v9+, KIP-814) so it knows the group without
+            # assigning again; an older client is told the old leader id, so it syncs as a follower (as Kafka).
             member.client_id, member.client_host = joining.client_id, joining.client_host
             member.session_timeout_ms, member.rebalance_timeout_ms = (
                 joining.session_timeout_ms,
@@ -554,7 +556,13 @@ class GroupCoordinator:
                 group.replace_static_member(instance_id, new_id, old_id)
                 return self._answer_join(joining, JoinResult(error, UNKNOWN_MEMBER_ID))
             self._schedule_heartbeat(group, member, member.session_timeout_ms)
-            return self._answer_join(joining, self._join_result(group, member, new_id, with_members=False))
+            result = self._join_result(group, member, new_id, with_members=joining.supports_skip_assignment)
+            if group.is_leader(new_id):
+                if joining.supports_skip_assignment:
+                    result.skip_assignment = True
+                else:
+                    result.leader = old_id
+            return self._answer_join(joining, result)
         self._update_member_and_rebalance(group, member, joining)
 
     def _add_member_and_rebalance(self, group: ClassicGroup, member: Member) -> None:

@@ -1,0 +1,240 @@
+"""SASL on SASL_PLAINTEXT and SASL_SSL listeners: Kafka's SaslServerAuthenticator, with PLAIN and SCRAM-SHA-*.
+
+A connection on a SASL listener starts unauthenticated: it may send ApiVersions, then SaslHandshake (naming a
+mechanism the listener enables), then the mechanism's tokens -- in SaslAuthenticate requests after a v1
+handshake, or as bare size-prefixed frames after a v0 handshake, as Kafka accepts both. Any other request
+before the exchange completes closes the connection (Kafka's IllegalSaslStateException). A failed exchange is
+answered SASL_AUTHENTICATION_FAILED after ``connection.failed.authentication.delay.ms``, logged, and the
+connection closed. With ``connections.max.reauth.ms`` > 0 the session lifetime is told to the client (KIP-368),
+which re-authenticates on the same connection before it ends; a request after the end closes the connection.
+
+PLAIN users come from a JAAS-style ``sasl.jaas.config`` (``listener.name.<listener>.plain.sasl.jaas.config``
+first), with Kafka's PlainLoginModule options ``user_<name>="<password>"``. SCRAM credentials come from the
+:class:`~kafkalog.broker.security.scram.CredentialStore`.
+"""
+
+from __future__ import annotations
+
+import hmac
+import re
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from ...errors import InvalidConfigurationError
+from ..config import Endpoint, listener_property
+from .scram import MECHANISMS, CredentialStore, ScramError, ScramServer
+
+SUPPORTED = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+SASL_HANDSHAKE_KEY = 17
+SASL_AUTHENTICATE_KEY = 36
+# Kafka's error codes for SASL
+UNSUPPORTED_SASL_MECHANISM = 33
+ILLEGAL_SASL_STATE = 34
+SASL_AUTHENTICATION_FAILED = 58
+
+_JAAS_ENTRY = re.compile(r"\s*([\w.$]+)\s+(required|requisite|sufficient|optional)\s+(.*?)\s*;\s*", re.S)
+_JAAS_OPTION = re.compile(r'\s*([^\s=]+)\s*=\s*("(?:[^"\\]|\\.)*"|[^\s;]+)')
+
+
+def parse_jaas(text: str, key: str) -> tuple[str, dict[str, str]]:
+    """A ``sasl.jaas.config`` value: (login module class, options). One entry, as Kafka requires."""
+    match = _JAAS_ENTRY.fullmatch(text)
+    if not match:
+        raise InvalidConfigurationError(
+            f"Invalid value for configuration {key}: expected '<LoginModule> required key=\"value\" ...;'"
+        )
+    options: dict[str, str] = {}
+    rest = match.group(3)
+    pos = 0
+    while pos < len(rest):
+        option = _JAAS_OPTION.match(rest, pos)
+        if not option:
+            raise InvalidConfigurationError(f"Invalid value for configuration {key}: cannot parse {rest[pos:]!r}")
+        value = option.group(2)
+        if value.startswith('"'):
+            value = re.sub(r"\\(.)", r"\1", value[1:-1])
+        options[option.group(1)] = value
+        pos = option.end()
+        while pos < len(rest) and rest[pos].isspace():
+            pos += 1
+    return match.group(1), options
+
+
+@dataclass(frozen=True)
+class ListenerSasl:
+    """The SASL settings of one listener."""
+
+    mechanisms: tuple[str, ...]
+    plain_users: Mapping[str, str] = field(default_factory=dict)
+
+
+def listener_sasl(props: Mapping[str, str], endpoint: Endpoint) -> ListenerSasl:
+    raw = listener_property(props, endpoint.name, "sasl.enabled.mechanisms")
+    if raw is None:
+        raise InvalidConfigurationError(
+            f"listener {endpoint.name} ({endpoint.security_protocol}): set sasl.enabled.mechanisms (Kafka's default "
+            f"GSSAPI needs Kerberos, which this broker does not offer; supported: {', '.join(SUPPORTED)})"
+        )
+    mechanisms = tuple(m.strip().upper() for m in raw.split(",") if m.strip())
+    unsupported = [m for m in mechanisms if m not in SUPPORTED]
+    if unsupported or not mechanisms:
+        raise InvalidConfigurationError(
+            f"listener {endpoint.name}: sasl.enabled.mechanisms {list(mechanisms)}: "
+            f"supported mechanisms are {', '.join(SUPPORTED)}"
+        )
+    users: dict[str, str] = {}
+    if "PLAIN" in mechanisms:
+        key = f"listener.name.{endpoint.name.lower()}.plain.sasl.jaas.config"
+        text = props.get(key)
+        if text is None:
+            key, text = "sasl.jaas.config", props.get("sasl.jaas.config")
+        if text is None:
+            raise InvalidConfigurationError(
+                f"listener {endpoint.name} enables PLAIN but no JAAS configuration is set: set "
+                f"listener.name.{endpoint.name.lower()}.plain.sasl.jaas.config to "
+                'org.apache.kafka.common.security.plain.PlainLoginModule required user_<name>="<password>";'
+            )
+        _, options = parse_jaas(text, key)
+        users = {k[len("user_") :]: v for k, v in options.items() if k.startswith("user_")}
+    return ListenerSasl(mechanisms, users)
+
+
+class SaslFailure(Exception):
+    """A failed login. ``client_message`` is what the client is told (Kafka hides the cause of a SaslException
+    behind a standard message); ``str(self)`` is the cause, for the broker's log."""
+
+    def __init__(self, cause: str, client_message: str) -> None:
+        super().__init__(cause)
+        self.client_message = client_message
+
+
+class IllegalSaslState(Exception):
+    """A request the SASL state does not allow: the connection is closed."""
+
+
+class _PlainServer:
+    def __init__(self, users: Mapping[str, str]) -> None:
+        self.users = users
+        self.user: str | None = None
+        self.complete = False
+
+    def evaluate(self, token: bytes) -> bytes:
+        text = token.decode("utf-8", errors="replace")
+        parts = [*text.split("\x00"), "", "", ""][:3]
+        if text.count("\x00") != 2:
+            raise ScramError(f"Invalid SASL/PLAIN response: expected 3 tokens, got {text.count(chr(0)) + 1}")
+        authzid, user, password = parts
+        if not user:
+            raise ScramError("Authentication failed: username not specified")
+        if not password:
+            raise ScramError("Authentication failed: password not specified")
+        expected = self.users.get(user)
+        if expected is None or not hmac.compare_digest(expected.encode(), password.encode()):
+            raise _Public("Authentication failed: Invalid username or password")
+        if authzid and authzid != user:
+            raise _Public("Authentication failed: Client requested an authorization id that is different from username")
+        self.user = user
+        self.complete = True
+        return b""
+
+
+class _Public(ScramError):
+    """A failure whose message Kafka sends to the client as it is (SaslAuthenticationException)."""
+
+
+_PUBLIC_SCRAM = ("Authentication failed: Client requested an authorization id",)
+
+
+class SaslAuthenticator:
+    """The SASL state of one connection.
+
+    States: ``handshake`` (ApiVersions or SaslHandshake expected), ``authenticate`` (the mechanism's tokens),
+    ``complete`` (requests are served as ``principal``), ``failed``.
+    """
+
+    def __init__(self, settings: ListenerSasl, store: CredentialStore | None, reauth_ms: int, clock=time.monotonic):
+        self.settings = settings
+        self.store = store
+        self.reauth_ms = reauth_ms
+        self.clock = clock
+        self.state = "handshake"
+        self.mechanism: str | None = None
+        self.raw_tokens = False  # after a v0 handshake the tokens come as bare frames
+        self.principal: str | None = None
+        self.session_end: float | None = None
+        self._server: _PlainServer | ScramServer | None = None
+
+    @property
+    def authenticated(self) -> bool:
+        return self.state == "complete"
+
+    def session_expired(self) -> bool:
+        return self.session_end is not None and self.clock() >= self.session_end
+
+    def check_request(self, api_key: int, api_name: str) -> None:
+        """Raise IllegalSaslState for a request that the current state does not allow."""
+        if self.state == "complete":
+            return
+        if self.state == "handshake" and api_key in (18, SASL_HANDSHAKE_KEY):
+            return
+        if (
+            self.state in ("authenticate", "reauthenticate")
+            and api_key == SASL_AUTHENTICATE_KEY
+            and not self.raw_tokens
+        ):
+            return
+        raise IllegalSaslState(f"Unexpected Kafka request of type {api_name} during SASL handshake.")
+
+    def handshake(self, version: int, mechanism: str) -> int:
+        """Start an exchange with ``mechanism``: NONE, or UNSUPPORTED_SASL_MECHANISM (then the connection closes)."""
+        if self.state == "complete":
+            if self.reauth_ms <= 0:
+                return ILLEGAL_SASL_STATE
+            if mechanism != self.mechanism:  # Kafka: a re-authentication keeps the mechanism
+                return UNSUPPORTED_SASL_MECHANISM
+        if mechanism not in self.settings.mechanisms:
+            self.state = "failed"
+            return UNSUPPORTED_SASL_MECHANISM
+        self.mechanism = mechanism
+        if mechanism == "PLAIN":
+            self._server = _PlainServer(self.settings.plain_users)
+        else:
+            assert self.store is not None and mechanism in MECHANISMS
+            self._server = ScramServer(mechanism, self.store)
+        self.raw_tokens = version == 0
+        self.state = "authenticate" if self.state != "complete" else "reauthenticate"
+        return 0
+
+    def authenticate(self, token: bytes) -> bytes:
+        """One token of the exchange; SaslFailure when the login fails."""
+        if self.state not in ("authenticate", "reauthenticate") or self._server is None:
+            raise IllegalSaslState(f"Unexpected SaslAuthenticate request in SASL state {self.state}")
+        generic = (
+            "Authentication failed during authentication due to invalid credentials with SASL mechanism "
+            f"{self.mechanism}"
+        )
+        try:
+            answer = self._server.evaluate(token)
+        except _Public as e:
+            self.state = "failed"
+            raise SaslFailure(str(e), str(e)) from None
+        except ScramError as e:
+            self.state = "failed"
+            public = str(e).startswith(_PUBLIC_SCRAM)
+            raise SaslFailure(str(e), str(e) if public else generic) from None
+        if self._server.complete:
+            principal = f"User:{self._server.user}"
+            if self.state == "reauthenticate" and principal != self.principal:
+                self.state = "failed"
+                message = f"Cannot change principals during re-authentication from {self.principal}: {principal}"
+                raise SaslFailure(message, message)
+            self.principal = principal
+            self.state = "complete"
+            self.raw_tokens = False
+            self.session_end = self.clock() + self.reauth_ms / 1000.0 if self.reauth_ms > 0 else None
+        return answer
+
+    @property
+    def session_lifetime_ms(self) -> int:
+        return self.reauth_ms if self.state == "complete" and self.reauth_ms > 0 else 0

@@ -1,0 +1,228 @@
+"""SCRAM-SHA-256/512 (RFC 5802, RFC 7677): the server side of the exchange and the credential store.
+
+A credential is what Kafka stores (ScramCredential): a salt, StoredKey = H(HMAC(SaltedPassword, "Client Key")),
+ServerKey = HMAC(SaltedPassword, "Server Key") and the iteration count. The password itself, and SaltedPassword
+(which would let anyone log in), are never kept: StoredKey only verifies a client's proof, ServerKey only signs
+the server's answer. The store is one JSON file in the first log dir (``scram-credentials.json``), each value in
+Kafka's own text form ``salt=<b64>,stored_key=<b64>,server_key=<b64>,iterations=<n>``; it is replaced atomically
+(temporary file, fsync, rename), so a crash leaves the old or the new file, never half of one.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import os
+import secrets
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+STORE_FILE = "scram-credentials.json"
+MECHANISMS = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}
+MECHANISM_IDS = {1: "SCRAM-SHA-256", 2: "SCRAM-SHA-512"}  # AlterUserScramCredentials' ScramMechanism bytes
+MIN_ITERATIONS = 4096  # Kafka's ScramMechanism.minIterations
+MAX_ITERATIONS = 16384  # Kafka's AlterUserScramCredentials limit
+
+
+class ScramError(Exception):
+    """A SCRAM exchange that cannot succeed; the message is what the client is told."""
+
+
+@dataclass(frozen=True)
+class ScramCredential:
+    salt: bytes
+    stored_key: bytes
+    server_key: bytes
+    iterations: int
+
+    def to_text(self) -> str:
+        b64 = base64.b64encode
+        return (
+            f"salt={b64(self.salt).decode()},stored_key={b64(self.stored_key).decode()},"
+            f"server_key={b64(self.server_key).decode()},iterations={self.iterations}"
+        )
+
+    @classmethod
+    def from_text(cls, text: str) -> ScramCredential:
+        fields = dict(item.split("=", 1) for item in text.split(","))
+        return cls(
+            base64.b64decode(fields["salt"]),
+            base64.b64decode(fields["stored_key"]),
+            base64.b64decode(fields["server_key"]),
+            int(fields["iterations"]),
+        )
+
+
+def _hmac(hash_name: str, key: bytes, data: bytes) -> bytes:
+    return hmac.new(key, data, hash_name).digest()
+
+
+def salted_password(mechanism: str, password: str, salt: bytes, iterations: int) -> bytes:
+    """Hi(password, salt, i) of RFC 5802: PBKDF2 with HMAC of the mechanism's hash."""
+    return hashlib.pbkdf2_hmac(MECHANISMS[mechanism], password.encode("utf-8"), salt, iterations)
+
+
+def credential_from_salted(mechanism: str, salted: bytes, salt: bytes, iterations: int) -> ScramCredential:
+    name = MECHANISMS[mechanism]
+    client_key = _hmac(name, salted, b"Client Key")
+    return ScramCredential(salt, hashlib.new(name, client_key).digest(), _hmac(name, salted, b"Server Key"), iterations)
+
+
+def new_credential(mechanism: str, password: str, iterations: int = MIN_ITERATIONS) -> ScramCredential:
+    salt = secrets.token_bytes(32)
+    return credential_from_salted(mechanism, salted_password(mechanism, password, salt, iterations), salt, iterations)
+
+
+class CredentialStore:
+    """The SCRAM users of this node. Invariant: the file on disk always equals ``_users`` after a change returns."""
+
+    def __init__(self, log_dir: str | Path) -> None:
+        self.path = Path(log_dir) / STORE_FILE
+        self._lock = threading.Lock()
+        self._users: dict[str, dict[str, str]] = {}
+        if self.path.exists():
+            self._users = json.loads(self.path.read_text())
+
+    def get(self, user: str, mechanism: str) -> ScramCredential | None:
+        text = self._users.get(user, {}).get(mechanism)
+        return None if text is None else ScramCredential.from_text(text)
+
+    def users(self) -> dict[str, dict[str, int]]:
+        """user -> mechanism -> iterations (what DescribeUserScramCredentials tells)."""
+        return {
+            user: {m: ScramCredential.from_text(t).iterations for m, t in mechs.items()}
+            for user, mechs in sorted(self._users.items())
+        }
+
+    def apply(self, upserts: dict[tuple[str, str], ScramCredential], deletes: set[tuple[str, str]]) -> None:
+        with self._lock:
+            users = {u: dict(m) for u, m in self._users.items()}
+            for user, mechanism in deletes:
+                users.get(user, {}).pop(mechanism, None)
+                if user in users and not users[user]:
+                    del users[user]
+            for (user, mechanism), credential in upserts.items():
+                users.setdefault(user, {})[mechanism] = credential.to_text()
+            self._write(users)
+            self._users = users
+
+    def _write(self, users: dict[str, dict[str, str]]) -> None:
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump(users, f, indent=1, sort_keys=True)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)
+        dir_fd = os.open(self.path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+
+
+def _attributes(message: str) -> dict[str, str]:
+    result = {}
+    for item in message.split(","):
+        key, sep, value = item.partition("=")
+        if sep and len(key) == 1:
+            result.setdefault(key, value)
+    return result
+
+
+def _sasl_name(name: str) -> str:
+    """RFC 5802 saslname: '=2C' and '=3D' stand for ',' and '='."""
+    return name.replace("=2C", ",").replace("=3D", "=")
+
+
+class ScramServer:
+    """One SCRAM exchange (client-first, server-first, client-final, server-final), as Kafka's ScramSaslServer.
+
+    ``evaluate`` raises ScramError with Kafka's message when the exchange fails; ``complete`` and ``user`` tell
+    the outcome.
+    """
+
+    def __init__(self, mechanism: str, store: CredentialStore) -> None:
+        self.mechanism = mechanism
+        self.hash = MECHANISMS[mechanism]
+        self.store = store
+        self.state = "client-first"
+        self.user: str | None = None
+        self.complete = False
+        self._credential: ScramCredential | None = None
+        self._client_first_bare = ""
+        self._server_first = ""
+        self._nonce = ""
+
+    def evaluate(self, token: bytes) -> bytes:
+        try:
+            if self.state == "client-first":
+                return self._client_first(token.decode("utf-8"))
+            if self.state == "client-final":
+                return self._client_final(token.decode("utf-8"))
+        except UnicodeDecodeError:
+            self.state = "failed"
+            raise ScramError("Invalid SCRAM message: not UTF-8") from None
+        except ScramError:
+            self.state = "failed"
+            raise
+        raise ScramError(f"Unexpected challenge in Sasl server state {self.state.upper()}")
+
+    def _client_first(self, message: str) -> bytes:
+        # gs2-header: "n,," or "y,," or "n,a=authzid,"; channel binding ("p=") is not offered by Kafka.
+        parts = message.split(",", 2)
+        if len(parts) != 3 or parts[0] not in ("n", "y"):
+            raise ScramError(f"Invalid SCRAM client first message {message!r}")
+        authzid = parts[1][2:] if parts[1].startswith("a=") else ""
+        bare = parts[2]
+        attrs = _attributes(bare)
+        if "n" not in attrs or "r" not in attrs:
+            raise ScramError(f"Invalid SCRAM client first message {message!r}")
+        user = _sasl_name(attrs["n"])
+        credential = self.store.get(user, self.mechanism)
+        if credential is None:
+            raise ScramError("Authentication failed: Invalid user credentials")
+        if authzid and authzid != user:
+            raise ScramError(
+                "Authentication failed: Client requested an authorization id that is different from username"
+            )
+        if credential.iterations < MIN_ITERATIONS:
+            raise ScramError(
+                f"Iterations {credential.iterations} is less than the minimum {MIN_ITERATIONS} for {self.mechanism}"
+            )
+        self.user = user
+        self._credential = credential
+        self._client_first_bare = bare
+        self._nonce = attrs["r"] + secrets.token_urlsafe(24)
+        salt = base64.b64encode(credential.salt).decode()
+        self._server_first = f"r={self._nonce},s={salt},i={credential.iterations}"
+        self.state = "client-final"
+        return self._server_first.encode()
+
+    def _client_final(self, message: str) -> bytes:
+        without_proof, sep, proof_text = message.rpartition(",p=")
+        attrs = _attributes(without_proof)
+        if not sep or "r" not in attrs or "c" not in attrs:
+            raise ScramError("Invalid SCRAM client final message")
+        if attrs["r"] != self._nonce:
+            raise ScramError("Invalid client nonce in the final client message.")
+        assert self._credential is not None
+        auth_message = f"{self._client_first_bare},{self._server_first},{without_proof}".encode()
+        client_signature = _hmac(self.hash, self._credential.stored_key, auth_message)
+        try:
+            proof = base64.b64decode(proof_text, validate=True)
+        except ValueError:
+            raise ScramError("Invalid SCRAM client final message") from None
+        if len(proof) != len(client_signature):
+            raise ScramError("Invalid client credentials")
+        client_key = bytes(a ^ b for a, b in zip(proof, client_signature, strict=True))
+        if not hmac.compare_digest(hashlib.new(self.hash, client_key).digest(), self._credential.stored_key):
+            raise ScramError("Invalid client credentials")
+        server_signature = _hmac(self.hash, self._credential.server_key, auth_message)
+        self._credential = None
+        self.state = "complete"
+        self.complete = True
+        return b"v=" + base64.b64encode(server_signature)
