@@ -134,7 +134,7 @@ def _create(cluster, topic: str, partitions: int = 2, **config: str) -> None:
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
     configs = {"min.insync.replicas": "2", **config}
     admin.create_topics([NewTopic(topic, partitions, 3, config=configs)])[topic].result(30)
-    cluster.wait_for(lambda: all(len(p["isr"]) == 3 for p in cluster.metadata(topic).values()), 30, "a full ISR")
+    cluster.wait_for(lambda: _full_isr(cluster, topic), 30, "a leader and a full ISR")
 
 
 def _restore(cluster) -> None:
@@ -306,3 +306,24 @@ def test_a_paused_follower_leaves_the_isr_and_rejoins(cluster):
     first.merge(second)
     report = _check_all(cluster, topic, first, [0])
     assert report.ok, report.summary()
+
+
+@needs_zookeeper
+def test_producer_ids_come_from_zookeeper_blocks_no_two_brokers_share_one(cluster):
+    """Idempotent producers of different brokers must never share a producer id (a second producer would see
+    its records taken for duplicates of the first's): ids come from /latest_producer_id_block as in Kafka."""
+    from kazoo.client import KazooClient
+
+    from kafkalog.broker.cluster.producer_ids import PATH, ZkProducerIdManager
+
+    client = KazooClient(cluster.zookeeper.connect)
+    client.start(10)
+    try:
+        a, b = ZkProducerIdManager(client, 101), ZkProducerIdManager(client, 102)
+        ids = [a.generate_producer_id(), b.generate_producer_id(), a.generate_producer_id()]
+        assert len(set(ids)) == 3 and ids[2] == ids[0] + 1
+        block = json.loads(client.get(PATH)[0])
+        assert block["version"] == 1 and block["broker"] == 102
+        assert int(block["block_end"]) - int(block["block_start"]) == 999
+    finally:
+        client.stop()

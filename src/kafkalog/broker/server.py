@@ -19,6 +19,7 @@ from ..logdir import MetaProperties
 from ..manager import LogManager
 from .apis import RequestRouter
 from .cluster.node import ClusterNode, ClusterSettings
+from .cluster.producer_ids import ZkProducerIdManager
 from .config import KafkaConfig
 from .handlers.group import LoopScheduler
 from .network import SocketSecurity, SocketServer
@@ -78,7 +79,7 @@ class KafkaServer:
         self.zero_copy = zero_copy
         self.log_manager: LogManager | None = None
         self.replica_manager: ReplicaManager | None = None
-        self.producer_ids: ProducerIdManager | None = None
+        self.producer_ids: ProducerIdManager | ZkProducerIdManager | None = None
         self.purgatory: FetchPurgatory | None = None
         self.socket_server: SocketServer | None = None
         self.group_coordinator: GroupCoordinator | None = None
@@ -130,6 +131,9 @@ class KafkaServer:
         self.purgatory = FetchPurgatory(asyncio.get_running_loop())
         self.replica_manager.add_listener(self.purgatory.notify)
         self.producer_ids = ProducerIdManager(self.log_manager.log_dirs[0])
+        if self.cluster is not None:
+            # Every broker of a cluster hands out ids: they come from ZooKeeper's block, never a local file.
+            self.producer_ids = ZkProducerIdManager(self.cluster.zk, self.node_id)
         self.credential_store = CredentialStore(self.log_manager.log_dirs[0])
         self.group_coordinator = GroupCoordinator(
             self.log_manager,

@@ -147,6 +147,9 @@ class ClusterNode:
         self._watched_topics: set[str] = set()
         self._stopping = False
         self.registered = asyncio.Event()
+        # Set after the first complete pass: until then the view is empty (no brokers, no controller), and a
+        # client told "no controller" may not ask again for minutes (librdkafka's admin client waits).
+        self.ready = asyncio.Event()
 
     # ----- lifecycle ------------------------------------------------------------------------------------
     async def connect(self) -> str:
@@ -175,8 +178,16 @@ class ClusterNode:
         self._tasks.append(loop.create_task(self._reconcile_loop(), name="cluster-reconcile"))
         self._tasks.append(loop.create_task(self._isr_expiration_loop(), name="isr-expiration"))
         self.request_resync()
-        # Startup waits for the registration (a killed predecessor's ephemeral node may linger for a session).
+        # Startup waits for the registration (a killed predecessor's ephemeral node may linger for a session)
+        # and for a first view of the cluster.
         await asyncio.wait_for(self.registered.wait(), self.settings.session_timeout_ms / 1000.0 * 3 + 30)
+        await asyncio.wait_for(self.ready.wait(), self.settings.connection_timeout_ms / 1000.0 + 30)
+
+    async def wait_ready(self, timeout: float = 10.0) -> None:
+        """Wait (bounded) for the first view of the cluster: requests served before it would see none."""
+        if not self.ready.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.ready.wait(), timeout)
 
     async def stop(self) -> None:
         self._stopping = True
@@ -254,6 +265,8 @@ class ClusterNode:
             if changed:
                 self.view = view = await asyncio.to_thread(self._read_view)
         self._apply(view)
+        if self.registered.is_set() and view.controller_id >= 0:
+            self.ready.set()
 
     def _ensure_registered(self) -> bool:
         """Create /brokers/ids/N (ephemeral) unless this session holds it; False while an older session does."""

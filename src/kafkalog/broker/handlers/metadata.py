@@ -140,6 +140,7 @@ async def _cluster_topic_or_error(broker, name: str, allow_auto_create: bool) ->
 
 async def _handle_cluster(broker, header, request) -> Response:
     version = header.api_version
+    await broker.cluster.wait_ready()
     view = broker.cluster.view
     if request.topics is None or (version == 0 and not request.topics):
         topics = [t for name in sorted(view.topics) if (t := _cluster_topic(broker, name)) is not None]
