@@ -179,3 +179,16 @@ def test_a_reserved_directory_id_is_refused(tmp_path):
     a = make_dir(tmp_path / "a", kraft_props(**{"directory.id": "AAAAAAAAAAAAAAAAAAAAAQ"}))
     error = refused([a])
     assert str(error) == f"Invalid resrved directory ID AAAAAAAAAAAAAAAAAAAAAQ found in {a}"  # Kafka's spelling
+
+
+def test_cluster_metadata_in_two_dirs_is_refused(tmp_path):
+    """KafkaRaftServer: __cluster_metadata-0 belongs to the one metadata log dir."""
+    from kafkalog.errors import KafkaStorageError
+
+    a = make_dir(tmp_path / "a", kraft_props())
+    b = make_dir(tmp_path / "b", kraft_props())
+    for d in (a, b):
+        (d / "__cluster_metadata-0").mkdir()
+    with pytest.raises(KafkaStorageError, match="Found unexpected metadata location in data directory"):
+        LogManager([a, b], {}).startup()
+    LogDirLock(a).acquire().release()

@@ -289,3 +289,30 @@ def test_spark_sink_appends_through_the_partition_layer(tmp_path: Path) -> None:
         assert manager.get_log("strict", 0).log_end_offset == 0
         assert [r.value for r in manager.consume("ok", 0)] == [b"a", b"b", b"c"]
         assert manager.get_log("ok", 0).high_watermark == 3
+
+
+def test_cli_produce_failing_part_way_says_what_was_and_was_not_produced(tmp_path: Path) -> None:
+    d = str(tmp_path)
+    assert run("topics", "--log-dir", d, "--create", "--topic", "k", "--partitions", "2").exit_code == 0
+    # A bad line: every line before it is produced (as kafka-console-producer sends each line it reads).
+    lines = "".join(f"key{i}:v{i}\n" for i in range(1, 701)) + "no separator\n" + "key:after\n"
+    result = run("produce", "--log-dir", d, "--topic", "k", "--key-separator", ":", input=lines)
+    assert result.exit_code == 2 and "line 701: no key separator" in result.output
+    assert "Produced 700 records to k before the error (partition 0 offsets 0-" in result.output
+    assert "Not produced: 1 of the 701 lines read: line 701\nInput after line 701 was not read." in result.output
+    assert "Produced 700 records to k.\n" not in result.output
+    consumed = run("consume", "--log-dir", d, "--topic", "k", "--from-beginning")
+    assert sorted(consumed.stdout.splitlines(), key=lambda v: int(v[1:])) == [f"v{i}" for i in range(1, 701)]
+
+    # A refused append (a record over max.message.bytes): its batch is not written, the batches before it are.
+    assert (
+        run("topics", "--log-dir", d, "--create", "--topic", "m", "--config", "max.message.bytes=10000").exit_code == 0
+    )
+    lines = "".join(f"{i}\n" for i in range(1, 601)) + "x" * 20000 + "\n" + "".join(f"{i}\n" for i in range(602, 651))
+    result = run("produce", "--log-dir", d, "--topic", "m", input=lines)
+    assert result.exit_code == 1
+    assert "Produced 500 records to m before the error (partition 0 offsets 0-499)" in result.output
+    assert "Not produced: 150 of the 650 lines read: lines 501-650" in result.output
+    assert "Error: " in result.output and "max.message.bytes" not in result.output.split("Error: ")[0]
+    consumed = run("consume", "--log-dir", d, "--topic", "m", "--from-beginning")
+    assert consumed.stdout.splitlines() == [str(i) for i in range(1, 501)]

@@ -311,3 +311,12 @@ def test_kraft_dir_cli_clean_compacts_the_metadata_s_compacted_topics(tmp_path):
     assert "_schemas-0" in result.output and "__consumer_offsets-29" in result.output
     assert "No log is eligible" not in result.output
     assert len(records_of(data / "_schemas-0")) == 2  # the latest of its one key, and the new record
+
+
+def test_new_partitions_of_an_adopted_topic_keep_its_configs_and_origin(tmp_path):
+    data = copy_dir(KRAFT, tmp_path)
+    with LogManager([data], {}, MockTime()) as manager:
+        manager.create_partitions("_schemas", 2)
+        assert manager.get_log("_schemas", 1).config.compact
+    state = TopicConfigStore([data]).load().get("_schemas")
+    assert (state.partitions, state.origin) == (2, "cluster-metadata")

@@ -215,3 +215,23 @@ class RequestTimedOutError(KafkaLogError):
 
 class LeaderNotAvailableError(KafkaLogError):
     """Kafka's LeaderNotAvailableException: the partition has no leader now (e.g. being elected, or offline)."""
+
+
+class AuthorizationError(KafkaLogError):
+    """A request the authorizer denied (Kafka's AuthorizationException family)."""
+
+
+class TopicAuthorizationFailedError(AuthorizationError):
+    pass
+
+
+class GroupAuthorizationFailedError(AuthorizationError):
+    pass
+
+
+class ClusterAuthorizationFailedError(AuthorizationError):
+    pass
+
+
+class TransactionalIdAuthorizationFailedError(AuthorizationError):
+    pass

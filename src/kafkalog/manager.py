@@ -630,7 +630,7 @@ class LogManager:
                 )
             if count == current:
                 raise InvalidPartitionsError(f"Topic already has {current} partitions.")
-            log_config = LogConfig(dict(state.config), broker=self.broker)
+            log_config = self._log_config(name)
             counts = self._partitions_per_dir()
             for p in range(current, count):
                 directory = self._next_log_dir(counts)
@@ -640,7 +640,7 @@ class LogManager:
                 PartitionMetadataFile(path).write(state.topic_id)
                 log_obj = Log.open(path, log_config, self.clock, scheduler=self.scheduler, had_clean_shutdown=True)
                 self._register_log(TopicPartition(name, p), log_obj, directory)
-            self._store.put(name, TopicState(state.topic_id, count, dict(state.config)))
+            self._store.put(name, dataclasses.replace(state, partitions=count))  # same configs, same origin
             return self.describe_topic(name)
 
     def _partitions_per_dir(self) -> dict[Path, int]:

@@ -494,7 +494,7 @@ def run(quick: bool = False, iterations: int | None = None, seed: int = 1, root:
         rows.append(kill9(max(2, iterations // 20), None, root, seed + 2, LARGE_BATCHES))
         from .hw_property import hw_property
 
-        rows.append(hw_property(3 if quick else max(200, iterations // 2), root, seed + 3))
+        rows.append(hw_property(3 if quick else 200, root, seed + 3))
         for err in ("ENOSPC", "EIO", "EFBIG"):
             for op in ("write", "fsync"):
                 rows.append(fault_case(root, err, op))

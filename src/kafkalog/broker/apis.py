@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 
-from .handlers import admin, api_versions, fetch, group, metadata, offsets, produce, producer_id, security, topics
+from .handlers import acls, admin, api_versions, fetch, group, metadata, offsets, produce, producer_id, security, topics
 from .network import CLOSE, Connection
 from .protocol import (
     API_VERSIONS_KEY,
@@ -51,6 +51,10 @@ HANDLERS = {
     16: group.handle_list_groups,
     42: group.handle_delete_groups,
     47: group.handle_offset_delete,
+    68: group.handle_consumer_group_heartbeat,
+    29: acls.handle_describe,
+    30: acls.handle_create,
+    31: acls.handle_delete,
     50: security.handle_describe_scram,
     51: security.handle_alter_scram,
 }

@@ -17,16 +17,22 @@ from kafka.protocol.admin import (
     AlterConfigsResponse,
     AlterUserScramCredentialsRequest,
     AlterUserScramCredentialsResponse,
+    CreateAclsRequest,
+    CreateAclsResponse,
     CreatePartitionsRequest,
     CreatePartitionsResponse,
     CreateTopicsRequest,
     CreateTopicsResponse,
+    DeleteAclsRequest,
+    DeleteAclsResponse,
     DeleteGroupsRequest,
     DeleteGroupsResponse,
     DeleteRecordsRequest,
     DeleteRecordsResponse,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
+    DescribeAclsRequest,
+    DescribeAclsResponse,
     DescribeClusterRequest,
     DescribeClusterResponse,
     DescribeConfigsRequest,
@@ -81,6 +87,7 @@ from kafka.protocol.sasl import (
 )
 
 from ..storage.file_records import RecordsSlice
+from .messages import ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse
 
 # ----- error codes (Kafka's org.apache.kafka.common.protocol.Errors) ---------------------------------------
 UNKNOWN_SERVER_ERROR = -1
@@ -114,6 +121,9 @@ UNKNOWN_LEADER_EPOCH = 75
 FENCED_LEADER_EPOCH = 74
 UNSUPPORTED_COMPRESSION_TYPE = 76
 INVALID_RECORD = 87
+TOPIC_AUTHORIZATION_FAILED = 29
+GROUP_AUTHORIZATION_FAILED = 30
+CLUSTER_AUTHORIZATION_FAILED = 31
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
 COORDINATOR_NOT_AVAILABLE = 15
 UNKNOWN_TOPIC_ID = 100
@@ -149,6 +159,10 @@ _ERROR_CODES = {
     "InvalidRequestError": INVALID_REQUEST,
     "RequestTimedOutError": REQUEST_TIMED_OUT,
     "LeaderNotAvailableError": LEADER_NOT_AVAILABLE,
+    "TopicAuthorizationFailedError": 29,
+    "GroupAuthorizationFailedError": 30,
+    "ClusterAuthorizationFailedError": 31,
+    "TransactionalIdAuthorizationFailedError": 53,
 }
 
 
@@ -221,7 +235,11 @@ APIS: dict[int, ApiSpec] = {
         ApiSpec(16, "ListGroups", 0, 5, ListGroupsRequest, ListGroupsResponse),
         ApiSpec(42, "DeleteGroups", 0, 2, DeleteGroupsRequest, DeleteGroupsResponse),
         ApiSpec(47, "OffsetDelete", 0, 0, OffsetDeleteRequest, OffsetDeleteResponse),
+        ApiSpec(68, "ConsumerGroupHeartbeat", 0, 1, ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse),
         # Security (broker/security/, handlers/security.py).
+        ApiSpec(29, "DescribeAcls", 1, 3, DescribeAclsRequest, DescribeAclsResponse),
+        ApiSpec(30, "CreateAcls", 1, 3, CreateAclsRequest, CreateAclsResponse),
+        ApiSpec(31, "DeleteAcls", 1, 3, DeleteAclsRequest, DeleteAclsResponse),
         ApiSpec(17, "SaslHandshake", 0, 1, SaslHandshakeRequest, SaslHandshakeResponse),
         ApiSpec(36, "SaslAuthenticate", 0, 2, SaslAuthenticateRequest, SaslAuthenticateResponse),
         ApiSpec(

@@ -26,6 +26,7 @@ from .network import SocketSecurity, SocketServer
 from .producer_ids import ProducerIdManager
 from .purgatory import FetchPurgatory
 from .replica_access import ReplicaManager, prepare_replica_manager
+from .security.acl import Authorizer
 from .security.context import CURRENT
 from .security.sasl import SaslAuthenticator, listener_sasl
 from .security.scram import CredentialStore
@@ -88,6 +89,7 @@ class KafkaServer:
         self.cluster_settings = ClusterSettings.from_properties(config.props)
         self.cluster: ClusterNode | None = None
         self.credential_store: CredentialStore | None = None
+        self.authorizer: Authorizer | None = None
         self.stopping = False
         self._stopped = asyncio.Event()
 
@@ -114,6 +116,8 @@ class KafkaServer:
     async def startup(self) -> None:
         log.info("[KafkaServer id=%d] starting", self.node_id)
         security = self._socket_security()
+        # ACLs and SCRAM credentials live in the first log dir (Kafka keeps them in ZooKeeper or the metadata log).
+        self.authorizer = Authorizer.from_config(self.config.props, self.config.log_dirs[0])
         zk_cluster_id = None
         if self.cluster_settings is not None:
             self.cluster = ClusterNode(self, self.cluster_settings)

@@ -19,6 +19,7 @@ COMMANDS = [
     ("spark_jobs", "spark_command"),
     ("consumer_groups", "consumer_groups_command"),
     ("configs", "configs_command"),
+    ("acls", "acls_command"),
 ]
 
 

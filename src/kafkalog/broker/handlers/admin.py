@@ -24,6 +24,7 @@ from ...manager import TopicPartition
 from ...storage.config import TOPIC_SYNONYMS, LogConfig
 from ..protocol import INVALID_REQUEST, NONE, InvalidRequestError, Response, error_code, error_message
 from ..replica_access import delete_records
+from ..security.acl import cluster_allowed, require
 
 log = logging.getLogger("kafka.server.KafkaApis")
 
@@ -120,8 +121,10 @@ async def handle_describe_configs(broker, header, request) -> Response:
         code, message, configs = NONE, None, []
         try:
             if resource.resource_type == TOPIC:
+                require(broker, "DESCRIBE_CONFIGS", "TOPIC", resource.resource_name)
                 configs = _topic_configs(broker, resource.resource_name, keys, version, bool(request.include_synonyms))
             elif resource.resource_type == BROKER and resource.resource_name in ("", str(broker.node_id)):
+                require(broker, "DESCRIBE_CONFIGS", "CLUSTER")
                 configs = _broker_configs(broker, keys)
             else:
                 code = INVALID_REQUEST
@@ -143,11 +146,12 @@ async def handle_describe_configs(broker, header, request) -> Response:
 async def handle_describe_cluster(broker, header, request) -> Response:
     version = header.api_version
     host, port = broker.advertised_endpoint()
+    may = cluster_allowed(broker, "DESCRIBE")
     response = DescribeClusterResponse(
         version=version,
         throttle_time_ms=0,
-        error_code=NONE,
-        error_message=None,
+        error_code=NONE if may else 31,
+        error_message=None if may else "Cluster authorization failed.",
         endpoint_type=1,
         cluster_id=broker.cluster_id,
         controller_id=broker.node_id,
@@ -167,6 +171,7 @@ async def handle_delete_records(broker, header, request) -> Response:
         parts = []
         for p in topic.partitions:
             try:
+                require(broker, "DELETE", "TOPIC", topic.name)
                 low = delete_records(broker.replica_manager, TopicPartition(topic.name, p.partition_index), p.offset)
                 parts.append(P(partition_index=p.partition_index, low_watermark=low, error_code=NONE))
             except Exception as e:
@@ -208,6 +213,8 @@ def _alter(broker, resource, updates: dict[str, str | None], validate_only: bool
     """Apply (or with ``validate_only`` check) topic override updates; the response entry."""
     Resp = IncrementalAlterConfigsResponse.AlterConfigsResourceResponse
     try:
+        if resource.resource_type == TOPIC:
+            require(broker, "ALTER_CONFIGS", "TOPIC", resource.resource_name)
         if resource.resource_type != TOPIC:
             raise InvalidRequestError(
                 f"Altering configs of resource type {resource.resource_type} is not supported (topics only)"
@@ -236,6 +243,8 @@ async def handle_incremental_alter_configs(broker, header, request) -> Response:
     responses = []
     for resource in request.resources:
         try:
+            if resource.resource_type == TOPIC:
+                require(broker, "ALTER_CONFIGS", "TOPIC", resource.resource_name)
             updates = _incremental_overrides(broker, resource.resource_name, resource.configs)
         except Exception as e:
             Resp = IncrementalAlterConfigsResponse.AlterConfigsResourceResponse
@@ -274,6 +283,9 @@ async def handle_describe_log_dirs(broker, header, request) -> Response:
     T = R.DescribeLogDirsTopic
     P = T.DescribeLogDirsPartition
     manager = broker.log_manager
+    if not cluster_allowed(broker, "DESCRIBE"):  # Kafka: DESCRIBE on the cluster, else no log dirs at all
+        response = DescribeLogDirsResponse(version=version, throttle_time_ms=0, error_code=31, results=[])
+        return Response.of(response, version)
     wanted = None
     if request.topics is not None:
         wanted = {(t.topic, p) for t in request.topics for p in t.partitions}

@@ -19,8 +19,9 @@ import time
 
 from ...manager import TopicPartition
 from ...storage.file_records import EMPTY_SLICE
-from ..protocol import NONE, FileRegion, Response, error_code
+from ..protocol import NONE, TOPIC_AUTHORIZATION_FAILED, FileRegion, Response, error_code
 from ..replica_access import READ_COMMITTED, READ_UNCOMMITTED, FetchResult
+from ..security.acl import allowed
 
 LOG_END = "log_end"
 
@@ -155,9 +156,15 @@ async def handle(broker, header, request) -> Response:
     isolation = READ_COMMITTED if request.isolation_level == 1 else READ_UNCOMMITTED
     fetch_infos: dict[TopicPartition, tuple[int, int]] = {}
     order: list[TopicPartition] = []
+    denied: list[TopicPartition] = []  # Kafka: a consumer's fetch needs READ on each topic
     for topic in request.topics:
+        may_read = allowed(broker, "READ", "TOPIC", topic.topic)
         for p in topic.partitions:
             tp = TopicPartition(topic.topic, p.partition)
+            if not may_read:
+                if tp not in denied:
+                    denied.append(tp)
+                continue
             if tp not in fetch_infos:
                 order.append(tp)
             fetch_infos[tp] = (p.fetch_offset, max(0, p.partition_max_bytes))
@@ -190,7 +197,15 @@ async def handle(broker, header, request) -> Response:
         and not any(r.error is not None for r in results.values())
     ):
         results = await _wait(broker, fetch_infos, read, request.min_bytes, wait_ms)
-    return encode_response(version, _answers(results, order, isolation))
+    answers = _answers(results, order, isolation)
+    if denied:
+        by_topic: dict[str, list[PartitionAnswer]] = {}
+        for tp in denied:
+            by_topic.setdefault(tp.topic, []).append(
+                PartitionAnswer(tp.partition, TOPIC_AUTHORIZATION_FAILED, -1, -1, -1, None, EMPTY_SLICE)
+            )
+        answers = list(by_topic.items()) + answers
+    return encode_response(version, answers)
 
 
 def _read_follower(broker, fetch_infos, epochs, max_bytes: int):

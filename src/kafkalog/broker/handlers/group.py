@@ -32,7 +32,11 @@ from kafka.protocol.consumer import (
 from kafka.protocol.metadata import FindCoordinatorResponse
 
 from ...coordinator.group import Errors, JoinResult, SyncResult
+from ...errors import UnknownTopicOrPartitionError
+from ..messages import ConsumerGroupHeartbeatResponse
 from ..protocol import Response
+from ..security.acl import allowed, cluster_allowed
+from .metadata import topic_uuid
 
 log = logging.getLogger("kafka.server.KafkaApis")
 
@@ -80,6 +84,9 @@ async def handle_find_coordinator(broker, header, request) -> Response:
     host, port = broker.advertised_endpoint()
     answers = []
     for key in keys:
+        if key_type == GROUP_KEY_TYPE and not allowed(broker, "DESCRIBE", "GROUP", key):
+            answers.append((key, GROUP_AUTHORIZATION_FAILED, "Group authorization failed.", -1, "", -1))
+            continue
         if key_type == GROUP_KEY_TYPE:
             error = broker.group_coordinator.ensure_offsets_topic()
             message = None if error == Errors.NONE else "The coordinator is not available."
@@ -105,10 +112,28 @@ async def handle_find_coordinator(broker, header, request) -> Response:
     return Response.of(response, version)
 
 
+GROUP_AUTHORIZATION_FAILED = 30
+TOPIC_AUTHORIZATION_FAILED = 29
+
+
 # ----- JoinGroup (11) / SyncGroup (14) / Heartbeat (12) / LeaveGroup (13) --------------------------------------
 async def handle_join_group(broker, header, request) -> Response:
     version = header.api_version
     coordinator = broker.group_coordinator
+    if not allowed(broker, "READ", "GROUP", request.group_id):
+        response = JoinGroupResponse(
+            version=version,
+            throttle_time_ms=0,
+            error_code=GROUP_AUTHORIZATION_FAILED,
+            generation_id=-1,
+            protocol_type=None,
+            protocol_name=None if version >= 7 else "",
+            leader="",
+            skip_assignment=False,
+            member_id=request.member_id,
+            members=[],
+        )
+        return Response.of(response, version)
     result: JoinResult = await _wait(
         lambda callback: coordinator.join_group(
             request.group_id,
@@ -151,6 +176,16 @@ async def handle_sync_group(broker, header, request) -> Response:
     version = header.api_version
     coordinator = broker.group_coordinator
     assignments = {a.member_id: bytes(a.assignment) for a in request.assignments}
+    if not allowed(broker, "READ", "GROUP", request.group_id):
+        response = SyncGroupResponse(
+            version=version,
+            throttle_time_ms=0,
+            error_code=GROUP_AUTHORIZATION_FAILED,
+            protocol_type=None,
+            protocol_name=None,
+            assignment=b"",
+        )
+        return Response.of(response, version)
     result: SyncResult = await _wait(
         lambda callback: coordinator.sync_group(
             request.group_id,
@@ -176,6 +211,10 @@ async def handle_sync_group(broker, header, request) -> Response:
 
 async def handle_heartbeat(broker, header, request) -> Response:
     version = header.api_version
+    if not allowed(broker, "READ", "GROUP", request.group_id):
+        return Response.of(
+            HeartbeatResponse(version=version, throttle_time_ms=0, error_code=GROUP_AUTHORIZATION_FAILED), version
+        )
     error = broker.group_coordinator.heartbeat(
         request.group_id,
         request.member_id,
@@ -191,6 +230,11 @@ async def handle_leave_group(broker, header, request) -> Response:
         leaving = [(m.member_id, m.group_instance_id) for m in request.members]
     else:
         leaving = [(request.member_id, None)]
+    if not allowed(broker, "READ", "GROUP", request.group_id):
+        denied = LeaveGroupResponse(version=version, throttle_time_ms=0, error_code=GROUP_AUTHORIZATION_FAILED)
+        if version >= 3:
+            denied.members = []
+        return Response.of(denied, version)
     top, results = broker.group_coordinator.leave_group(request.group_id, leaving)
     if version < 3:  # one member: its error is the response's
         code = int(top) if top != Errors.NONE or not results else int(results[0][2])
@@ -210,18 +254,31 @@ CommitPartition = CommitTopic.OffsetCommitResponsePartition
 async def handle_offset_commit(broker, header, request) -> Response:
     version = header.api_version
     offsets = {}
+    denied: dict[tuple[str, int], int] = {}
+    group_ok = allowed(broker, "READ", "GROUP", request.group_id)
     for topic in request.topics:
+        topic_ok = group_ok and allowed(broker, "READ", "TOPIC", topic.name)
         for p in topic.partitions:
+            if not topic_ok:  # Kafka: READ on the group, then READ on each topic
+                denied[(topic.name, p.partition_index)] = (
+                    GROUP_AUTHORIZATION_FAILED if not group_ok else TOPIC_AUTHORIZATION_FAILED
+                )
+                continue
             epoch = p.committed_leader_epoch if version >= 6 else -1
             offsets[(topic.name, p.partition_index)] = (p.committed_offset, epoch, p.committed_metadata)
-    results = broker.group_coordinator.commit_offsets(
-        request.group_id,
-        request.member_id,
-        request.group_instance_id if version >= 7 else None,
-        request.generation_id_or_member_epoch,
-        offsets,
-        request.retention_time_ms if 2 <= version <= 4 else -1,
+    results = (
+        {}
+        if not offsets
+        else broker.group_coordinator.commit_offsets(
+            request.group_id,
+            request.member_id,
+            request.group_instance_id if version >= 7 else None,
+            request.generation_id_or_member_epoch,
+            offsets,
+            request.retention_time_ms if 2 <= version <= 4 else -1,
+        )
     )
+    results = {**results, **denied}
     topics = [
         CommitTopic(
             name=topic.name,
@@ -240,6 +297,11 @@ async def handle_offset_commit(broker, header, request) -> Response:
 def _fetch_group(broker, group_id: str, topics) -> tuple[int, list[tuple[str, list[tuple[int, int, int, str, int]]]]]:
     """(group error, [(topic, [(partition, offset, leader epoch, metadata, error)])]) for one group."""
     wanted = None if topics is None else [(t.name, p) for t in topics for p in t.partition_indexes]
+    if not allowed(broker, "DESCRIBE", "GROUP", group_id):
+        return GROUP_AUTHORIZATION_FAILED, [
+            (name, [(p, -1, -1, "", GROUP_AUTHORIZATION_FAILED) for p in [q for t, q in wanted or [] if t == name]])
+            for name in dict.fromkeys(t for t, _ in wanted or [])
+        ]
     error, found = broker.group_coordinator.fetch_offsets(group_id, wanted)
     by_topic: dict[str, list[tuple[int, int, int, str, int]]] = {}
     if error != Errors.NONE:
@@ -247,6 +309,10 @@ def _fetch_group(broker, group_id: str, topics) -> tuple[int, list[tuple[str, li
             by_topic.setdefault(topic, []).append((partition, -1, -1, "", int(error)))
         return int(error), list(by_topic.items())
     for (topic, partition), om in found.items():
+        if not allowed(broker, "DESCRIBE", "TOPIC", topic):
+            if wanted is not None:  # named: TOPIC_AUTHORIZATION_FAILED; all offsets: left out
+                by_topic.setdefault(topic, []).append((partition, -1, -1, "", TOPIC_AUTHORIZATION_FAILED))
+            continue
         if om is None:
             by_topic.setdefault(topic, []).append((partition, -1, -1, "", 0))
         else:
@@ -316,6 +382,11 @@ async def handle_offset_fetch(broker, header, request) -> Response:
 async def handle_offset_delete(broker, header, request) -> Response:
     version = header.api_version
     wanted = [(t.name, p.partition_index) for t in request.topics for p in t.partitions]
+    if not allowed(broker, "DELETE", "GROUP", request.group_id):
+        response = OffsetDeleteResponse(
+            version=version, error_code=GROUP_AUTHORIZATION_FAILED, throttle_time_ms=0, topics=[]
+        )
+        return Response.of(response, version)
     error, results = broker.group_coordinator.delete_offsets(request.group_id, wanted)
     Topic = OffsetDeleteResponse.OffsetDeleteResponseTopic
     Partition = Topic.OffsetDeleteResponsePartition
@@ -342,9 +413,11 @@ async def handle_list_groups(broker, header, request) -> Response:
     types = list(request.types_filter or []) if version >= 5 else []
     groups = [
         ListGroupsResponse.ListedGroup(
-            group_id=g.group_id, protocol_type=g.protocol_type, group_state=g.state, group_type="classic"
+            group_id=g.group_id, protocol_type=g.protocol_type, group_state=g.state, group_type=g.group_type
         )
         for g in broker.group_coordinator.list_groups(states, types)
+        # Kafka: DESCRIBE on the cluster lists every group, else those the principal may DESCRIBE
+        if cluster_allowed(broker, "DESCRIBE") or allowed(broker, "DESCRIBE", "GROUP", g.group_id)
     ]
     response = ListGroupsResponse(version=version, throttle_time_ms=0, error_code=0, groups=groups)
     return Response.of(response, version)
@@ -356,6 +429,19 @@ async def handle_describe_groups(broker, header, request) -> Response:
     DescribedMember = Described.DescribedGroupMember
     groups = []
     for group_id in request.groups:
+        if not allowed(broker, "DESCRIBE", "GROUP", group_id):
+            groups.append(
+                Described(
+                    error_code=GROUP_AUTHORIZATION_FAILED,
+                    group_id=group_id,
+                    group_state="",
+                    protocol_type="",
+                    protocol_data="",
+                    members=[],
+                    authorized_operations=NO_AUTHORIZED_OPERATIONS,
+                )
+            )
+            continue
         _, description = broker.group_coordinator.describe_group(group_id)
         if description is None:  # before v6, an unknown group is described as Dead, without error
             groups.append(
@@ -396,10 +482,94 @@ async def handle_describe_groups(broker, header, request) -> Response:
 
 async def handle_delete_groups(broker, header, request) -> Response:
     version = header.api_version
-    results = broker.group_coordinator.delete_groups(list(request.groups_names))
+    names = list(request.groups_names)
+    permitted = [g for g in names if allowed(broker, "DELETE", "GROUP", g)]
+    results = broker.group_coordinator.delete_groups(permitted) if permitted else {}
+    results = {g: results.get(g, GROUP_AUTHORIZATION_FAILED) for g in names}
     response = DeleteGroupsResponse(
         version=version,
         throttle_time_ms=0,
         results=[DeleteGroupsResponse.DeletableGroupResult(group_id=g, error_code=int(e)) for g, e in results.items()],
+    )
+    return Response.of(response, version)
+
+
+# ----- ConsumerGroupHeartbeat (68, KIP-848) ---------------------------------------------------------------------
+class _TopicIds:
+    """Topic name <-> topic id, for the heartbeat's partitions (which name topics by id)."""
+
+    def __init__(self, broker) -> None:
+        self.log_manager = broker.log_manager
+        self._names: dict | None = None
+
+    def id_of(self, name: str):
+        return topic_uuid(self.log_manager.describe_topic(name).topic_id)
+
+    def name_of(self, topic_id) -> str | None:
+        if self._names is None:
+            self._names = {}
+            for name in self.log_manager.topics():
+                try:
+                    self._names[self.id_of(name)] = name
+                except UnknownTopicOrPartitionError:
+                    continue
+        return self._names.get(topic_id)
+
+
+async def handle_consumer_group_heartbeat(broker, header, request) -> Response:
+    version = header.api_version
+    if not allowed(broker, "READ", "GROUP", request.group_id):  # as Kafka: READ on the group
+        denied = ConsumerGroupHeartbeatResponse(
+            version=version,
+            throttle_time_ms=0,
+            error_code=GROUP_AUTHORIZATION_FAILED,
+            error_message=None,
+            member_id=None,
+            member_epoch=-1,
+            heartbeat_interval_ms=0,
+            assignment=None,
+        )
+        return Response.of(denied, version)
+    ids = _TopicIds(broker)
+    owned = None
+    if request.topic_partitions is not None:
+        owned = {}
+        for tp in request.topic_partitions:
+            name = ids.name_of(tp.topic_id)
+            if name is not None and tp.partitions:
+                owned.setdefault(name, set()).update(tp.partitions)
+    result = broker.group_coordinator.consumer_group_heartbeat(
+        request.group_id,
+        request.member_id,
+        request.member_epoch,
+        request.instance_id,
+        request.rack_id,
+        request.rebalance_timeout_ms,
+        request.subscribed_topic_names,
+        request.subscribed_topic_regex if version >= 1 else None,
+        request.server_assignor,
+        owned,
+        header.client_id or "",
+        CLIENT_ADDRESS.get(),
+        version,
+    )
+    Assignment = ConsumerGroupHeartbeatResponse.Assignment
+    assignment = None
+    if result.assignment is not None:
+        assignment = Assignment(
+            topic_partitions=[
+                Assignment.TopicPartitions(topic_id=ids.id_of(topic), partitions=sorted(partitions))
+                for topic, partitions in sorted(result.assignment.items())
+            ]
+        )
+    response = ConsumerGroupHeartbeatResponse(
+        version=version,
+        throttle_time_ms=0,
+        error_code=int(result.error),
+        error_message=result.message,
+        member_id=result.member_id,
+        member_epoch=result.member_epoch,
+        heartbeat_interval_ms=result.heartbeat_interval_ms,
+        assignment=assignment,
     )
     return Response.of(response, version)

@@ -12,11 +12,14 @@ from ..protocol import (
     INVALID_TOPIC_EXCEPTION,
     LEADER_NOT_AVAILABLE,
     NONE,
+    TOPIC_AUTHORIZATION_FAILED,
+    UNKNOWN_TOPIC_ID,
     UNKNOWN_TOPIC_OR_PARTITION,
     MetadataResponse,
     Response,
     error_code,
 )
+from ..security.acl import allowed, cluster_allowed
 
 log = logging.getLogger("kafka.server.KafkaApis")
 
@@ -58,11 +61,36 @@ def describe(broker, name: str) -> Topic:
     )
 
 
+def _topic_by_id(broker, topic_id) -> Topic:
+    """Metadata v10+ by topic id (KIP-516; KIP-848 consumers look up their assigned topics so): the topic, or
+    UNKNOWN_TOPIC_ID."""
+    for name in broker.log_manager.topics():
+        try:
+            if topic_uuid(broker.log_manager.describe_topic(name).topic_id) == topic_id:
+                if not allowed(broker, "DESCRIBE", "TOPIC", name):
+                    return Topic(
+                        error_code=TOPIC_AUTHORIZATION_FAILED,
+                        name=None,
+                        topic_id=topic_id,
+                        is_internal=False,
+                        partitions=[],
+                    )
+                return describe(broker, name)
+        except UnknownTopicOrPartitionError:
+            continue
+    return Topic(
+        error_code=UNKNOWN_TOPIC_ID, name=None, topic_id=topic_id or ZERO_UUID, is_internal=False, partitions=[]
+    )
+
+
 def _error_topic(name: str, code: int) -> Topic:
     return Topic(error_code=code, name=name, topic_id=ZERO_UUID, is_internal=False, partitions=[])
 
 
 def _topic_or_error(broker, name: str, allow_auto_create: bool) -> Topic:
+    # Kafka: a topic named in the request without DESCRIBE is TOPIC_AUTHORIZATION_FAILED, whether it exists or not.
+    if not allowed(broker, "DESCRIBE", "TOPIC", name):
+        return _error_topic(name, TOPIC_AUTHORIZATION_FAILED)
     try:
         validate_topic_name(name)
     except InvalidTopicError:
@@ -73,6 +101,8 @@ def _topic_or_error(broker, name: str, allow_auto_create: bool) -> Topic:
         pass
     if not (allow_auto_create and broker.config.auto_create_topics_enable):
         return _error_topic(name, UNKNOWN_TOPIC_OR_PARTITION)
+    if not (cluster_allowed(broker, "CREATE") or allowed(broker, "CREATE", "TOPIC", name)):
+        return _error_topic(name, TOPIC_AUTHORIZATION_FAILED)
     try:
         broker.auto_create_topic(name)
     except TopicExistsError:
@@ -167,10 +197,16 @@ async def handle(broker, header, request) -> Response:
         return await _handle_cluster(broker, header, request)
     version = header.api_version
     if request.topics is None or (version == 0 and not request.topics):
-        topics = [describe(broker, name) for name in broker.log_manager.topics()]
+        # Every topic the principal may DESCRIBE; the others are left out, as if they did not exist.
+        topics = [describe(broker, n) for n in broker.log_manager.topics() if allowed(broker, "DESCRIBE", "TOPIC", n)]
     else:
         allow = request.allow_auto_topic_creation if version >= 4 else True
-        topics = [_topic_or_error(broker, t.name or "", allow) for t in request.topics]
+        topics = [
+            _topic_by_id(broker, t.topic_id)
+            if t.name is None and version >= 10
+            else _topic_or_error(broker, t.name or "", allow)
+            for t in request.topics
+        ]
     host, port = broker.advertised_endpoint()
     response = MetadataResponse(
         version=version,

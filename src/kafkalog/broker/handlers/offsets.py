@@ -11,6 +11,7 @@ from ..protocol import (
     error_code,
 )
 from ..replica_access import READ_COMMITTED, READ_UNCOMMITTED
+from ..security.acl import require
 
 ListTopic = ListOffsetsResponse.ListOffsetsTopicResponse
 ListPartition = ListTopic.ListOffsetsPartitionResponse
@@ -28,6 +29,7 @@ async def handle_list_offsets(broker, header, request) -> Response:
         parts = []
         for p in topic.partitions:
             try:
+                require(broker, "DESCRIBE", "TOPIC", topic.name)
                 partition = broker.replica_manager.get_partition(topic.name, p.partition_index)
                 current = p.current_leader_epoch if version >= 4 and p.current_leader_epoch >= 0 else None
                 found = partition.fetch_offset_for_timestamp(p.timestamp, isolation, current)
@@ -69,6 +71,7 @@ async def handle_offset_for_leader_epoch(broker, header, request) -> Response:
         parts = []
         for p in topic.partitions:
             try:
+                require(broker, "DESCRIBE", "TOPIC", topic.topic)
                 partition = broker.replica_manager.get_partition(topic.topic, p.partition)
                 current = p.current_leader_epoch if p.current_leader_epoch >= 0 else None
                 epoch, end_offset = partition.last_offset_for_leader_epoch(p.leader_epoch, current)

@@ -13,7 +13,18 @@ import struct
 from ...manager import TopicPartition
 from ...storage.validator import NO_TIMESTAMP
 from ..network import CLOSE
-from ..protocol import CORRUPT_MESSAGE, INVALID_RECORD, NONE, ProduceResponse, Response, error_code, error_message
+from ..protocol import (
+    CORRUPT_MESSAGE,
+    INVALID_RECORD,
+    NONE,
+    TOPIC_AUTHORIZATION_FAILED,
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+    ProduceResponse,
+    Response,
+    error_code,
+    error_message,
+)
+from ..security.acl import allowed
 
 log = logging.getLogger("kafka.server.KafkaApis")
 
@@ -40,10 +51,20 @@ async def handle(broker, header, request):
     entries: dict[TopicPartition, bytes] = {}
     early: dict[TopicPartition, tuple[int, str]] = {}
     order: list[TopicPartition] = []
+    transactional_id = getattr(request, "transactional_id", None)
+    # Kafka: a transactional produce needs WRITE on its transactional id, else every partition fails.
+    txn_denied = transactional_id is not None and not allowed(broker, "WRITE", "TRANSACTIONAL_ID", transactional_id)
     for topic in request.topic_data:
+        may_write = not txn_denied and allowed(broker, "WRITE", "TOPIC", topic.name)
         for part in topic.partition_data:
             tp = TopicPartition(topic.name, part.index)
             order.append(tp)
+            if txn_denied:
+                early[tp] = (TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "Transactional Id authorization failed.")
+                continue
+            if not may_write:
+                early[tp] = (TOPIC_AUTHORIZATION_FAILED, f"Not authorized to access topics: [{topic.name}]")
+                continue
             records = part.records
             if records is None:
                 early[tp] = (CORRUPT_MESSAGE, "The record set of a produce request must not be null")

@@ -8,13 +8,45 @@ from __future__ import annotations
 
 import logging
 
-from ..protocol import COORDINATOR_NOT_AVAILABLE, NONE, InitProducerIdResponse, Response, error_code
+from ..protocol import (
+    CLUSTER_AUTHORIZATION_FAILED,
+    COORDINATOR_NOT_AVAILABLE,
+    NONE,
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+    InitProducerIdResponse,
+    Response,
+    error_code,
+)
+from ..security.acl import allowed, cluster_allowed
+
+
+def _idempotent_write_allowed(broker) -> bool:
+    """Kafka: IDEMPOTENT_WRITE on the cluster, or WRITE on any topic (KIP-679)."""
+    if cluster_allowed(broker, "IDEMPOTENT_WRITE"):
+        return True
+    return any(allowed(broker, "WRITE", "TOPIC", name) for name in broker.log_manager.topics())
+
 
 log = logging.getLogger("kafka.coordinator.transaction.ProducerIdManager")
 
 
 async def handle(broker, header, request) -> Response:
     version = header.api_version
+    denied = (
+        not allowed(broker, "WRITE", "TRANSACTIONAL_ID", request.transactional_id)
+        if request.transactional_id is not None
+        else not _idempotent_write_allowed(broker)
+    )
+    if denied:
+        code = (
+            TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+            if request.transactional_id is not None
+            else CLUSTER_AUTHORIZATION_FAILED
+        )
+        response = InitProducerIdResponse(
+            version=version, throttle_time_ms=0, error_code=code, producer_id=-1, producer_epoch=-1
+        )
+        return Response.of(response, version)
     if request.transactional_id is not None:
         response = InitProducerIdResponse(
             version=version, throttle_time_ms=0, error_code=COORDINATOR_NOT_AVAILABLE, producer_id=-1, producer_epoch=-1

@@ -19,6 +19,7 @@ from ..protocol import (
     SaslAuthenticateResponse,
     SaslHandshakeResponse,
 )
+from ..security.acl import cluster_allowed
 from ..security.sasl import ILLEGAL_SASL_STATE, SASL_AUTHENTICATION_FAILED, SaslFailure
 from ..security.scram import MAX_ITERATIONS, MECHANISM_IDS, MIN_ITERATIONS, ScramCredential, credential_from_salted
 
@@ -84,6 +85,12 @@ async def handle_authenticate(broker, conn: Connection, header, request) -> Resp
 
 
 async def handle_describe_scram(broker, header, request) -> Response:
+    if not cluster_allowed(broker, "DESCRIBE"):
+        R = DescribeUserScramCredentialsResponse
+        response = R(
+            version=0, throttle_time_ms=0, error_code=31, error_message="Cluster authorization failed.", results=[]
+        )
+        return Response.of(response, 0)
     store = broker.credential_store
     known = store.users()
     names = [u.name for u in request.users] if request.users else list(known)
@@ -153,6 +160,9 @@ async def handle_alter_scram(broker, header, request) -> Response:
     """
     store = broker.credential_store
     errors: dict[str, tuple[int, str]] = {}
+    if not cluster_allowed(broker, "ALTER"):  # Kafka: ALTER on the cluster, else every user fails
+        for item in list(request.deletions) + list(request.upsertions):
+            errors[item.name] = (31, "Cluster authorization failed.")
     order: list[str] = []
     touched: dict[str, set[str]] = {}
     for item in list(request.deletions) + list(request.upsertions):

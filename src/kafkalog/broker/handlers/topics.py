@@ -11,6 +11,7 @@ from ..protocol import (
     INVALID_REPLICATION_FACTOR,
     INVALID_REQUEST,
     NONE,
+    TOPIC_AUTHORIZATION_FAILED,
     CreatePartitionsResponse,
     CreateTopicsResponse,
     DeleteTopicsResponse,
@@ -18,7 +19,10 @@ from ..protocol import (
     error_code,
     error_message,
 )
+from ..security.acl import allowed, cluster_allowed
 from .metadata import ZERO_UUID, topic_uuid
+
+_DENIED = "Authorization failed."
 
 log = logging.getLogger("kafka.server.KafkaApis")
 
@@ -43,6 +47,8 @@ def _create_one(broker, topic, validate_only: bool) -> Created:
             configs=None,
         )
 
+    if not (cluster_allowed(broker, "CREATE") or allowed(broker, "CREATE", "TOPIC", topic.name)):
+        return failed(TOPIC_AUTHORIZATION_FAILED, _DENIED)
     if topic.assignments:
         return failed(INVALID_REQUEST, "Replica assignments are not supported by this single-node broker")
     if replication != 1:
@@ -139,6 +145,8 @@ def _delete_one(broker, name: str | None) -> Deleted:
             error_code=error_code(UnknownTopicOrPartitionError("")),
             error_message="Deleting topics by id is not supported yet",
         )
+    if not allowed(broker, "DELETE", "TOPIC", name):
+        return Deleted(name=name, topic_id=ZERO_UUID, error_code=TOPIC_AUTHORIZATION_FAILED, error_message=_DENIED)
     try:
         topic_id = topic_uuid(broker.log_manager.describe_topic(name).topic_id)
         broker.log_manager.delete_topic(name)
@@ -173,6 +181,8 @@ INVALID_REPLICA_ASSIGNMENT = 39
 
 def _grow_one(broker, topic, validate_only: bool):
     Result = CreatePartitionsResponse.CreatePartitionsTopicResult
+    if not allowed(broker, "ALTER", "TOPIC", topic.name):
+        return Result(name=topic.name, error_code=TOPIC_AUTHORIZATION_FAILED, error_message=_DENIED)
     try:
         if topic.assignments and any(ids != [broker.node_id] for ids in (a.broker_ids for a in topic.assignments)):
             return Result(
