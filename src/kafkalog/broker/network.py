@@ -32,6 +32,7 @@ import logging
 import socket
 import ssl
 import struct
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
@@ -86,6 +87,7 @@ class Connection:
         self.principal = ANONYMOUS
         self.sasl: SaslAuthenticator | None = None
         self.close_after_send = False  # a failed login: answer, then close
+        self.mute_until = 0.0  # a throttled client: read nothing before this time.monotonic()
         self.closed = False
         self.busy = False  # a request has been read and its response is not yet written
 
@@ -236,6 +238,9 @@ class SocketServer:
         return True
 
     async def _read_frame_head(self, conn: Connection) -> bytes:
+        muted = conn.mute_until - time.monotonic()
+        if muted > 0:  # a quota throttle: the next request waits in the socket
+            await asyncio.sleep(muted)
         idle = self.security.connections_max_idle_ms
         if idle < 0:
             return await conn.reader.readexactly(4)

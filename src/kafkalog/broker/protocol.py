@@ -13,6 +13,8 @@ import struct
 from dataclasses import dataclass, field
 
 from kafka.protocol.admin import (
+    AlterClientQuotasRequest,
+    AlterClientQuotasResponse,
     AlterConfigsRequest,
     AlterConfigsResponse,
     AlterUserScramCredentialsRequest,
@@ -33,6 +35,8 @@ from kafka.protocol.admin import (
     DeleteTopicsResponse,
     DescribeAclsRequest,
     DescribeAclsResponse,
+    DescribeClientQuotasRequest,
+    DescribeClientQuotasResponse,
     DescribeClusterRequest,
     DescribeClusterResponse,
     DescribeConfigsRequest,
@@ -240,6 +244,8 @@ APIS: dict[int, ApiSpec] = {
         ApiSpec(29, "DescribeAcls", 1, 3, DescribeAclsRequest, DescribeAclsResponse),
         ApiSpec(30, "CreateAcls", 1, 3, CreateAclsRequest, CreateAclsResponse),
         ApiSpec(31, "DeleteAcls", 1, 3, DeleteAclsRequest, DeleteAclsResponse),
+        ApiSpec(48, "DescribeClientQuotas", 0, 1, DescribeClientQuotasRequest, DescribeClientQuotasResponse),
+        ApiSpec(49, "AlterClientQuotas", 0, 1, AlterClientQuotasRequest, AlterClientQuotasResponse),
         ApiSpec(17, "SaslHandshake", 0, 1, SaslHandshakeRequest, SaslHandshakeResponse),
         ApiSpec(36, "SaslAuthenticate", 0, 2, SaslAuthenticateRequest, SaslAuthenticateResponse),
         ApiSpec(

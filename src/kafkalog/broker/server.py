@@ -25,6 +25,7 @@ from .handlers.group import LoopScheduler
 from .network import SocketSecurity, SocketServer
 from .producer_ids import ProducerIdManager
 from .purgatory import FetchPurgatory
+from .quota import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, QuotaManager, QuotaStore
 from .replica_access import ReplicaManager, prepare_replica_manager
 from .security.acl import Authorizer
 from .security.context import CURRENT
@@ -90,6 +91,9 @@ class KafkaServer:
         self.cluster: ClusterNode | None = None
         self.credential_store: CredentialStore | None = None
         self.authorizer: Authorizer | None = None
+        self.quota_store: QuotaStore | None = None
+        self.produce_quota: QuotaManager | None = None
+        self.fetch_quota: QuotaManager | None = None
         self.stopping = False
         self._stopped = asyncio.Event()
 
@@ -139,6 +143,10 @@ class KafkaServer:
             # Every broker of a cluster hands out ids: they come from ZooKeeper's block, never a local file.
             self.producer_ids = ZkProducerIdManager(self.cluster.zk, self.node_id)
         self.credential_store = CredentialStore(self.log_manager.log_dirs[0])
+        self.quota_store = QuotaStore(self.log_manager.log_dirs[0])
+        samples, window_ms = self.config.quota_window_num, self.config.quota_window_size_seconds * 1000
+        self.produce_quota = QuotaManager(self.quota_store, PRODUCER_BYTE_RATE, samples, window_ms)
+        self.fetch_quota = QuotaManager(self.quota_store, CONSUMER_BYTE_RATE, samples, window_ms)
         self.group_coordinator = GroupCoordinator(
             self.log_manager,
             self.config.group_coordinator,

@@ -22,6 +22,7 @@ from ...storage.file_records import EMPTY_SLICE
 from ..protocol import NONE, TOPIC_AUTHORIZATION_FAILED, FileRegion, Response, error_code
 from ..replica_access import READ_COMMITTED, READ_UNCOMMITTED, FetchResult
 from ..security.acl import allowed
+from ..security.context import CURRENT, throttle
 
 LOG_END = "log_end"
 
@@ -60,20 +61,22 @@ class PartitionAnswer:
         self.records = records  # RecordsSlice (possibly empty)
 
 
-def encode_response(version: int, topics: list[tuple[str, list[PartitionAnswer]]], top_error: int = NONE) -> Response:
+def encode_response(
+    version: int, topics: list[tuple[str, list[PartitionAnswer]]], top_error: int = NONE, throttle_ms: int = 0
+) -> Response:
     """The Fetch response body (v4-v12), record sets as file regions; flexible (compact, tagged) from v12."""
     parts: list[bytes | FileRegion] = []
     try:
-        _encode(version, topics, top_error, parts)
+        _encode(version, topics, top_error, parts, throttle_ms)
     except BaseException:
         Response(parts).close()
         raise
     return Response(parts)
 
 
-def _encode(version: int, topics, top_error: int, parts: list) -> None:
+def _encode(version: int, topics, top_error: int, parts: list, throttle_ms: int = 0) -> None:
     flexible = version >= 12
-    buf = bytearray(_I32.pack(0))  # throttle_time_ms
+    buf = bytearray(_I32.pack(throttle_ms))
     if version >= 7:
         buf += _I16.pack(top_error) + _I32.pack(_INVALID_SESSION_ID)
     buf += _uvarint(len(topics) + 1) if flexible else _I32.pack(len(topics))
@@ -205,7 +208,18 @@ async def handle(broker, header, request) -> Response:
                 PartitionAnswer(tp.partition, TOPIC_AUTHORIZATION_FAILED, -1, -1, -1, None, EMPTY_SLICE)
             )
         answers = list(by_topic.items()) + answers
-    return encode_response(version, answers)
+    response = encode_response(version, answers)
+    quota = broker.fetch_quota
+    if quota is not None:
+        ctx = CURRENT.get()
+        throttle_ms = quota.record(ctx.user, ctx.client_id, response.size)
+        if throttle_ms > 0:
+            # Kafka: a throttled fetch is answered without records, and its bytes are not counted.
+            quota.unrecord(ctx.user, ctx.client_id, response.size)
+            response.close()
+            throttle(throttle_ms)
+            return encode_response(version, [], NONE, throttle_ms)
+    return response
 
 
 def _read_follower(broker, fetch_infos, epochs, max_bytes: int):

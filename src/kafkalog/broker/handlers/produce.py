@@ -25,6 +25,7 @@ from ..protocol import (
     error_message,
 )
 from ..security.acl import allowed
+from ..security.context import CURRENT, throttle
 
 log = logging.getLogger("kafka.server.KafkaApis")
 
@@ -83,6 +84,9 @@ async def handle(broker, header, request):
         if acks == -1:
             # Kafka's delayed produce: answer when the ISR has the records (or the timeout passes).
             results = await cluster.wait_for_acks(results, max(0, request.timeout_ms))
+    ctx = CURRENT.get()
+    throttle_ms = broker.produce_quota.record(ctx.user, ctx.client_id, ctx.request_size) if broker.produce_quota else 0
+    throttle(throttle_ms)
     if acks == 0:
         failed = [tp for tp in order if tp in early or results[tp].error is not None]
         if failed:
@@ -123,6 +127,6 @@ async def handle(broker, header, request):
     response = ProduceResponse(
         version=version,
         responses=[TopicResponse(name=name, partition_responses=parts) for name, parts in by_topic.items()],
-        throttle_time_ms=0,
+        throttle_time_ms=throttle_ms,
     )
     return Response.of(response, version)
