@@ -186,9 +186,10 @@ class KafkaConfig:
             )
         self.auto_create_topics_enable = _bool(p, "auto.create.topics.enable", True)
         self.default_replication_factor = _int(p, "default.replication.factor", 1, 1)
-        if self.default_replication_factor != 1:
+        if self.default_replication_factor != 1 and not p.get("zookeeper.connect", "").strip():
             raise InvalidConfigurationError(
-                "default.replication.factor must be 1: this broker is a single node (replication is not built yet)"
+                "default.replication.factor must be 1 on a single node "
+                "(set zookeeper.connect to run a replicated cluster)"
             )
         self.socket_request_max_bytes = _int(p, "socket.request.max.bytes", 100 * 1024 * 1024, 1)
         self.queued_max_requests = _int(p, "queued.max.requests", 500, 1)

@@ -106,6 +106,7 @@ MESSAGE_TOO_LARGE = 10
 INVALID_TOPIC_EXCEPTION = 17
 RECORD_LIST_TOO_LARGE = 18
 NOT_ENOUGH_REPLICAS = 19
+NOT_ENOUGH_REPLICAS_AFTER_APPEND = 20
 INVALID_REQUIRED_ACKS = 21
 INVALID_TIMESTAMP = 32
 UNSUPPORTED_VERSION = 35
@@ -142,7 +143,7 @@ _ERROR_CODES = {
     "InvalidTopicError": INVALID_TOPIC_EXCEPTION,
     "RecordBatchTooLargeError": RECORD_LIST_TOO_LARGE,
     "NotEnoughReplicasError": NOT_ENOUGH_REPLICAS,
-    "NotEnoughReplicasAfterAppendError": 20,
+    "NotEnoughReplicasAfterAppendError": NOT_ENOUGH_REPLICAS_AFTER_APPEND,
     "InvalidRequiredAcksError": INVALID_REQUIRED_ACKS,
     "InvalidTimestampError": INVALID_TIMESTAMP,
     "TopicExistsError": TOPIC_ALREADY_EXISTS,
@@ -160,6 +161,8 @@ _ERROR_CODES = {
     "UnsupportedCompressionTypeError": UNSUPPORTED_COMPRESSION_TYPE,
     "InvalidRecordError": INVALID_RECORD,
     "InvalidRequestError": INVALID_REQUEST,
+    "RequestTimedOutError": REQUEST_TIMED_OUT,
+    "LeaderNotAvailableError": LEADER_NOT_AVAILABLE,
     "TopicAuthorizationFailedError": 29,
     "GroupAuthorizationFailedError": 30,
     "ClusterAuthorizationFailedError": 31,

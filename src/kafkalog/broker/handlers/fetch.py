@@ -20,9 +20,11 @@ import time
 from ...manager import TopicPartition
 from ...storage.file_records import EMPTY_SLICE
 from ..protocol import NONE, TOPIC_AUTHORIZATION_FAILED, FileRegion, Response, error_code
-from ..replica_access import READ_COMMITTED, READ_UNCOMMITTED
+from ..replica_access import READ_COMMITTED, READ_UNCOMMITTED, FetchResult
 from ..security.acl import allowed
 from ..security.context import CURRENT, throttle
+
+LOG_END = "log_end"
 
 FETCH_SESSION_ID_NOT_FOUND = 70
 _INVALID_SESSION_ID = 0
@@ -170,7 +172,26 @@ async def handle(broker, header, request) -> Response:
                 order.append(tp)
             fetch_infos[tp] = (p.fetch_offset, max(0, p.partition_max_bytes))
     max_bytes = request.max_bytes if request.max_bytes > 0 else 0
-    results = _read(broker, fetch_infos, isolation, max_bytes)
+    cluster = getattr(broker, "cluster", None)
+    if request.replica_id >= 0 and cluster is not None:
+        # A follower's fetch (Kafka's ReplicaFetcherThread): read to the log end at its leader epoch; its fetch
+        # offset is its log end offset, which may move the high watermark and the ISR.
+        epochs = {
+            TopicPartition(t.topic, p.partition): p.current_leader_epoch for t in request.topics for p in t.partitions
+        }
+        for tp, (offset, _) in fetch_infos.items():
+            cluster.on_follower_fetch(tp, request.replica_id, offset)
+
+        def read():
+            return _read_follower(broker, fetch_infos, epochs, max_bytes)
+
+        isolation = LOG_END
+    else:
+
+        def read():
+            return _read(broker, fetch_infos, isolation, max_bytes)
+
+    results = read()
     wait_ms = request.max_wait_ms
     if (
         wait_ms > 0
@@ -178,7 +199,7 @@ async def handle(broker, header, request) -> Response:
         and _total_bytes(results) < request.min_bytes
         and not any(r.error is not None for r in results.values())
     ):
-        results = await _wait(broker, fetch_infos, isolation, max_bytes, request.min_bytes, wait_ms, results)
+        results = await _wait(broker, fetch_infos, read, request.min_bytes, wait_ms)
     answers = _answers(results, order, isolation)
     if denied:
         by_topic: dict[str, list[PartitionAnswer]] = {}
@@ -201,8 +222,38 @@ async def handle(broker, header, request) -> Response:
     return response
 
 
-async def _wait(broker, fetch_infos, isolation, max_bytes, min_bytes, wait_ms, results):
-    """Sleep until a watched high watermark advances with enough bytes, or ``wait_ms`` has passed."""
+def _read_follower(broker, fetch_infos, epochs, max_bytes: int):
+    """A follower's read: up to the log end, only from the leader, at the follower's leader epoch."""
+    results = {}
+    remaining = max_bytes
+    min_one = True
+    for tp, (offset, partition_max) in fetch_infos.items():
+        partition = None
+        try:
+            partition = broker.replica_manager.get_partition(tp.topic, tp.partition)
+            epoch = epochs.get(tp, -1)
+            info = partition.fetch_records(
+                offset, max(0, min(partition_max, remaining)), LOG_END, min_one, True, epoch if epoch >= 0 else None
+            )
+            if info.records.size > 0:
+                min_one = False
+            remaining = max(0, remaining - info.records.size)
+            results[tp] = FetchResult(
+                None, info, partition.high_watermark, partition.last_stable_offset, partition.log_start_offset
+            )
+        except Exception as e:
+            if partition is None:
+                results[tp] = FetchResult(e, None)
+            else:
+                results[tp] = FetchResult(
+                    e, None, partition.high_watermark, partition.last_stable_offset, partition.log_start_offset
+                )
+    return results
+
+
+async def _wait(broker, fetch_infos, read, min_bytes, wait_ms):
+    """Sleep until a watched partition is notified (high watermark or, for followers, new records) with enough
+    bytes, or ``wait_ms`` has passed."""
     deadline = time.monotonic() + wait_ms / 1000.0
     partitions = list(fetch_infos)
     purgatory = broker.purgatory
@@ -210,7 +261,7 @@ async def _wait(broker, fetch_infos, isolation, max_bytes, min_bytes, wait_ms, r
         event = purgatory.watch(partitions)
         try:
             # Re-read once after registering: data that arrived in between must not be waited for.
-            results = _read(broker, fetch_infos, isolation, max_bytes)
+            results = read()
             if _total_bytes(results) >= max(1, min_bytes) or any(r.error is not None for r in results.values()):
                 return results
             remaining = deadline - time.monotonic()
@@ -219,6 +270,6 @@ async def _wait(broker, fetch_infos, isolation, max_bytes, min_bytes, wait_ms, r
             try:
                 await asyncio.wait_for(event.wait(), remaining)
             except TimeoutError:
-                return _read(broker, fetch_infos, isolation, max_bytes)
+                return read()
         finally:
             purgatory.unwatch(partitions, event)

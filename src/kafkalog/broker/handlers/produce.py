@@ -76,6 +76,14 @@ async def handle(broker, header, request):
                 continue
             entries[tp] = bytes(records)
     results = broker.replica_manager.append_records(entries, acks) if entries else {}
+    cluster = getattr(broker, "cluster", None)
+    if cluster is not None and results:
+        for tp, result in results.items():
+            if result.error is None:
+                broker.purgatory.notify(tp)  # followers' long-polling fetches wait for new records too
+        if acks == -1:
+            # Kafka's delayed produce: answer when the ISR has the records (or the timeout passes).
+            results = await cluster.wait_for_acks(results, max(0, request.timeout_ms))
     ctx = CURRENT.get()
     throttle_ms = broker.produce_quota.record(ctx.user, ctx.client_id, ctx.request_size) if broker.produce_quota else 0
     throttle(throttle_ms)
