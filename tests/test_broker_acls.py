@@ -86,8 +86,9 @@ def pki(tmp_path_factory):
 
 def _settings(pki) -> dict[str, str]:
     return {
-        "listeners": "SASL_PLAINTEXT://127.0.0.1:0,MTLS://127.0.0.1:0",
-        "listener.security.protocol.map": "SASL_PLAINTEXT:SASL_PLAINTEXT,MTLS:SSL",
+        "listeners": "SASL_PLAINTEXT://127.0.0.1:0,MTLS://127.0.0.1:0,MAPPED://127.0.0.1:0",
+        "listener.security.protocol.map": "SASL_PLAINTEXT:SASL_PLAINTEXT,MTLS:SSL,MAPPED:SSL",
+        "listener.name.mapped.ssl.principal.mapping.rules": "RULE:^CN=([^,]*),.*$/$1/L",
         "sasl.enabled.mechanisms": "PLAIN",
         "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS,
         "ssl.keystore.type": "PEM",
@@ -288,10 +289,10 @@ def test_the_principal_of_a_client_certificate_is_authorized(broker, admin_confi
     _create_topic(broker, topic)
     assert _produce(broker, "admin", topic, [b"for-alice-cert"]) == [None]
 
-    def consume():
+    def consume(listener="MTLS"):
         consumer = KafkaConsumer(
             topic,
-            bootstrap_servers=broker.bootstrap_of("MTLS"),
+            bootstrap_servers=broker.bootstrap_of(listener),
             security_protocol="SSL",
             ssl_cafile=str(pki.ca),
             ssl_certfile=str(pki.client_cert),
@@ -309,6 +310,10 @@ def test_the_principal_of_a_client_certificate_is_authorized(broker, admin_confi
     assert f"Topic {topic} is not authorized for this client" in caplog.text
     acls(broker, admin_config, "--add", "--allow-principal", CLIENT_PRINCIPAL, "--operation", "Read", "--topic", topic)
     assert consume() == [b"for-alice-cert"]
+    # On the listener with ssl.principal.mapping.rules the same certificate is User:alice, who may not read yet.
+    assert consume("MAPPED") == []
+    acls(broker, admin_config, "--add", "--allow-principal", "User:alice", "--operation", "Read", "--topic", topic)
+    assert consume("MAPPED") == [b"for-alice-cert"]
 
 
 def test_acls_list_remove_and_survive_a_restart(tmp_path, pki, admin_config):

@@ -269,3 +269,25 @@ def test_principal_of_a_certificate_is_its_rfc2253_subject(pki):
     assert principal_of(Peer(der)) == CLIENT_PRINCIPAL
     assert principal_of(Peer(None)) == "User:ANONYMOUS"
     assert principal_of(None) == "User:ANONYMOUS"
+
+
+def test_ssl_principal_mapping_rules_as_kafkas_examples():
+    from kafkalog.broker.security.tls import NoMatchingRule, SslPrincipalMapper
+    from kafkalog.errors import InvalidConfigurationError
+
+    # The rules and names of Kafka's documentation (ssl.principal.mapping.rules) and SslPrincipalMapperTest.
+    mapper = SslPrincipalMapper(
+        "RULE:^CN=(.*?),OU=ServiceUsers.*$/$1/,"
+        "RULE:^CN=(.*?),OU=(.*?),O=(.*?),L=(.*?),ST=(.*?),C=(.*?)$/$1@$2/L,"
+        "RULE:^.*[Cc][Nn]=([a-zA-Z0-9.]*).*$/$1/L,"
+        "DEFAULT"
+    )
+    assert mapper.name("CN=kafka-server1,OU=ServiceUsers,O=Org,C=US") == "kafka-server1"
+    assert mapper.name("CN=Duke,OU=JavaSoft,O=Sun Microsystems,L=Santa Clara,ST=CA,C=US") == "duke@javasoft"
+    assert mapper.name("cn=duke,ou=JavaSoft,o=Sun Microsystems,c=US") == "duke"
+    assert mapper.name("OU=JavaSoft,O=Sun Microsystems,C=US") == "OU=JavaSoft,O=Sun Microsystems,C=US"
+    assert SslPrincipalMapper("RULE:^CN=(.*),O=x$/$1/U").name("CN=ab,O=x") == "AB"
+    with pytest.raises(NoMatchingRule, match="No rules apply to CN=ab"):
+        SslPrincipalMapper("RULE:^CN=(.*),O=x$/$1/U").name("CN=ab")
+    with pytest.raises(InvalidConfigurationError, match="Invalid rule"):
+        SslPrincipalMapper("RULE:^CN=(.*)")

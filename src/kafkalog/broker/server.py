@@ -31,7 +31,7 @@ from .security.acl import Authorizer
 from .security.context import CURRENT
 from .security.sasl import SaslAuthenticator, listener_sasl
 from .security.scram import CredentialStore
-from .security.tls import server_context
+from .security.tls import principal_mapper, server_context
 
 log = logging.getLogger("kafka.server.KafkaServer")
 
@@ -102,6 +102,7 @@ class KafkaServer:
         """TLS contexts and SASL settings of the listeners, checked before anything is loaded or bound."""
         props = self.config.props
         contexts = {e.name: server_context(props, e) for e in self.config.listeners if e.tls}
+        mappers = {e.name: principal_mapper(props, e) for e in self.config.listeners if e.tls}
         sasl = {e.name: listener_sasl(props, e) for e in self.config.listeners if e.sasl}
         reauth_ms = self.config.connections_max_reauth_ms
 
@@ -110,6 +111,7 @@ class KafkaServer:
 
         return SocketSecurity(
             ssl_contexts=contexts,
+            principal_mappers=mappers,
             sasl_factory=factory,
             max_connections=self.config.max_connections,
             max_connections_per_ip=self.config.max_connections_per_ip,

@@ -21,7 +21,7 @@ from ...manager import TopicPartition
 from ...storage.file_records import EMPTY_SLICE
 from ..protocol import NONE, TOPIC_AUTHORIZATION_FAILED, FileRegion, Response, error_code
 from ..replica_access import READ_COMMITTED, READ_UNCOMMITTED, FetchResult
-from ..security.acl import allowed
+from ..security.acl import allowed, cluster_allowed
 from ..security.context import CURRENT, throttle
 
 LOG_END = "log_end"
@@ -159,9 +159,12 @@ async def handle(broker, header, request) -> Response:
     isolation = READ_COMMITTED if request.isolation_level == 1 else READ_UNCOMMITTED
     fetch_infos: dict[TopicPartition, tuple[int, int]] = {}
     order: list[TopicPartition] = []
-    denied: list[TopicPartition] = []  # Kafka: a consumer's fetch needs READ on each topic
+    # Kafka: a consumer's fetch needs READ on each topic, a follower's CLUSTER_ACTION on the cluster.
+    denied: list[TopicPartition] = []
+    from_follower = request.replica_id >= 0
+    follower_allowed = from_follower and cluster_allowed(broker, "CLUSTER_ACTION")
     for topic in request.topics:
-        may_read = allowed(broker, "READ", "TOPIC", topic.topic)
+        may_read = follower_allowed if from_follower else allowed(broker, "READ", "TOPIC", topic.topic)
         for p in topic.partitions:
             tp = TopicPartition(topic.topic, p.partition)
             if not may_read:
@@ -210,7 +213,7 @@ async def handle(broker, header, request) -> Response:
         answers = list(by_topic.items()) + answers
     response = encode_response(version, answers)
     quota = broker.fetch_quota
-    if quota is not None:
+    if quota is not None and not from_follower:  # client quotas do not apply to replication
         ctx = CURRENT.get()
         throttle_ms = quota.record(ctx.user, ctx.client_id, response.size)
         if throttle_ms > 0:

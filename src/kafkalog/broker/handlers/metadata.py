@@ -145,6 +145,8 @@ def _cluster_topic(broker, name: str) -> Topic | None:
 
 
 async def _cluster_topic_or_error(broker, name: str, allow_auto_create: bool) -> Topic:
+    if not allowed(broker, "DESCRIBE", "TOPIC", name):
+        return _error_topic(name, TOPIC_AUTHORIZATION_FAILED)
     try:
         validate_topic_name(name)
     except InvalidTopicError:
@@ -154,6 +156,8 @@ async def _cluster_topic_or_error(broker, name: str, allow_auto_create: bool) ->
         return found
     if not (allow_auto_create and broker.config.auto_create_topics_enable):
         return _error_topic(name, UNKNOWN_TOPIC_OR_PARTITION)
+    if not (cluster_allowed(broker, "CREATE") or allowed(broker, "CREATE", "TOPIC", name)):
+        return _error_topic(name, TOPIC_AUTHORIZATION_FAILED)
     settings = broker.cluster.settings
     try:
         await broker.cluster.create_topic(
@@ -173,7 +177,11 @@ async def _handle_cluster(broker, header, request) -> Response:
     await broker.cluster.wait_ready()
     view = broker.cluster.view
     if request.topics is None or (version == 0 and not request.topics):
-        topics = [t for name in sorted(view.topics) if (t := _cluster_topic(broker, name)) is not None]
+        topics = [
+            t
+            for name in sorted(view.topics)
+            if allowed(broker, "DESCRIBE", "TOPIC", name) and (t := _cluster_topic(broker, name)) is not None
+        ]
     else:
         allow = request.allow_auto_topic_creation if version >= 4 else True
         topics = [await _cluster_topic_or_error(broker, t.name or "", allow) for t in request.topics]

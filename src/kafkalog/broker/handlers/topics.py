@@ -108,6 +108,8 @@ async def _create_in_cluster(broker, topic, validate_only: bool) -> Created:
             configs=None,
         )
 
+    if not (cluster_allowed(broker, "CREATE") or allowed(broker, "CREATE", "TOPIC", topic.name)):
+        return failed(TOPIC_AUTHORIZATION_FAILED, _DENIED)
     if topic.assignments:
         return failed(INVALID_REQUEST, "Explicit replica assignments are not supported yet")
     try:
