@@ -291,3 +291,37 @@ def test_ssl_principal_mapping_rules_as_kafkas_examples():
         SslPrincipalMapper("RULE:^CN=(.*),O=x$/$1/U").name("CN=ab")
     with pytest.raises(InvalidConfigurationError, match="Invalid rule"):
         SslPrincipalMapper("RULE:^CN=(.*)")
+
+
+def test_describe_configs_never_shows_key_material_or_passwords(tmp_path, pki):
+    from kafka.protocol.admin import DescribeConfigsRequest
+
+    pem = pki.server_keystore.read_text()
+    key_text = pem[: pem.index("-----END PRIVATE KEY-----") + len("-----END PRIVATE KEY-----")]
+    chain = pem[len(key_text) :].strip()
+    settings = {  # PEM given inline on one line, its line breaks written as \n (as in a one-line property)
+        "listeners": "SSL://127.0.0.1:0,PLAINTEXT://127.0.0.1:0",
+        "ssl.keystore.type": "PEM",
+        "listener.name.ssl.ssl.keystore.key": key_text.replace("\n", "\\n"),
+        "listener.name.ssl.ssl.keystore.certificate.chain": chain.replace("\n", "\\n"),
+        "ssl.truststore.certificates": pki.ca.read_text().replace("\n", "\\n"),
+        "ssl.key.password": "not-shown",
+    }
+    request = DescribeConfigsRequest(
+        version=1,
+        resources=[
+            DescribeConfigsRequest.DescribeConfigsResource(resource_type=4, resource_name="", configuration_keys=None)
+        ],
+        include_synonyms=False,
+    )
+    # The TLS handshake succeeding shows the inline keystore was loaded.
+    with BrokerProcess(tmp_path, settings) as b, RawClient(b.bootstrap_of("SSL"), ssl_context=_context(pki)) as client:
+        configs = {c.name: c for c in client.call(request, 1).results[0].configs}
+    for name in (
+        "listener.name.ssl.ssl.keystore.key",
+        "listener.name.ssl.ssl.keystore.certificate.chain",
+        "ssl.truststore.certificates",
+        "ssl.key.password",
+    ):
+        assert configs[name].value is None and configs[name].is_sensitive, name
+    assert configs["ssl.keystore.type"].value == "PEM"

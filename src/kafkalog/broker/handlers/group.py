@@ -417,7 +417,7 @@ async def handle_list_groups(broker, header, request) -> Response:
         )
         for g in broker.group_coordinator.list_groups(states, types)
         # Kafka: DESCRIBE on the cluster lists every group, else those the principal may DESCRIBE
-        if cluster_allowed(broker, "DESCRIBE") or allowed(broker, "DESCRIBE", "GROUP", g.group_id)
+        if cluster_allowed(broker, "DESCRIBE", False) or allowed(broker, "DESCRIBE", "GROUP", g.group_id, False)
     ]
     response = ListGroupsResponse(version=version, throttle_time_ms=0, error_code=0, groups=groups)
     return Response.of(response, version)

@@ -180,7 +180,7 @@ async def _handle_cluster(broker, header, request) -> Response:
         topics = [
             t
             for name in sorted(view.topics)
-            if allowed(broker, "DESCRIBE", "TOPIC", name) and (t := _cluster_topic(broker, name)) is not None
+            if allowed(broker, "DESCRIBE", "TOPIC", name, False) and (t := _cluster_topic(broker, name)) is not None
         ]
     else:
         allow = request.allow_auto_topic_creation if version >= 4 else True
@@ -206,7 +206,9 @@ async def handle(broker, header, request) -> Response:
     version = header.api_version
     if request.topics is None or (version == 0 and not request.topics):
         # Every topic the principal may DESCRIBE; the others are left out, as if they did not exist.
-        topics = [describe(broker, n) for n in broker.log_manager.topics() if allowed(broker, "DESCRIBE", "TOPIC", n)]
+        topics = [
+            describe(broker, n) for n in broker.log_manager.topics() if allowed(broker, "DESCRIBE", "TOPIC", n, False)
+        ]
     else:
         allow = request.allow_auto_topic_creation if version >= 4 else True
         topics = [

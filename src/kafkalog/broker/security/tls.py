@@ -49,6 +49,22 @@ def _private_file(data: bytes) -> Iterator[str]:
         os.unlink(path)
 
 
+_PEM_BLOCK = re.compile(r"-----BEGIN ([A-Z0-9 ]+)-----(.*?)-----END \1-----", re.S)
+
+
+def normalize_pem(text: str, key: str) -> str:
+    """PEM blocks given inline in a config value, as Kafka reads them: line breaks may be lost or written as
+    literal ``\\n`` (a one-line property); the base64 body is re-wrapped so OpenSSL can read it."""
+    blocks = []
+    for label, body in _PEM_BLOCK.findall(text):
+        data = re.sub(r"\s+", "", body.replace("\\n", ""))
+        lines = [data[i : i + 64] for i in range(0, len(data), 64)]
+        blocks.append("\n".join([f"-----BEGIN {label}-----", *lines, f"-----END {label}-----"]))
+    if not blocks:
+        raise InvalidConfigurationError(f"{key}: no PEM block (-----BEGIN ...-----) found")
+    return "\n".join(blocks) + "\n"
+
+
 def _read(path: str, key: str) -> bytes:
     try:
         return Path(path).read_bytes()
@@ -90,8 +106,14 @@ def _load_keystore(context: ssl.SSLContext, props: Mapping[str, str], endpoint: 
                 raise InvalidConfigurationError(
                     f"{where}: set either ssl.keystore.location or ssl.keystore.key with ssl.keystore.certificate.chain"
                 )
-            with _private_file(key_text.encode() + b"\n" + chain.encode() + b"\n") as path:
-                context.load_cert_chain(path, password=key_password)
+            pem = normalize_pem(key_text, "ssl.keystore.key") + normalize_pem(chain, "ssl.keystore.certificate.chain")
+            with _private_file(pem.encode()) as path:
+                try:
+                    context.load_cert_chain(path, password=key_password)
+                except ssl.SSLError as e:
+                    raise InvalidConfigurationError(
+                        f"{where}: cannot load ssl.keystore.key with ssl.keystore.certificate.chain: {e}"
+                    ) from None
             return
         if not location:
             raise InvalidConfigurationError(f"{where}: an SSL listener needs ssl.keystore.location or ssl.keystore.key")
@@ -122,7 +144,10 @@ def _load_truststore(context: ssl.SSLContext, props: Mapping[str, str], endpoint
     certificates = _get(props, endpoint, "ssl.truststore.certificates")
     where = f"listener {endpoint.name}"
     if certificates:
-        context.load_verify_locations(cadata=certificates)
+        try:
+            context.load_verify_locations(cadata=normalize_pem(certificates, "ssl.truststore.certificates"))
+        except ssl.SSLError as e:
+            raise InvalidConfigurationError(f"{where}: cannot load ssl.truststore.certificates: {e}") from None
         return True
     if not location:
         return False
