@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-stamp
 # Every Python tree of the repository that ruff lints and formats.
 LINTED := src tests benchmarks tools fuzz
 
-.PHONY: demo test bench reliability lint check-java kcat clean
+.PHONY: demo test bench reliability lint check-java kcat zookeeper clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "kafkalog needs Python 3.11 or newer; found " + sys.version.split()[0])'
@@ -37,7 +37,19 @@ kcat:
 	    echo "kafkalog: kcat is not installed (apt-get install kcat as root); the kcat tests will skip" >&2; \
 	  fi; }
 
-test: check-java kcat $(STAMP) lint
+# The replication tests start a private ZooKeeper from Debian's zookeeper package (its jars, run with java):
+# installed here when missing, as root with apt, as kcat is.
+zookeeper:
+	@test -f /usr/share/java/zookeeper.jar || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    (DEBIAN_FRONTEND=noninteractive apt-get install -y -qq zookeeper >/dev/null 2>&1 || \
+	     (apt-get update -qq >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq zookeeper >/dev/null 2>&1)) || \
+	    echo "kafkalog: installing zookeeper with apt-get failed; the replication tests will skip" >&2; \
+	  else \
+	    echo "kafkalog: zookeeper is not installed (apt-get install zookeeper as root); the replication tests will skip" >&2; \
+	  fi; }
+
+test: check-java kcat zookeeper $(STAMP) lint
 	$(BIN)/python -m pytest
 
 bench: $(STAMP)
@@ -45,7 +57,7 @@ bench: $(STAMP)
 
 # kill -9 and injected I/O-fault checks, one table (about 20 minutes, 13 of them the partition layer's 200 kill -9
 # HW-property runs; `--quick` is what the tests run).
-reliability: $(STAMP)
+reliability: zookeeper $(STAMP)
 	$(BIN)/python -m tools.reliability $(RELIABILITY_ARGS)
 
 # ruff over every tree, and mypy over src/ (configured in pyproject.toml: strict on record/ and most of storage/).

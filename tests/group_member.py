@@ -2,6 +2,8 @@
 
 Usage: python group_member.py BOOTSTRAP GROUP TOPIC EVENTS_FILE ASSIGNOR [INSTANCE_ID]
 
+ASSIGNOR is a classic client-side assignor (range, cooperative-sticky), or ``consumer`` for KIP-848's protocol.
+
 Writes one JSON line per event to EVENTS_FILE (flushed at once, so a SIGKILLed member leaves what it did):
 ``assign`` / ``revoke`` with the partitions and a wall-clock time, ``msg`` with partition and offset, ``commit``.
 Every consumed record's offset is committed synchronously before the next poll. SIGTERM closes the consumer
@@ -31,11 +33,15 @@ def main() -> None:
         "group.id": group,
         "auto.offset.reset": "earliest",
         "enable.auto.commit": False,
-        "session.timeout.ms": 3000,
-        "heartbeat.interval.ms": 300,
-        "partition.assignment.strategy": assignor,
         "topic.metadata.refresh.interval.ms": 2000,
     }
+    incremental = assignor in ("cooperative-sticky", "consumer")
+    if assignor == "consumer":  # KIP-848: the broker assigns; session and heartbeat are the broker's configs
+        config["group.protocol"] = "consumer"
+    else:
+        config.update(
+            {"session.timeout.ms": 3000, "heartbeat.interval.ms": 300, "partition.assignment.strategy": assignor}
+        )
     if instance:
         config["group.instance.id"] = instance
     consumer = Consumer(config)
@@ -44,14 +50,14 @@ def main() -> None:
 
     def on_assign(c, partitions) -> None:
         event("assign", partitions=[p.partition for p in partitions])
-        if assignor == "cooperative-sticky":
+        if incremental:
             c.incremental_assign(partitions)
         else:
             c.assign(partitions)
 
     def on_revoke(c, partitions) -> None:
         event("revoke", partitions=[p.partition for p in partitions])
-        if assignor == "cooperative-sticky":
+        if incremental:
             c.incremental_unassign(partitions)
         else:
             c.unassign()

@@ -16,7 +16,13 @@ from brokertools import REPO, BrokerProcess, RawClient
 from kafkalog.broker.security.acl import AclBinding, AclFilter, AclStore, Authorizer
 from securitytools import CLIENT_PRINCIPAL, make_pki
 
-USERS = {"admin": "admin-secret", "alice": "alice-secret", "bob": "bob-secret", "carol": "carol-secret"}
+USERS = {
+    "admin": "admin-secret",
+    "alice": "alice-secret",
+    "bob": "bob-secret",
+    "carol": "carol-secret",
+    "dave": "dave-secret",
+}
 JAAS = (
     "org.apache.kafka.common.security.plain.PlainLoginModule required "
     + " ".join(f'user_{u}="{p}"' for u, p in USERS.items())
@@ -86,8 +92,9 @@ def pki(tmp_path_factory):
 
 def _settings(pki) -> dict[str, str]:
     return {
-        "listeners": "SASL_PLAINTEXT://127.0.0.1:0,MTLS://127.0.0.1:0",
-        "listener.security.protocol.map": "SASL_PLAINTEXT:SASL_PLAINTEXT,MTLS:SSL",
+        "listeners": "SASL_PLAINTEXT://127.0.0.1:0,MTLS://127.0.0.1:0,MAPPED://127.0.0.1:0",
+        "listener.security.protocol.map": "SASL_PLAINTEXT:SASL_PLAINTEXT,MTLS:SSL,MAPPED:SSL",
+        "listener.name.mapped.ssl.principal.mapping.rules": "RULE:^CN=([^,]*),.*$/$1/L",
         "sasl.enabled.mechanisms": "PLAIN",
         "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS,
         "ssl.keystore.type": "PEM",
@@ -288,10 +295,10 @@ def test_the_principal_of_a_client_certificate_is_authorized(broker, admin_confi
     _create_topic(broker, topic)
     assert _produce(broker, "admin", topic, [b"for-alice-cert"]) == [None]
 
-    def consume():
+    def consume(listener="MTLS"):
         consumer = KafkaConsumer(
             topic,
-            bootstrap_servers=broker.bootstrap_of("MTLS"),
+            bootstrap_servers=broker.bootstrap_of(listener),
             security_protocol="SSL",
             ssl_cafile=str(pki.ca),
             ssl_certfile=str(pki.client_cert),
@@ -309,6 +316,10 @@ def test_the_principal_of_a_client_certificate_is_authorized(broker, admin_confi
     assert f"Topic {topic} is not authorized for this client" in caplog.text
     acls(broker, admin_config, "--add", "--allow-principal", CLIENT_PRINCIPAL, "--operation", "Read", "--topic", topic)
     assert consume() == [b"for-alice-cert"]
+    # On the listener with ssl.principal.mapping.rules the same certificate is User:alice, who may not read yet.
+    assert consume("MAPPED") == []
+    acls(broker, admin_config, "--add", "--allow-principal", "User:alice", "--operation", "Read", "--topic", topic)
+    assert consume("MAPPED") == [b"for-alice-cert"]
 
 
 def test_acls_list_remove_and_survive_a_restart(tmp_path, pki, admin_config):
@@ -409,3 +420,33 @@ def test_acl_apis_without_an_authorizer_say_security_is_disabled(tmp_path):
             1,
         )
         assert response.error_code == 54 and response.error_message == "No Authorizer is configured on the broker"
+
+
+def _init_producer_id(broker, user: str) -> int:
+    """InitProducerId (no transactional id) as ``user`` over a raw SASL/PLAIN connection: its error code."""
+    from kafka.protocol.producer import InitProducerIdRequest
+    from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
+
+    with RawClient(broker.bootstrap_of("SASL_PLAINTEXT")) as client:
+        assert client.call(SaslHandshakeRequest(version=1, mechanism="PLAIN"), 1).error_code == 0
+        token = f"\x00{user}\x00{USERS[user]}".encode()
+        assert client.call(SaslAuthenticateRequest(version=2, auth_bytes=token), 2).error_code == 0
+        request = InitProducerIdRequest(
+            version=4, transactional_id=None, transaction_timeout_ms=60000, producer_id=-1, producer_epoch=-1
+        )
+        return client.call(request, 4).error_code
+
+
+def test_an_idempotent_producer_needs_idempotent_write_or_write(broker, admin_config):
+    from confluent_kafka import Producer
+
+    topic = f"idem-{uuid.uuid4().hex[:6]}"
+    _create_topic(broker, topic)
+    assert _init_producer_id(broker, "dave") == 31  # CLUSTER_AUTHORIZATION_FAILED
+    # KIP-679: WRITE on a topic is enough for InitProducerId.
+    acls(broker, admin_config, "--add", "--allow-principal", "User:dave", "--producer", "--topic", topic)
+    assert _init_producer_id(broker, "dave") == 0
+    producer = Producer(_conf(broker, "dave", **{"enable.idempotence": True}))
+    delivered = []
+    producer.produce(topic, b"y", on_delivery=lambda err, msg: delivered.append(err))
+    assert producer.flush(20) == 0 and delivered == [None]

@@ -269,3 +269,59 @@ def test_principal_of_a_certificate_is_its_rfc2253_subject(pki):
     assert principal_of(Peer(der)) == CLIENT_PRINCIPAL
     assert principal_of(Peer(None)) == "User:ANONYMOUS"
     assert principal_of(None) == "User:ANONYMOUS"
+
+
+def test_ssl_principal_mapping_rules_as_kafkas_examples():
+    from kafkalog.broker.security.tls import NoMatchingRule, SslPrincipalMapper
+    from kafkalog.errors import InvalidConfigurationError
+
+    # The rules and names of Kafka's documentation (ssl.principal.mapping.rules) and SslPrincipalMapperTest.
+    mapper = SslPrincipalMapper(
+        "RULE:^CN=(.*?),OU=ServiceUsers.*$/$1/,"
+        "RULE:^CN=(.*?),OU=(.*?),O=(.*?),L=(.*?),ST=(.*?),C=(.*?)$/$1@$2/L,"
+        "RULE:^.*[Cc][Nn]=([a-zA-Z0-9.]*).*$/$1/L,"
+        "DEFAULT"
+    )
+    assert mapper.name("CN=kafka-server1,OU=ServiceUsers,O=Org,C=US") == "kafka-server1"
+    assert mapper.name("CN=Duke,OU=JavaSoft,O=Sun Microsystems,L=Santa Clara,ST=CA,C=US") == "duke@javasoft"
+    assert mapper.name("cn=duke,ou=JavaSoft,o=Sun Microsystems,c=US") == "duke"
+    assert mapper.name("OU=JavaSoft,O=Sun Microsystems,C=US") == "OU=JavaSoft,O=Sun Microsystems,C=US"
+    assert SslPrincipalMapper("RULE:^CN=(.*),O=x$/$1/U").name("CN=ab,O=x") == "AB"
+    with pytest.raises(NoMatchingRule, match="No rules apply to CN=ab"):
+        SslPrincipalMapper("RULE:^CN=(.*),O=x$/$1/U").name("CN=ab")
+    with pytest.raises(InvalidConfigurationError, match="Invalid rule"):
+        SslPrincipalMapper("RULE:^CN=(.*)")
+
+
+def test_describe_configs_never_shows_key_material_or_passwords(tmp_path, pki):
+    from kafka.protocol.admin import DescribeConfigsRequest
+
+    pem = pki.server_keystore.read_text()
+    key_text = pem[: pem.index("-----END PRIVATE KEY-----") + len("-----END PRIVATE KEY-----")]
+    chain = pem[len(key_text) :].strip()
+    settings = {  # PEM given inline on one line, its line breaks written as \n (as in a one-line property)
+        "listeners": "SSL://127.0.0.1:0,PLAINTEXT://127.0.0.1:0",
+        "ssl.keystore.type": "PEM",
+        "listener.name.ssl.ssl.keystore.key": key_text.replace("\n", "\\n"),
+        "listener.name.ssl.ssl.keystore.certificate.chain": chain.replace("\n", "\\n"),
+        "ssl.truststore.certificates": pki.ca.read_text().replace("\n", "\\n"),
+        "ssl.key.password": "not-shown",
+    }
+    request = DescribeConfigsRequest(
+        version=1,
+        resources=[
+            DescribeConfigsRequest.DescribeConfigsResource(resource_type=4, resource_name="", configuration_keys=None)
+        ],
+        include_synonyms=False,
+    )
+    # The TLS handshake succeeding shows the inline keystore was loaded.
+    with BrokerProcess(tmp_path, settings) as b, RawClient(b.bootstrap_of("SSL"), ssl_context=_context(pki)) as client:
+        configs = {c.name: c for c in client.call(request, 1).results[0].configs}
+    for name in (
+        "listener.name.ssl.ssl.keystore.key",
+        "listener.name.ssl.ssl.keystore.certificate.chain",
+        "ssl.truststore.certificates",
+        "ssl.key.password",
+    ):
+        assert configs[name].value is None and configs[name].is_sensitive, name
+    assert configs["ssl.keystore.type"].value == "PEM"

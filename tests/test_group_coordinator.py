@@ -20,6 +20,7 @@ from kafkalog.coordinator.group import (
     java_string_hash,
     partition_for,
 )
+from kafkalog.coordinator.group.consumer_group import range_assign, uniform_assign
 from kafkalog.coordinator.group.records import decode_offsets_record
 from kafkalog.manager import LogManager
 from kafkalog.testing import MockTime
@@ -469,3 +470,81 @@ def test_a_restarted_static_leader_rejoins_without_a_rebalance(h, v9):
     else:
         assert not again.skip_assignment and again.leader == leader.member_id and again.members == []
     assert h.sync("g", 1, again.member_id, instance="leader-pod")[0].assignment == b"L"
+
+
+# ----- KIP-848: ConsumerGroupHeartbeat ----------------------------------------------------------------------------
+def beat(h, member, epoch, topics=None, owned=None, assignor=None, group="cg"):
+    return h.coordinator.consumer_group_heartbeat(
+        group, member, epoch, None, None, 30_000, topics, None, assignor, owned, "client", "/127.0.0.1", 1
+    )
+
+
+def test_kip848_assignors_split_as_kafkas():
+    # RangeAssignor: 7 partitions over 3 members -> 3, 2, 2 contiguous, members sorted.
+    ranged = range_assign({"a": ["t"], "b": ["t"], "c": ["t"]}, {"t": 7}, {})
+    assert ranged == {"a": {"t": {0, 1, 2}}, "b": {"t": {3, 4}}, "c": {"t": {5, 6}}}
+    # Uniform: balanced within one, and sticky: a member keeps what it had up to its quota.
+    uniform = uniform_assign(
+        {"a": ["t"], "b": ["t"], "c": ["t"]}, {"t": 6}, {"a": {"t": {0, 1, 2, 3}}, "b": {"t": {4, 5}}}
+    )
+    assert sorted(len(uniform[m]["t"]) for m in "abc") == [2, 2, 2]
+    assert uniform["a"]["t"] <= {0, 1, 2, 3} and uniform["b"]["t"] == {4, 5}
+    only_u = uniform_assign({"a": ["t"], "b": ["u"]}, {"t": 2, "u": 2}, {})
+    assert only_u == {"a": {"t": {0, 1}}, "b": {"u": {0, 1}}}  # a member only gets topics it subscribes to
+
+
+def test_kip848_revocation_comes_before_reassignment(h):
+    h.manager.create_topic("t", 4)
+    a = beat(h, "A", 0, ["t"])
+    assert (a.error, a.member_epoch, a.assignment) == (0, 1, {"t": {0, 1, 2, 3}})
+    b = beat(h, "B", 0, ["t"])
+    assert b.error == 0 and b.member_epoch == 2 and b.assignment == {}  # its partitions are still A's
+    a = beat(h, "A", 1, owned={"t": {0, 1, 2, 3}})
+    assert a.member_epoch == 1 and len(a.assignment["t"]) == 2  # A must first give up two partitions
+    revoked = {0, 1, 2, 3} - a.assignment["t"]
+    assert beat(h, "B", 2, owned={}).assignment is None  # nothing released yet: no change for B
+    a = beat(h, "A", 1, owned=a.assignment)  # A confirms: it owns only what it kept
+    assert a.member_epoch == 2
+    b = beat(h, "B", 2, owned={})
+    assert b.assignment == {"t": revoked} and h.coordinator.consumer_groups["cg"].state in ("Stable", "Reconciling")
+    assert beat(h, "B", 2, owned=b.assignment).assignment is None
+    assert h.coordinator.consumer_groups["cg"].state == "Stable"
+
+
+def test_kip848_errors_fencing_and_timeouts(h):
+    h.manager.create_topic("t", 2)
+    assert beat(h, "A", 0, None).error == Errors.INVALID_REQUEST  # a join must say what it subscribes to
+    assert beat(h, "A", 0, ["t"], assignor="sticky").error == Errors.UNSUPPORTED_ASSIGNOR
+    assert beat(h, "A", 3, ["t"], group="nope").error == Errors.UNKNOWN_MEMBER_ID
+    assert beat(h, "A", 0, ["t"]).member_epoch == 1
+    assert beat(h, "A", 5).error == Errors.FENCED_MEMBER_EPOCH
+    assert beat(h, "X", 1).error == Errors.UNKNOWN_MEMBER_ID
+    # Offsets of a KIP-848 member are checked against its epoch.
+    assert h.coordinator.commit_offsets("cg", "A", None, 0, {("t", 0): (1, -1, "")}) == {
+        ("t", 0): Errors.STALE_MEMBER_EPOCH
+    }
+    assert h.coordinator.commit_offsets("cg", "A", None, 1, {("t", 0): (1, -1, "")}) == {("t", 0): Errors.NONE}
+    assert [(g.group_id, g.group_type, g.state) for g in h.coordinator.list_groups(types=["consumer"])] == [
+        ("cg", "consumer", "Stable")
+    ]
+    assert h.join(group="cg")[0].error == Errors.INCONSISTENT_GROUP_PROTOCOL  # a classic member cannot join it
+    assert h.coordinator.delete_groups(["cg"]) == {"cg": Errors.NON_EMPTY_GROUP}
+    h.clock.advance(h.config.consumer_session_timeout_ms)  # A stops heartbeating
+    assert not h.coordinator.consumer_groups["cg"].members
+    assert h.coordinator.fetch_offsets("cg", [("t", 0)])[1][("t", 0)].offset == 1  # offsets outlive members
+    assert h.coordinator.delete_groups(["cg"]) == {"cg": Errors.NONE}
+
+
+def test_kip848_a_member_that_does_not_revoke_in_its_rebalance_timeout_is_fenced(h):
+    h.manager.create_topic("t", 2)
+    beat(h, "A", 0, ["t"])
+    beat(h, "B", 0, ["t"])
+    beat(h, "A", 1, owned={"t": {0, 1}})  # told to revoke one partition
+    for _ in range(4):  # A keeps heartbeating but never confirms the revocation; B heartbeats too
+        h.clock.advance(10_000)
+        beat(h, "A", 1)
+        beat(h, "B", 2, owned={})
+    assert "A" not in h.coordinator.consumer_groups["cg"].members
+    b = beat(h, "B", 2, owned={})
+    assert beat(h, "B", b.member_epoch, owned=b.assignment or {}).error == 0
+    assert h.coordinator.consumer_groups["cg"].members["B"].assigned == {"t": {0, 1}}

@@ -204,6 +204,19 @@ class UnknownLeaderEpochError(KafkaLogError):
     """Kafka's UnknownLeaderEpochException: the request's leader epoch is newer than the partition's."""
 
 
+class InvalidReplicationFactorError(KafkaLogError, ValueError):
+    """Kafka's InvalidReplicationFactorException: a replication factor below 1 or above the live brokers."""
+
+
+class RequestTimedOutError(KafkaLogError):
+    """Kafka's TimeoutException on the broker (REQUEST_TIMED_OUT): an ``acks=-1`` produce whose records the ISR did
+    not all replicate within the request's timeout (the records stay in the leader's log)."""
+
+
+class LeaderNotAvailableError(KafkaLogError):
+    """Kafka's LeaderNotAvailableException: the partition has no leader now (e.g. being elected, or offline)."""
+
+
 class AuthorizationError(KafkaLogError):
     """A request the authorizer denied (Kafka's AuthorizationException family)."""
 

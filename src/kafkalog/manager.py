@@ -591,6 +591,30 @@ class LogManager:
             self._store.put(name, TopicState(topic_id, partitions, overrides))
             return self.describe_topic(name)
 
+    def get_or_create_log(self, tp: TopicPartition, topic_id: str, config: dict | None = None) -> Log:
+        """The local log of ``tp``, created when missing (Kafka's LogManager.getOrCreateLog): a replica a cluster's
+        controller assigned to this broker. ``topic_id`` is the cluster's id of the topic (its partition.metadata);
+        ``config`` its overrides. The topic's partition count grows to cover ``tp``."""
+        with self._lock:
+            self._check_started()
+            existing = self._logs.get(tp)
+            if existing is not None:
+                return existing
+            state = self._store.get(tp.topic)
+            overrides = {
+                k: str(v) for k, v in (config if config is not None else (state.config if state else {})).items()
+            }
+            log_config = LogConfig(overrides, broker=self.broker)
+            directory = self._next_log_dir(self._partitions_per_dir())
+            path = directory / f"{tp.topic}-{tp.partition}"
+            path.mkdir(parents=True, exist_ok=True)
+            PartitionMetadataFile(path).write(topic_id)
+            log_obj = Log.open(path, log_config, self.clock, scheduler=self.scheduler, had_clean_shutdown=True)
+            self._register_log(tp, log_obj, directory)
+            count = max(tp.partition + 1, state.partitions if state is not None else 0)
+            self._store.put(tp.topic, TopicState(topic_id, count, overrides))
+            return log_obj
+
     def create_partitions(self, name: str, count: int) -> TopicDescription:
         """Grow a topic to ``count`` partitions (Kafka's CreatePartitions): the new ones spread over the log dirs,
         with the topic's id and configs. A count not above the current one is InvalidPartitionsError."""

@@ -20,6 +20,9 @@
   log cleaner at work; peak open fds, RSS and memory maps against bounds predicted from the configuration, no
   deadlock, no descriptor or map left on a deleted file, every acknowledged record readable
   (``tools.reliability.load``).
+- replication (full runs, or ``--replication-only``): three brokers and ZooKeeper, acks=all under broker SIGKILLs
+  and a ZooKeeper restart, every replica checked; records/s with acks=1 and acks=all; failover time
+  (``tools.reliability.replication``).
 """
 
 from __future__ import annotations
@@ -502,6 +505,10 @@ def run(quick: bool = False, iterations: int | None = None, seed: int = 1, root:
         rows.append(other_fault_case(root, "EIO", "shutdown"))
         rows.append(rlimit_fsize(root))
         rows.append(load_row(quick, root))
+        if not quick:  # the quick forms are tests/test_replication.py
+            from .replication import replication_rows
+
+            rows += replication_rows(False, root, seed + 4)
         return rows
     finally:
         if own_root:
@@ -551,9 +558,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--iterations", type=int, help="kill -9 iterations (split between the two flush modes)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--json", type=Path, help="also write the rows here")
+    parser.add_argument(
+        "--replication-only",
+        action="store_true",
+        help="only the replication rows: 3 brokers + ZooKeeper under kills, and the throughput/failover figures",
+    )
     args = parser.parse_args(argv)
     start = time.monotonic()
-    rows = run(quick=args.quick, iterations=args.iterations, seed=args.seed) + checks(args.quick)
+    if args.replication_only:
+        from .replication import replication_rows
+
+        root = Path(tempfile.mkdtemp(prefix="kafkalog-replication-"))
+        try:
+            rows = replication_rows(args.quick, root, args.seed)
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+    else:
+        rows = run(quick=args.quick, iterations=args.iterations, seed=args.seed) + checks(args.quick)
     render(rows, time.monotonic() - start)
     if args.json:
         args.json.write_text(json.dumps([asdict(r) | {"ok": r.ok} for r in rows], indent=2))

@@ -6,9 +6,24 @@ their own coordinators, without touching the existing handlers.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 
-from .handlers import acls, admin, api_versions, fetch, group, metadata, offsets, produce, producer_id, security, topics
+from .handlers import (
+    acls,
+    admin,
+    api_versions,
+    fetch,
+    group,
+    metadata,
+    offsets,
+    produce,
+    producer_id,
+    quotas,
+    security,
+    topics,
+)
 from .network import CLOSE, Connection
 from .protocol import (
     API_VERSIONS_KEY,
@@ -18,7 +33,7 @@ from .protocol import (
     parse_header,
     response_header,
 )
-from .security.context import CURRENT, RequestContext
+from .security.context import CURRENT, THROTTLE_MS, RequestContext
 from .security.sasl import IllegalSaslState
 
 log = logging.getLogger("kafka.server.KafkaApis")
@@ -51,12 +66,18 @@ HANDLERS = {
     16: group.handle_list_groups,
     42: group.handle_delete_groups,
     47: group.handle_offset_delete,
+    68: group.handle_consumer_group_heartbeat,
     29: acls.handle_describe,
     30: acls.handle_create,
     31: acls.handle_delete,
+    48: quotas.handle_describe,
+    49: quotas.handle_alter,
     50: security.handle_describe_scram,
     51: security.handle_alter_scram,
 }
+# The first version of each quota-throttled API whose clients throttle themselves
+# (Kafka's AbstractResponse.shouldClientThrottle).
+CLIENT_THROTTLES_FROM = {0: 6, 1: 8}
 # APIs that act on the connection itself (its SASL state): called as handler(broker, conn, header, request).
 CONNECTION_HANDLERS = {
     17: security.handle_handshake,
@@ -98,13 +119,30 @@ class RequestRouter:
                 return CLOSE
         request = decode_request(spec, header, frame)
         group.CLIENT_ADDRESS.set(getattr(conn, "client_host", ""))
-        CURRENT.set(RequestContext(conn.principal, conn.peer_host, conn.endpoint.name, conn.endpoint.security_protocol))
+        CURRENT.set(
+            RequestContext(
+                conn.principal,
+                conn.peer_host,
+                conn.endpoint.name,
+                conn.endpoint.security_protocol,
+                header.client_id or "",
+                len(frame),
+            )
+        )
+        throttle = [0]
+        THROTTLE_MS.set(throttle)
         if log.isEnabledFor(logging.DEBUG):
             log.debug("Handling %s v%d from %s (%s)", spec.name, header.api_version, conn.id, header.client_id)
         if spec.key in CONNECTION_HANDLERS:
             result = await CONNECTION_HANDLERS[spec.key](self.broker, conn, header, request)
         else:
             result = await HANDLERS[spec.key](self.broker, header, request)
+        if throttle[0] > 0:
+            if header.api_version >= CLIENT_THROTTLES_FROM.get(spec.key, 1 << 15):
+                # KIP-219: the answer goes out now, carrying throttle_time_ms; the connection is muted meanwhile.
+                conn.mute_until = time.monotonic() + throttle[0] / 1000.0
+            else:  # an older client does not throttle itself: the answer is delayed instead
+                await asyncio.sleep(throttle[0] / 1000.0)
         if result is None or result is CLOSE:
             return result
         return response_header(spec, header), result

@@ -176,6 +176,8 @@ class KafkaConfig:
         self.connections_max_idle_ms = _int(p, "connections.max.idle.ms", 600000, -1)
         self.connections_max_reauth_ms = _int(p, "connections.max.reauth.ms", 0, 0)
         self.failed_authentication_delay_ms = _int(p, "connection.failed.authentication.delay.ms", 100, 0)
+        self.quota_window_num = _int(p, "quota.window.num", 11, 1)
+        self.quota_window_size_seconds = _int(p, "quota.window.size.seconds", 1, 1)
         node = p.get("node.id", p.get("broker.id"))
         self.node_id = _int({"node.id": node} if node is not None else {}, "node.id", 0, 0)
         if "node.id" in p and "broker.id" in p and p["node.id"].strip() != p["broker.id"].strip():
@@ -184,9 +186,10 @@ class KafkaConfig:
             )
         self.auto_create_topics_enable = _bool(p, "auto.create.topics.enable", True)
         self.default_replication_factor = _int(p, "default.replication.factor", 1, 1)
-        if self.default_replication_factor != 1:
+        if self.default_replication_factor != 1 and not p.get("zookeeper.connect", "").strip():
             raise InvalidConfigurationError(
-                "default.replication.factor must be 1: this broker is a single node (replication is not built yet)"
+                "default.replication.factor must be 1 on a single node "
+                "(set zookeeper.connect to run a replicated cluster)"
             )
         self.socket_request_max_bytes = _int(p, "socket.request.max.bytes", 100 * 1024 * 1024, 1)
         self.queued_max_requests = _int(p, "queued.max.requests", 500, 1)

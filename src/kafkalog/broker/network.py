@@ -32,6 +32,7 @@ import logging
 import socket
 import ssl
 import struct
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
@@ -39,7 +40,7 @@ from .config import Endpoint
 from .protocol import FileRegion, InvalidRequestError, Response
 from .security.context import ANONYMOUS
 from .security.sasl import SaslAuthenticator
-from .security.tls import principal_of
+from .security.tls import NoMatchingRule, SslPrincipalMapper, principal_of
 
 log = logging.getLogger("kafka.network.SocketServer")
 
@@ -86,6 +87,7 @@ class Connection:
         self.principal = ANONYMOUS
         self.sasl: SaslAuthenticator | None = None
         self.close_after_send = False  # a failed login: answer, then close
+        self.mute_until = 0.0  # a throttled client: read nothing before this time.monotonic()
         self.closed = False
         self.busy = False  # a request has been read and its response is not yet written
 
@@ -96,6 +98,7 @@ class SocketSecurity:
     authenticator factory for SASL listeners, and the connection limits."""
 
     ssl_contexts: dict[str, ssl.SSLContext] = field(default_factory=dict)
+    principal_mappers: dict[str, SslPrincipalMapper] = field(default_factory=dict)
     sasl_factory: Callable[[Endpoint], SaslAuthenticator] | None = None
     max_connections: int = 2**31 - 1
     max_connections_per_ip: int = 2**31 - 1
@@ -232,10 +235,18 @@ class SocketServer:
             )
             return False
         conn.tls = True
-        conn.principal = principal_of(conn.writer.get_extra_info("ssl_object"))
+        try:
+            mapper = self.security.principal_mappers.get(conn.endpoint.name)
+            conn.principal = principal_of(conn.writer.get_extra_info("ssl_object"), mapper)
+        except NoMatchingRule as e:
+            log.info("Failed authentication with %s (channelId=%s) (%s)", conn.client_host, conn.id, e)
+            return False
         return True
 
     async def _read_frame_head(self, conn: Connection) -> bytes:
+        muted = conn.mute_until - time.monotonic()
+        if muted > 0:  # a quota throttle: the next request waits in the socket
+            await asyncio.sleep(muted)
         idle = self.security.connections_max_idle_ms
         if idle < 0:
             return await conn.reader.readexactly(4)

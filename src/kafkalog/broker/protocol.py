@@ -13,6 +13,8 @@ import struct
 from dataclasses import dataclass, field
 
 from kafka.protocol.admin import (
+    AlterClientQuotasRequest,
+    AlterClientQuotasResponse,
     AlterConfigsRequest,
     AlterConfigsResponse,
     AlterUserScramCredentialsRequest,
@@ -33,6 +35,8 @@ from kafka.protocol.admin import (
     DeleteTopicsResponse,
     DescribeAclsRequest,
     DescribeAclsResponse,
+    DescribeClientQuotasRequest,
+    DescribeClientQuotasResponse,
     DescribeClusterRequest,
     DescribeClusterResponse,
     DescribeConfigsRequest,
@@ -87,6 +91,7 @@ from kafka.protocol.sasl import (
 )
 
 from ..storage.file_records import RecordsSlice
+from .messages import ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse
 
 # ----- error codes (Kafka's org.apache.kafka.common.protocol.Errors) ---------------------------------------
 UNKNOWN_SERVER_ERROR = -1
@@ -101,6 +106,7 @@ MESSAGE_TOO_LARGE = 10
 INVALID_TOPIC_EXCEPTION = 17
 RECORD_LIST_TOO_LARGE = 18
 NOT_ENOUGH_REPLICAS = 19
+NOT_ENOUGH_REPLICAS_AFTER_APPEND = 20
 INVALID_REQUIRED_ACKS = 21
 INVALID_TIMESTAMP = 32
 UNSUPPORTED_VERSION = 35
@@ -137,7 +143,7 @@ _ERROR_CODES = {
     "InvalidTopicError": INVALID_TOPIC_EXCEPTION,
     "RecordBatchTooLargeError": RECORD_LIST_TOO_LARGE,
     "NotEnoughReplicasError": NOT_ENOUGH_REPLICAS,
-    "NotEnoughReplicasAfterAppendError": 20,
+    "NotEnoughReplicasAfterAppendError": NOT_ENOUGH_REPLICAS_AFTER_APPEND,
     "InvalidRequiredAcksError": INVALID_REQUIRED_ACKS,
     "InvalidTimestampError": INVALID_TIMESTAMP,
     "TopicExistsError": TOPIC_ALREADY_EXISTS,
@@ -155,6 +161,8 @@ _ERROR_CODES = {
     "UnsupportedCompressionTypeError": UNSUPPORTED_COMPRESSION_TYPE,
     "InvalidRecordError": INVALID_RECORD,
     "InvalidRequestError": INVALID_REQUEST,
+    "RequestTimedOutError": REQUEST_TIMED_OUT,
+    "LeaderNotAvailableError": LEADER_NOT_AVAILABLE,
     "TopicAuthorizationFailedError": 29,
     "GroupAuthorizationFailedError": 30,
     "ClusterAuthorizationFailedError": 31,
@@ -231,10 +239,13 @@ APIS: dict[int, ApiSpec] = {
         ApiSpec(16, "ListGroups", 0, 5, ListGroupsRequest, ListGroupsResponse),
         ApiSpec(42, "DeleteGroups", 0, 2, DeleteGroupsRequest, DeleteGroupsResponse),
         ApiSpec(47, "OffsetDelete", 0, 0, OffsetDeleteRequest, OffsetDeleteResponse),
+        ApiSpec(68, "ConsumerGroupHeartbeat", 0, 1, ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse),
         # Security (broker/security/, handlers/security.py).
         ApiSpec(29, "DescribeAcls", 1, 3, DescribeAclsRequest, DescribeAclsResponse),
         ApiSpec(30, "CreateAcls", 1, 3, CreateAclsRequest, CreateAclsResponse),
         ApiSpec(31, "DeleteAcls", 1, 3, DeleteAclsRequest, DeleteAclsResponse),
+        ApiSpec(48, "DescribeClientQuotas", 0, 1, DescribeClientQuotasRequest, DescribeClientQuotasResponse),
+        ApiSpec(49, "AlterClientQuotas", 0, 1, AlterClientQuotasRequest, AlterClientQuotasResponse),
         ApiSpec(17, "SaslHandshake", 0, 1, SaslHandshakeRequest, SaslHandshakeResponse),
         ApiSpec(36, "SaslAuthenticate", 0, 2, SaslAuthenticateRequest, SaslAuthenticateResponse),
         ApiSpec(

@@ -14,27 +14,33 @@ import signal
 from pathlib import Path
 
 from ..coordinator.group import GroupCoordinator
-from ..errors import KafkaStorageError
+from ..errors import InconsistentClusterIdError, KafkaStorageError
 from ..logdir import MetaProperties
 from ..manager import LogManager
 from .apis import RequestRouter
+from .cluster.node import ClusterNode, ClusterSettings
+from .cluster.producer_ids import ZkProducerIdManager
 from .config import KafkaConfig
 from .handlers.group import LoopScheduler
 from .network import SocketSecurity, SocketServer
 from .producer_ids import ProducerIdManager
 from .purgatory import FetchPurgatory
+from .quota import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, QuotaManager, QuotaStore
 from .replica_access import ReplicaManager, prepare_replica_manager
 from .security.acl import Authorizer
 from .security.context import CURRENT
 from .security.sasl import SaslAuthenticator, listener_sasl
 from .security.scram import CredentialStore
-from .security.tls import server_context
+from .security.tls import principal_mapper, server_context
 
 log = logging.getLogger("kafka.server.KafkaServer")
 
 
-def _meta_properties(config: KafkaConfig) -> MetaProperties:
-    """The cluster id and node id of the log dirs, created on first start; a node id mismatch is refused."""
+def _meta_properties(config: KafkaConfig, cluster_id: str | None = None) -> MetaProperties:
+    """The cluster id and node id of the log dirs, created on first start; a node id mismatch is refused.
+
+    ``cluster_id`` is ZooKeeper's ``/cluster/id`` for a broker of a ZooKeeper cluster: log dirs of another
+    cluster are refused (Kafka's InconsistentClusterIdException), and new dirs take it."""
     found = [(d, m) for d in config.log_dirs if (m := MetaProperties.read(d)) is not None]
     for directory, meta in found:
         if meta.node_id is not None and meta.node_id != config.node_id:
@@ -46,6 +52,13 @@ def _meta_properties(config: KafkaConfig) -> MetaProperties:
     cluster_ids = {m.cluster_id for _, m in found if m.cluster_id}
     if len(cluster_ids) > 1:
         raise KafkaStorageError(f"The log dirs belong to different clusters: {sorted(cluster_ids)}")
+    if cluster_id is not None:
+        if cluster_ids and cluster_ids != {cluster_id}:
+            raise InconsistentClusterIdError(
+                f"The Cluster ID {cluster_id} doesn't match stored clusterId {sorted(cluster_ids)} in meta.properties. "
+                "The broker is trying to join the wrong cluster. Configured zookeeper.connect may be wrong."
+            )
+        cluster_ids = {cluster_id}
     template = MetaProperties.generate(cluster_id=next(iter(cluster_ids), None), node_id=config.node_id)
     for directory in config.log_dirs:
         meta = MetaProperties.read(directory)
@@ -68,13 +81,19 @@ class KafkaServer:
         self.zero_copy = zero_copy
         self.log_manager: LogManager | None = None
         self.replica_manager: ReplicaManager | None = None
-        self.producer_ids: ProducerIdManager | None = None
+        self.producer_ids: ProducerIdManager | ZkProducerIdManager | None = None
         self.purgatory: FetchPurgatory | None = None
         self.socket_server: SocketServer | None = None
         self.group_coordinator: GroupCoordinator | None = None
         self.cluster_id: str | None = None
+        # ZooKeeper mode (zookeeper.connect set): this broker's membership of the cluster; None = a single node.
+        self.cluster_settings = ClusterSettings.from_properties(config.props)
+        self.cluster: ClusterNode | None = None
         self.credential_store: CredentialStore | None = None
         self.authorizer: Authorizer | None = None
+        self.quota_store: QuotaStore | None = None
+        self.produce_quota: QuotaManager | None = None
+        self.fetch_quota: QuotaManager | None = None
         self.stopping = False
         self._stopped = asyncio.Event()
 
@@ -83,6 +102,7 @@ class KafkaServer:
         """TLS contexts and SASL settings of the listeners, checked before anything is loaded or bound."""
         props = self.config.props
         contexts = {e.name: server_context(props, e) for e in self.config.listeners if e.tls}
+        mappers = {e.name: principal_mapper(props, e) for e in self.config.listeners if e.tls}
         sasl = {e.name: listener_sasl(props, e) for e in self.config.listeners if e.sasl}
         reauth_ms = self.config.connections_max_reauth_ms
 
@@ -91,6 +111,7 @@ class KafkaServer:
 
         return SocketSecurity(
             ssl_contexts=contexts,
+            principal_mappers=mappers,
             sasl_factory=factory,
             max_connections=self.config.max_connections,
             max_connections_per_ip=self.config.max_connections_per_ip,
@@ -103,15 +124,33 @@ class KafkaServer:
         security = self._socket_security()
         # ACLs and SCRAM credentials live in the first log dir (Kafka keeps them in ZooKeeper or the metadata log).
         self.authorizer = Authorizer.from_config(self.config.props, self.config.log_dirs[0])
-        meta = _meta_properties(self.config)
+        zk_cluster_id = None
+        if self.cluster_settings is not None:
+            self.cluster = ClusterNode(self, self.cluster_settings)
+            zk_cluster_id = await self.cluster.connect()
+        meta = _meta_properties(self.config, zk_cluster_id)
         self.cluster_id = meta.cluster_id
         self.log_manager = LogManager(self.config.log_dirs, self.config.log)
         self.replica_manager = prepare_replica_manager(self.log_manager, self.node_id)
         self.log_manager.startup()
+        if self.cluster is not None:
+            self.cluster.replica_manager = self.replica_manager
+            for tp, partition in self.replica_manager.partitions.items():
+                # Lead nothing until ZooKeeper's state says so: a restarted broker may no longer be the leader.
+                # The group coordinator's __consumer_offsets is not replicated yet: it stays local and led here.
+                if not tp.topic.startswith("__"):
+                    partition.make_follower(-1, partition.leader_epoch)
         self.purgatory = FetchPurgatory(asyncio.get_running_loop())
         self.replica_manager.add_listener(self.purgatory.notify)
         self.producer_ids = ProducerIdManager(self.log_manager.log_dirs[0])
+        if self.cluster is not None:
+            # Every broker of a cluster hands out ids: they come from ZooKeeper's block, never a local file.
+            self.producer_ids = ZkProducerIdManager(self.cluster.zk, self.node_id)
         self.credential_store = CredentialStore(self.log_manager.log_dirs[0])
+        self.quota_store = QuotaStore(self.log_manager.log_dirs[0])
+        samples, window_ms = self.config.quota_window_num, self.config.quota_window_size_seconds * 1000
+        self.produce_quota = QuotaManager(self.quota_store, PRODUCER_BYTE_RATE, samples, window_ms)
+        self.fetch_quota = QuotaManager(self.quota_store, CONSUMER_BYTE_RATE, samples, window_ms)
         self.group_coordinator = GroupCoordinator(
             self.log_manager,
             self.config.group_coordinator,
@@ -128,7 +167,11 @@ class KafkaServer:
         )
         try:
             await self.socket_server.start()
+            if self.cluster is not None:
+                await self.cluster.start()
         except BaseException:
+            if self.cluster is not None:
+                await self.cluster.stop()
             self.log_manager.shutdown()
             raise
         log.info("[KafkaServer id=%d] started (cluster id %s)", self.node_id, self.cluster_id)
@@ -142,6 +185,8 @@ class KafkaServer:
             self.purgatory.wake_all()  # long polls answer now rather than at their max wait
         if self.group_coordinator is not None:
             self.group_coordinator.shutdown()  # waiting JoinGroup / SyncGroup answer NOT_COORDINATOR now
+        if self.cluster is not None:
+            await self.cluster.stop()  # leaves ZooKeeper first: the controller moves leadership off this broker
         if self.socket_server is not None:
             await self.socket_server.stop()
         if self.log_manager is not None:

@@ -158,6 +158,24 @@ class Partition:
                 self._remote_leos[replica_id] = log_end_offset
         return self.maybe_increment_leader_hw()
 
+    def update_isr(self, isr: set[int] | frozenset[int], known_leos: dict[int, int] | None = None) -> bool:
+        """The leader's ISR after a committed shrink or expansion (Kafka's Partition.sendAlterPartitionRequest
+        outcome, here a ZooKeeper write): a new member starts from its last known log end offset
+        (``known_leos``). Return whether the high watermark moved (a shrink may let it advance)."""
+        with self._lock:
+            if not self.is_leader:
+                return False
+            isr = frozenset(isr) | {self.local_broker_id}
+            leos = known_leos or {}
+            self._isr = isr
+            self._remote_leos = {r: self._remote_leos.get(r, leos.get(r, 0)) for r in isr if r != self.local_broker_id}
+        return self.maybe_increment_leader_hw()
+
+    def update_follower_high_watermark(self, leader_high_watermark: int) -> int:
+        """A follower takes the leader's high watermark from a fetch response, capped at its own log end
+        (Kafka's ReplicaFetcherThread.processPartitionData); return the new high watermark."""
+        return self.log.update_high_watermark(min(leader_high_watermark, self.log.log_end_offset))
+
     def _candidate_high_watermark(self) -> int:
         new_hw = self.log.log_end_offset
         for leo in self._remote_leos.values():

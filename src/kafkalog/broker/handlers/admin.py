@@ -36,7 +36,16 @@ STATIC_BROKER_CONFIG = 4
 DEFAULT_CONFIG = 5
 # ConfigDef.Type as DescribeConfigs v3+ reports it
 _TYPES = {bool: 1, str: 2, int: 5, float: 6, list: 7, tuple: 7}
-_SENSITIVE_WORDS = ("password", "secret", "sasl.jaas")
+# Kafka's PASSWORD-typed configs (never shown by DescribeConfigs), listener-prefixed or not: passwords, JAAS
+# configurations, and PEM key material given inline (ssl.keystore.key, its certificate chain, trusted certificates).
+_SENSITIVE_WORDS = (
+    "password",
+    "secret",
+    "sasl.jaas",
+    "ssl.keystore.key",
+    "ssl.keystore.certificate.chain",
+    "ssl.truststore.certificates",
+)
 
 Result = DescribeConfigsResponse.DescribeConfigsResult
 Entry = Result.DescribeConfigsResourceResult

@@ -20,8 +20,11 @@ import time
 from ...manager import TopicPartition
 from ...storage.file_records import EMPTY_SLICE
 from ..protocol import NONE, TOPIC_AUTHORIZATION_FAILED, FileRegion, Response, error_code
-from ..replica_access import READ_COMMITTED, READ_UNCOMMITTED
-from ..security.acl import allowed
+from ..replica_access import READ_COMMITTED, READ_UNCOMMITTED, FetchResult
+from ..security.acl import allowed, cluster_allowed
+from ..security.context import CURRENT, throttle
+
+LOG_END = "log_end"
 
 FETCH_SESSION_ID_NOT_FOUND = 70
 _INVALID_SESSION_ID = 0
@@ -58,20 +61,22 @@ class PartitionAnswer:
         self.records = records  # RecordsSlice (possibly empty)
 
 
-def encode_response(version: int, topics: list[tuple[str, list[PartitionAnswer]]], top_error: int = NONE) -> Response:
+def encode_response(
+    version: int, topics: list[tuple[str, list[PartitionAnswer]]], top_error: int = NONE, throttle_ms: int = 0
+) -> Response:
     """The Fetch response body (v4-v12), record sets as file regions; flexible (compact, tagged) from v12."""
     parts: list[bytes | FileRegion] = []
     try:
-        _encode(version, topics, top_error, parts)
+        _encode(version, topics, top_error, parts, throttle_ms)
     except BaseException:
         Response(parts).close()
         raise
     return Response(parts)
 
 
-def _encode(version: int, topics, top_error: int, parts: list) -> None:
+def _encode(version: int, topics, top_error: int, parts: list, throttle_ms: int = 0) -> None:
     flexible = version >= 12
-    buf = bytearray(_I32.pack(0))  # throttle_time_ms
+    buf = bytearray(_I32.pack(throttle_ms))
     if version >= 7:
         buf += _I16.pack(top_error) + _I32.pack(_INVALID_SESSION_ID)
     buf += _uvarint(len(topics) + 1) if flexible else _I32.pack(len(topics))
@@ -154,9 +159,12 @@ async def handle(broker, header, request) -> Response:
     isolation = READ_COMMITTED if request.isolation_level == 1 else READ_UNCOMMITTED
     fetch_infos: dict[TopicPartition, tuple[int, int]] = {}
     order: list[TopicPartition] = []
-    denied: list[TopicPartition] = []  # Kafka: a consumer's fetch needs READ on each topic
+    # Kafka: a consumer's fetch needs READ on each topic, a follower's CLUSTER_ACTION on the cluster.
+    denied: list[TopicPartition] = []
+    from_follower = request.replica_id >= 0
+    follower_allowed = from_follower and cluster_allowed(broker, "CLUSTER_ACTION")
     for topic in request.topics:
-        may_read = allowed(broker, "READ", "TOPIC", topic.topic)
+        may_read = follower_allowed if from_follower else allowed(broker, "READ", "TOPIC", topic.topic)
         for p in topic.partitions:
             tp = TopicPartition(topic.topic, p.partition)
             if not may_read:
@@ -167,7 +175,26 @@ async def handle(broker, header, request) -> Response:
                 order.append(tp)
             fetch_infos[tp] = (p.fetch_offset, max(0, p.partition_max_bytes))
     max_bytes = request.max_bytes if request.max_bytes > 0 else 0
-    results = _read(broker, fetch_infos, isolation, max_bytes)
+    cluster = getattr(broker, "cluster", None)
+    if request.replica_id >= 0 and cluster is not None:
+        # A follower's fetch (Kafka's ReplicaFetcherThread): read to the log end at its leader epoch; its fetch
+        # offset is its log end offset, which may move the high watermark and the ISR.
+        epochs = {
+            TopicPartition(t.topic, p.partition): p.current_leader_epoch for t in request.topics for p in t.partitions
+        }
+        for tp, (offset, _) in fetch_infos.items():
+            cluster.on_follower_fetch(tp, request.replica_id, offset)
+
+        def read():
+            return _read_follower(broker, fetch_infos, epochs, max_bytes)
+
+        isolation = LOG_END
+    else:
+
+        def read():
+            return _read(broker, fetch_infos, isolation, max_bytes)
+
+    results = read()
     wait_ms = request.max_wait_ms
     if (
         wait_ms > 0
@@ -175,7 +202,7 @@ async def handle(broker, header, request) -> Response:
         and _total_bytes(results) < request.min_bytes
         and not any(r.error is not None for r in results.values())
     ):
-        results = await _wait(broker, fetch_infos, isolation, max_bytes, request.min_bytes, wait_ms, results)
+        results = await _wait(broker, fetch_infos, read, request.min_bytes, wait_ms)
     answers = _answers(results, order, isolation)
     if denied:
         by_topic: dict[str, list[PartitionAnswer]] = {}
@@ -184,11 +211,52 @@ async def handle(broker, header, request) -> Response:
                 PartitionAnswer(tp.partition, TOPIC_AUTHORIZATION_FAILED, -1, -1, -1, None, EMPTY_SLICE)
             )
         answers = list(by_topic.items()) + answers
-    return encode_response(version, answers)
+    response = encode_response(version, answers)
+    quota = broker.fetch_quota
+    if quota is not None and not from_follower:  # client quotas do not apply to replication
+        ctx = CURRENT.get()
+        throttle_ms = quota.record(ctx.user, ctx.client_id, response.size)
+        if throttle_ms > 0:
+            # Kafka: a throttled fetch is answered without records, and its bytes are not counted.
+            quota.unrecord(ctx.user, ctx.client_id, response.size)
+            response.close()
+            throttle(throttle_ms)
+            return encode_response(version, [], NONE, throttle_ms)
+    return response
 
 
-async def _wait(broker, fetch_infos, isolation, max_bytes, min_bytes, wait_ms, results):
-    """Sleep until a watched high watermark advances with enough bytes, or ``wait_ms`` has passed."""
+def _read_follower(broker, fetch_infos, epochs, max_bytes: int):
+    """A follower's read: up to the log end, only from the leader, at the follower's leader epoch."""
+    results = {}
+    remaining = max_bytes
+    min_one = True
+    for tp, (offset, partition_max) in fetch_infos.items():
+        partition = None
+        try:
+            partition = broker.replica_manager.get_partition(tp.topic, tp.partition)
+            epoch = epochs.get(tp, -1)
+            info = partition.fetch_records(
+                offset, max(0, min(partition_max, remaining)), LOG_END, min_one, True, epoch if epoch >= 0 else None
+            )
+            if info.records.size > 0:
+                min_one = False
+            remaining = max(0, remaining - info.records.size)
+            results[tp] = FetchResult(
+                None, info, partition.high_watermark, partition.last_stable_offset, partition.log_start_offset
+            )
+        except Exception as e:
+            if partition is None:
+                results[tp] = FetchResult(e, None)
+            else:
+                results[tp] = FetchResult(
+                    e, None, partition.high_watermark, partition.last_stable_offset, partition.log_start_offset
+                )
+    return results
+
+
+async def _wait(broker, fetch_infos, read, min_bytes, wait_ms):
+    """Sleep until a watched partition is notified (high watermark or, for followers, new records) with enough
+    bytes, or ``wait_ms`` has passed."""
     deadline = time.monotonic() + wait_ms / 1000.0
     partitions = list(fetch_infos)
     purgatory = broker.purgatory
@@ -196,7 +264,7 @@ async def _wait(broker, fetch_infos, isolation, max_bytes, min_bytes, wait_ms, r
         event = purgatory.watch(partitions)
         try:
             # Re-read once after registering: data that arrived in between must not be waited for.
-            results = _read(broker, fetch_infos, isolation, max_bytes)
+            results = read()
             if _total_bytes(results) >= max(1, min_bytes) or any(r.error is not None for r in results.values()):
                 return results
             remaining = deadline - time.monotonic()
@@ -205,6 +273,6 @@ async def _wait(broker, fetch_infos, isolation, max_bytes, min_bytes, wait_ms, r
             try:
                 await asyncio.wait_for(event.wait(), remaining)
             except TimeoutError:
-                return _read(broker, fetch_infos, isolation, max_bytes)
+                return read()
         finally:
             purgatory.unwatch(partitions, event)

@@ -32,8 +32,11 @@ from kafka.protocol.consumer import (
 from kafka.protocol.metadata import FindCoordinatorResponse
 
 from ...coordinator.group import Errors, JoinResult, SyncResult
+from ...errors import UnknownTopicOrPartitionError
+from ..messages import ConsumerGroupHeartbeatResponse
 from ..protocol import Response
 from ..security.acl import allowed, cluster_allowed
+from .metadata import topic_uuid
 
 log = logging.getLogger("kafka.server.KafkaApis")
 
@@ -410,11 +413,11 @@ async def handle_list_groups(broker, header, request) -> Response:
     types = list(request.types_filter or []) if version >= 5 else []
     groups = [
         ListGroupsResponse.ListedGroup(
-            group_id=g.group_id, protocol_type=g.protocol_type, group_state=g.state, group_type="classic"
+            group_id=g.group_id, protocol_type=g.protocol_type, group_state=g.state, group_type=g.group_type
         )
         for g in broker.group_coordinator.list_groups(states, types)
         # Kafka: DESCRIBE on the cluster lists every group, else those the principal may DESCRIBE
-        if cluster_allowed(broker, "DESCRIBE") or allowed(broker, "DESCRIBE", "GROUP", g.group_id)
+        if cluster_allowed(broker, "DESCRIBE", False) or allowed(broker, "DESCRIBE", "GROUP", g.group_id, False)
     ]
     response = ListGroupsResponse(version=version, throttle_time_ms=0, error_code=0, groups=groups)
     return Response.of(response, version)
@@ -487,5 +490,86 @@ async def handle_delete_groups(broker, header, request) -> Response:
         version=version,
         throttle_time_ms=0,
         results=[DeleteGroupsResponse.DeletableGroupResult(group_id=g, error_code=int(e)) for g, e in results.items()],
+    )
+    return Response.of(response, version)
+
+
+# ----- ConsumerGroupHeartbeat (68, KIP-848) ---------------------------------------------------------------------
+class _TopicIds:
+    """Topic name <-> topic id, for the heartbeat's partitions (which name topics by id)."""
+
+    def __init__(self, broker) -> None:
+        self.log_manager = broker.log_manager
+        self._names: dict | None = None
+
+    def id_of(self, name: str):
+        return topic_uuid(self.log_manager.describe_topic(name).topic_id)
+
+    def name_of(self, topic_id) -> str | None:
+        if self._names is None:
+            self._names = {}
+            for name in self.log_manager.topics():
+                try:
+                    self._names[self.id_of(name)] = name
+                except UnknownTopicOrPartitionError:
+                    continue
+        return self._names.get(topic_id)
+
+
+async def handle_consumer_group_heartbeat(broker, header, request) -> Response:
+    version = header.api_version
+    if not allowed(broker, "READ", "GROUP", request.group_id):  # as Kafka: READ on the group
+        denied = ConsumerGroupHeartbeatResponse(
+            version=version,
+            throttle_time_ms=0,
+            error_code=GROUP_AUTHORIZATION_FAILED,
+            error_message=None,
+            member_id=None,
+            member_epoch=-1,
+            heartbeat_interval_ms=0,
+            assignment=None,
+        )
+        return Response.of(denied, version)
+    ids = _TopicIds(broker)
+    owned = None
+    if request.topic_partitions is not None:
+        owned = {}
+        for tp in request.topic_partitions:
+            name = ids.name_of(tp.topic_id)
+            if name is not None and tp.partitions:
+                owned.setdefault(name, set()).update(tp.partitions)
+    result = broker.group_coordinator.consumer_group_heartbeat(
+        request.group_id,
+        request.member_id,
+        request.member_epoch,
+        request.instance_id,
+        request.rack_id,
+        request.rebalance_timeout_ms,
+        request.subscribed_topic_names,
+        request.subscribed_topic_regex if version >= 1 else None,
+        request.server_assignor,
+        owned,
+        header.client_id or "",
+        CLIENT_ADDRESS.get(),
+        version,
+    )
+    Assignment = ConsumerGroupHeartbeatResponse.Assignment
+    assignment = None
+    if result.assignment is not None:
+        assignment = Assignment(
+            topic_partitions=[
+                Assignment.TopicPartitions(topic_id=ids.id_of(topic), partitions=sorted(partitions))
+                for topic, partitions in sorted(result.assignment.items())
+            ]
+        )
+    response = ConsumerGroupHeartbeatResponse(
+        version=version,
+        throttle_time_ms=0,
+        error_code=int(result.error),
+        error_message=result.message,
+        member_id=result.member_id,
+        member_epoch=result.member_epoch,
+        heartbeat_interval_ms=result.heartbeat_interval_ms,
+        assignment=assignment,
     )
     return Response.of(response, version)

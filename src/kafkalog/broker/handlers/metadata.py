@@ -7,10 +7,13 @@ import uuid
 
 from ...errors import InvalidTopicError, TopicExistsError, UnknownTopicOrPartitionError
 from ...logdir import parse_uuid, validate_topic_name
+from ...manager import TopicPartition
 from ..protocol import (
     INVALID_TOPIC_EXCEPTION,
+    LEADER_NOT_AVAILABLE,
     NONE,
     TOPIC_AUTHORIZATION_FAILED,
+    UNKNOWN_TOPIC_ID,
     UNKNOWN_TOPIC_OR_PARTITION,
     MetadataResponse,
     Response,
@@ -58,6 +61,28 @@ def describe(broker, name: str) -> Topic:
     )
 
 
+def _topic_by_id(broker, topic_id) -> Topic:
+    """Metadata v10+ by topic id (KIP-516; KIP-848 consumers look up their assigned topics so): the topic, or
+    UNKNOWN_TOPIC_ID."""
+    for name in broker.log_manager.topics():
+        try:
+            if topic_uuid(broker.log_manager.describe_topic(name).topic_id) == topic_id:
+                if not allowed(broker, "DESCRIBE", "TOPIC", name):
+                    return Topic(
+                        error_code=TOPIC_AUTHORIZATION_FAILED,
+                        name=None,
+                        topic_id=topic_id,
+                        is_internal=False,
+                        partitions=[],
+                    )
+                return describe(broker, name)
+        except UnknownTopicOrPartitionError:
+            continue
+    return Topic(
+        error_code=UNKNOWN_TOPIC_ID, name=None, topic_id=topic_id or ZERO_UUID, is_internal=False, partitions=[]
+    )
+
+
 def _error_topic(name: str, code: int) -> Topic:
     return Topic(error_code=code, name=name, topic_id=ZERO_UUID, is_internal=False, partitions=[])
 
@@ -88,14 +113,110 @@ def _topic_or_error(broker, name: str, allow_auto_create: bool) -> Topic:
     return describe(broker, name)
 
 
+def _cluster_topic(broker, name: str) -> Topic | None:
+    """A topic as the ZooKeeper cluster has it: each partition's leader, epoch, replicas and ISR, and the replicas
+    on no live broker as offline (LEADER_NOT_AVAILABLE while a partition has no leader)."""
+    view = broker.cluster.view
+    assignment = view.topics.get(name)
+    if assignment is None:
+        return None
+    partitions = []
+    for p, replicas in sorted(assignment.partitions.items()):
+        state = view.states.get(TopicPartition(name, p))
+        leader = state.leader if state is not None else -1
+        partitions.append(
+            Partition(
+                error_code=NONE if leader >= 0 and leader in view.brokers else LEADER_NOT_AVAILABLE,
+                partition_index=p,
+                leader_id=leader,
+                leader_epoch=state.leader_epoch if state is not None else -1,
+                replica_nodes=list(replicas),
+                isr_nodes=list(state.isr) if state is not None else [],
+                offline_replicas=[r for r in replicas if r not in view.brokers],
+            )
+        )
+    return Topic(
+        error_code=NONE,
+        name=name,
+        topic_id=topic_uuid(assignment.topic_id),
+        is_internal=name in INTERNAL_TOPICS,
+        partitions=partitions,
+    )
+
+
+async def _cluster_topic_or_error(broker, name: str, allow_auto_create: bool) -> Topic:
+    if not allowed(broker, "DESCRIBE", "TOPIC", name):
+        return _error_topic(name, TOPIC_AUTHORIZATION_FAILED)
+    try:
+        validate_topic_name(name)
+    except InvalidTopicError:
+        return _error_topic(name, INVALID_TOPIC_EXCEPTION)
+    found = _cluster_topic(broker, name)
+    if found is not None:
+        return found
+    if not (allow_auto_create and broker.config.auto_create_topics_enable):
+        return _error_topic(name, UNKNOWN_TOPIC_OR_PARTITION)
+    if not (cluster_allowed(broker, "CREATE") or allowed(broker, "CREATE", "TOPIC", name)):
+        return _error_topic(name, TOPIC_AUTHORIZATION_FAILED)
+    settings = broker.cluster.settings
+    try:
+        await broker.cluster.create_topic(
+            name, broker.config.num_partitions, settings.default_replication_factor, {}, False
+        )
+    except TopicExistsError:
+        pass
+    except Exception as e:
+        log.warning("Auto-creation of topic %s failed: %s", name, e)
+        return _error_topic(name, error_code(e))
+    # As Kafka answers a topic it just created: LEADER_NOT_AVAILABLE until its leaders are elected.
+    return _error_topic(name, LEADER_NOT_AVAILABLE)
+
+
+async def _handle_cluster(broker, header, request) -> Response:
+    version = header.api_version
+    await broker.cluster.wait_ready()
+    view = broker.cluster.view
+    if request.topics is None or (version == 0 and not request.topics):
+        topics = [
+            t
+            for name in sorted(view.topics)
+            if allowed(broker, "DESCRIBE", "TOPIC", name, False) and (t := _cluster_topic(broker, name)) is not None
+        ]
+    else:
+        allow = request.allow_auto_topic_creation if version >= 4 else True
+        topics = [await _cluster_topic_or_error(broker, t.name or "", allow) for t in request.topics]
+    brokers = [Broker(node_id=b.broker_id, host=b.host, port=b.port, rack=b.rack) for b in view.brokers.values()]
+    if broker.node_id not in view.brokers:
+        host, port = broker.advertised_endpoint()
+        brokers.append(Broker(node_id=broker.node_id, host=host, port=port, rack=None))
+    response = MetadataResponse(
+        version=version,
+        throttle_time_ms=0,
+        brokers=sorted(brokers, key=lambda b: b.node_id),
+        cluster_id=broker.cluster_id,
+        controller_id=view.controller_id,
+        topics=topics,
+    )
+    return Response.of(response, version)
+
+
 async def handle(broker, header, request) -> Response:
+    if getattr(broker, "cluster", None) is not None:
+        return await _handle_cluster(broker, header, request)
     version = header.api_version
     if request.topics is None or (version == 0 and not request.topics):
         # Every topic the principal may DESCRIBE; the others are left out, as if they did not exist.
-        topics = [describe(broker, n) for n in broker.log_manager.topics() if allowed(broker, "DESCRIBE", "TOPIC", n)]
+        topics = [
+            describe(broker, n) for n in broker.log_manager.topics() if allowed(broker, "DESCRIBE", "TOPIC", n, False)
+        ]
     else:
         allow = request.allow_auto_topic_creation if version >= 4 else True
-        topics = [_topic_or_error(broker, t.name or "", allow) for t in request.topics]
+        topics = [
+            _topic_by_id(broker, t.topic_id)
+            if t.name is None and version >= 10
+            else _topic_or_error(broker, t.name or "", allow)
+            for t in request.topics
+        ]
     host, port = broker.advertised_endpoint()
     response = MetadataResponse(
         version=version,

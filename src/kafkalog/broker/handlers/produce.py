@@ -25,6 +25,7 @@ from ..protocol import (
     error_message,
 )
 from ..security.acl import allowed
+from ..security.context import CURRENT, throttle
 
 log = logging.getLogger("kafka.server.KafkaApis")
 
@@ -75,6 +76,17 @@ async def handle(broker, header, request):
                 continue
             entries[tp] = bytes(records)
     results = broker.replica_manager.append_records(entries, acks) if entries else {}
+    cluster = getattr(broker, "cluster", None)
+    if cluster is not None and results:
+        for tp, result in results.items():
+            if result.error is None:
+                broker.purgatory.notify(tp)  # followers' long-polling fetches wait for new records too
+        if acks == -1:
+            # Kafka's delayed produce: answer when the ISR has the records (or the timeout passes).
+            results = await cluster.wait_for_acks(results, max(0, request.timeout_ms))
+    ctx = CURRENT.get()
+    throttle_ms = broker.produce_quota.record(ctx.user, ctx.client_id, ctx.request_size) if broker.produce_quota else 0
+    throttle(throttle_ms)
     if acks == 0:
         failed = [tp for tp in order if tp in early or results[tp].error is not None]
         if failed:
@@ -115,6 +127,6 @@ async def handle(broker, header, request):
     response = ProduceResponse(
         version=version,
         responses=[TopicResponse(name=name, partition_responses=parts) for name, parts in by_topic.items()],
-        throttle_time_ms=0,
+        throttle_time_ms=throttle_ms,
     )
     return Response.of(response, version)

@@ -21,10 +21,10 @@ from ..security.acl import allowed, cluster_allowed
 
 
 def _idempotent_write_allowed(broker) -> bool:
-    """Kafka: IDEMPOTENT_WRITE on the cluster, or WRITE on any topic (KIP-679)."""
-    if cluster_allowed(broker, "IDEMPOTENT_WRITE"):
+    """Kafka: IDEMPOTENT_WRITE on the cluster, or WRITE on a topic (KIP-679; here: on an existing topic)."""
+    if cluster_allowed(broker, "IDEMPOTENT_WRITE", log_denied=False):
         return True
-    return any(allowed(broker, "WRITE", "TOPIC", name) for name in broker.log_manager.topics())
+    return any(allowed(broker, "WRITE", "TOPIC", name, log_denied=False) for name in broker.log_manager.topics())
 
 
 log = logging.getLogger("kafka.coordinator.transaction.ProducerIdManager")

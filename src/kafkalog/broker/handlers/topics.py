@@ -86,8 +86,55 @@ def _create_one(broker, topic, validate_only: bool) -> Created:
     )
 
 
+async def _create_in_cluster(broker, topic, validate_only: bool) -> Created:
+    """CreateTopics in ZooKeeper mode: Kafka's rack-unaware assignment over the registered brokers, written to
+    ZooKeeper; answered once the controller has elected every partition's leader (or after 10 s regardless)."""
+    partitions = topic.num_partitions if topic.num_partitions != -1 else broker.config.num_partitions
+    replication = (
+        topic.replication_factor
+        if topic.replication_factor != -1
+        else broker.cluster.settings.default_replication_factor
+    )
+    configs = {c.name: c.value for c in topic.configs}
+
+    def failed(code: int, message: str) -> Created:
+        return Created(
+            name=topic.name,
+            topic_id=ZERO_UUID,
+            error_code=code,
+            error_message=message,
+            num_partitions=-1,
+            replication_factor=-1,
+            configs=None,
+        )
+
+    if not (cluster_allowed(broker, "CREATE") or allowed(broker, "CREATE", "TOPIC", topic.name)):
+        return failed(TOPIC_AUTHORIZATION_FAILED, _DENIED)
+    if topic.assignments:
+        return failed(INVALID_REQUEST, "Explicit replica assignments are not supported yet")
+    try:
+        assignment = await broker.cluster.create_topic(topic.name, partitions, replication, configs, validate_only)
+        if not validate_only:
+            log.info("Created topic %s: assignment %s, configs %s", topic.name, assignment.partitions, configs)
+            await broker.cluster.wait_for_topic(topic.name)
+    except Exception as e:
+        return failed(error_code(e), error_message(e))
+    return Created(
+        name=topic.name,
+        topic_id=topic_uuid(assignment.topic_id) if not validate_only else ZERO_UUID,
+        error_code=NONE,
+        error_message=None,
+        num_partitions=partitions,
+        replication_factor=replication,
+        configs=[],
+    )
+
+
 async def handle_create(broker, header, request) -> Response:
     version = header.api_version
+    if getattr(broker, "cluster", None) is not None:
+        results = [await _create_in_cluster(broker, t, bool(request.validate_only)) for t in request.topics]
+        return Response.of(CreateTopicsResponse(version=version, throttle_time_ms=0, topics=results), version)
     results = [_create_one(broker, t, bool(request.validate_only)) for t in request.topics]
     return Response.of(CreateTopicsResponse(version=version, throttle_time_ms=0, topics=results), version)
 
@@ -114,6 +161,19 @@ def _delete_one(broker, name: str | None) -> Deleted:
 async def handle_delete(broker, header, request) -> Response:
     version = header.api_version
     names = [t.name for t in request.topics] if version >= 6 else list(request.topic_names)
+    if getattr(broker, "cluster", None) is not None:
+        # Kafka's ZooKeeper-mode deletion (/admin/delete_topics, the controller's TopicDeletionManager) is not
+        # built: refused without touching any replica, rather than deleting this broker's replicas alone.
+        refused = [
+            Deleted(
+                name=name,
+                topic_id=ZERO_UUID,
+                error_code=INVALID_REQUEST,
+                error_message="Deleting topics of a ZooKeeper cluster is not supported by kafkalog yet",
+            )
+            for name in names
+        ]
+        return Response.of(DeleteTopicsResponse(version=version, throttle_time_ms=0, responses=refused), version)
     results = [_delete_one(broker, name) for name in names]
     return Response.of(DeleteTopicsResponse(version=version, throttle_time_ms=0, responses=results), version)
 
@@ -150,5 +210,16 @@ def _grow_one(broker, topic, validate_only: bool):
 
 async def handle_create_partitions(broker, header, request) -> Response:
     version = header.api_version
+    if getattr(broker, "cluster", None) is not None:
+        Result = CreatePartitionsResponse.CreatePartitionsTopicResult
+        refused = [
+            Result(
+                name=t.name,
+                error_code=INVALID_REQUEST,
+                error_message="Adding partitions to a topic of a ZooKeeper cluster is not supported by kafkalog yet",
+            )
+            for t in request.topics
+        ]
+        return Response.of(CreatePartitionsResponse(version=version, throttle_time_ms=0, results=refused), version)
     results = [_grow_one(broker, t, bool(request.validate_only)) for t in request.topics]
     return Response.of(CreatePartitionsResponse(version=version, throttle_time_ms=0, results=results), version)

@@ -164,14 +164,34 @@ class AclStore:
         self.path = Path(log_dir) / STORE_FILE
         self._lock = threading.Lock()
         self.bindings: frozenset[AclBinding] = frozenset()
+        self._literal: dict[tuple[str, str], list[AclBinding]] = {}
+        self._prefixed: dict[str, list[AclBinding]] = {}
         if self.path.exists():
-            self.bindings = frozenset(AclBinding(**item) for item in json.loads(self.path.read_text()))
+            self._set(frozenset(AclBinding(**item) for item in json.loads(self.path.read_text())))
+
+    def _set(self, bindings: frozenset[AclBinding]) -> None:
+        """Install ``bindings`` with their index (literal by (type, name), prefixed by type), built off to the
+        side and swapped in, so a reader sees the old or the new set."""
+        literal: dict[tuple[str, str], list[AclBinding]] = {}
+        prefixed: dict[str, list[AclBinding]] = {}
+        for b in bindings:
+            if b.pattern_type == "LITERAL":
+                literal.setdefault((b.resource_type, b.resource_name), []).append(b)
+            else:
+                prefixed.setdefault(b.resource_type, []).append(b)
+        self._literal, self._prefixed, self.bindings = literal, prefixed, bindings
+
+    def matching(self, resource_type: str, name: str) -> list[AclBinding]:
+        """The bindings whose pattern matches the resource: LITERAL name or '*', PREFIXED prefix of the name."""
+        found = self._literal.get((resource_type, name), []) + self._literal.get((resource_type, WILDCARD), [])
+        found += [b for b in self._prefixed.get(resource_type, ()) if name.startswith(b.resource_name)]
+        return found
 
     def add(self, new: Iterable[AclBinding]) -> None:
         with self._lock:
             bindings = self.bindings | set(new)
             self._write(bindings)
-            self.bindings = bindings
+            self._set(bindings)
 
     def remove(self, filters: Iterable[AclFilter]) -> list[list[AclBinding]]:
         """Delete the bindings each filter matches; per filter, the bindings it deleted."""
@@ -182,7 +202,7 @@ class AclStore:
             if gone:
                 bindings = self.bindings - gone
                 self._write(bindings)
-                self.bindings = bindings
+                self._set(bindings)
             return matched
 
     def _write(self, bindings: Iterable[AclBinding]) -> None:
@@ -225,10 +245,12 @@ class Authorizer:
             )
         return cls(AclStore(log_dir), super_users, allow == "true")
 
-    def authorize(self, principal: str, host: str, operation: str, resource_type: str, name: str) -> bool:
+    def authorize(
+        self, principal: str, host: str, operation: str, resource_type: str, name: str, log_denied: bool = True
+    ) -> bool:
         if principal in self.super_users:
             return True
-        matching = [b for b in self.store.bindings if b.resource_type == resource_type and _pattern_matches(b, name)]
+        matching = self.store.matching(resource_type, name)
         if not matching:
             allowed = self.allow_if_no_acl
         else:
@@ -240,8 +262,9 @@ class Authorizer:
             else:
                 ops = (*_IMPLIED_BY.get(operation, (operation,)), "ALL")
                 allowed = any(b.permission == "ALLOW" and b.operation in ops for b in mine)
-        if not allowed:
-            log.info(
+        if not allowed and (log_denied or log.isEnabledFor(logging.DEBUG)):
+            log.log(
+                logging.INFO if log_denied else logging.DEBUG,
                 "Principal = %s is Denied operation = %s from host = %s on resource = %s:LITERAL:%s",
                 principal,
                 operation,
@@ -252,17 +275,20 @@ class Authorizer:
         return allowed
 
 
-def allowed(broker, operation: str, resource_type: str, name: str) -> bool:
-    """Whether the request being handled may do ``operation`` on the resource (always, without an authorizer)."""
+def allowed(broker, operation: str, resource_type: str, name: str, log_denied: bool = True) -> bool:
+    """Whether the request being handled may do ``operation`` on the resource (always, without an authorizer).
+
+    ``log_denied=False`` for a check that only filters what is shown (Metadata's topic list, ListGroups): a
+    refusal is then logged at DEBUG, as Kafka's authorizer does for such checks."""
     authorizer = getattr(broker, "authorizer", None)
     if authorizer is None:
         return True
     ctx = CURRENT.get()
-    return bool(authorizer.authorize(ctx.principal, ctx.client_host, operation, resource_type, name))
+    return bool(authorizer.authorize(ctx.principal, ctx.client_host, operation, resource_type, name, log_denied))
 
 
-def cluster_allowed(broker, operation: str) -> bool:
-    return allowed(broker, operation, "CLUSTER", CLUSTER_NAME)
+def cluster_allowed(broker, operation: str, log_denied: bool = True) -> bool:
+    return allowed(broker, operation, "CLUSTER", CLUSTER_NAME, log_denied)
 
 
 _DENIED_ERRORS = {

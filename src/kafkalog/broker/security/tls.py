@@ -7,15 +7,18 @@ the certificate chain, or the PEM text itself in ``ssl.keystore.key`` and ``ssl.
 and ``PKCS12``; Java's ``JKS`` cannot be read without Java and is refused with a message saying what to use.
 Truststores: ``PEM`` (a file, or ``ssl.truststore.certificates``) and ``PKCS12``.
 
-The principal of a TLS client is Kafka's default ``ssl.principal.mapping.rules`` (DEFAULT): ``User:`` followed
-by the certificate subject's distinguished name in RFC 2253 form (as Java's X500Principal.getName()); without a
-client certificate (``ssl.client.auth`` none or requested) it is ``User:ANONYMOUS``.
+The principal of a TLS client is ``User:`` followed by the certificate subject's distinguished name in RFC 2253
+form (as Java's X500Principal.getName()), mapped by ``ssl.principal.mapping.rules`` (Kafka's SslPrincipalMapper:
+``RULE:pattern/replacement/[LU]`` entries and ``DEFAULT``, the first rule whose pattern matches the whole name
+wins; a name no rule matches fails the connection); without a client certificate (``ssl.client.auth`` none or
+requested) it is ``User:ANONYMOUS``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
 import ssl
 import tempfile
 from collections.abc import Iterator, Mapping
@@ -44,6 +47,22 @@ def _private_file(data: bytes) -> Iterator[str]:
         yield path
     finally:
         os.unlink(path)
+
+
+_PEM_BLOCK = re.compile(r"-----BEGIN ([A-Z0-9 ]+)-----(.*?)-----END \1-----", re.S)
+
+
+def normalize_pem(text: str, key: str) -> str:
+    """PEM blocks given inline in a config value, as Kafka reads them: line breaks may be lost or written as
+    literal ``\\n`` (a one-line property); the base64 body is re-wrapped so OpenSSL can read it."""
+    blocks = []
+    for label, body in _PEM_BLOCK.findall(text):
+        data = re.sub(r"\s+", "", body.replace("\\n", ""))
+        lines = [data[i : i + 64] for i in range(0, len(data), 64)]
+        blocks.append("\n".join([f"-----BEGIN {label}-----", *lines, f"-----END {label}-----"]))
+    if not blocks:
+        raise InvalidConfigurationError(f"{key}: no PEM block (-----BEGIN ...-----) found")
+    return "\n".join(blocks) + "\n"
 
 
 def _read(path: str, key: str) -> bytes:
@@ -87,8 +106,14 @@ def _load_keystore(context: ssl.SSLContext, props: Mapping[str, str], endpoint: 
                 raise InvalidConfigurationError(
                     f"{where}: set either ssl.keystore.location or ssl.keystore.key with ssl.keystore.certificate.chain"
                 )
-            with _private_file(key_text.encode() + b"\n" + chain.encode() + b"\n") as path:
-                context.load_cert_chain(path, password=key_password)
+            pem = normalize_pem(key_text, "ssl.keystore.key") + normalize_pem(chain, "ssl.keystore.certificate.chain")
+            with _private_file(pem.encode()) as path:
+                try:
+                    context.load_cert_chain(path, password=key_password)
+                except ssl.SSLError as e:
+                    raise InvalidConfigurationError(
+                        f"{where}: cannot load ssl.keystore.key with ssl.keystore.certificate.chain: {e}"
+                    ) from None
             return
         if not location:
             raise InvalidConfigurationError(f"{where}: an SSL listener needs ssl.keystore.location or ssl.keystore.key")
@@ -119,7 +144,10 @@ def _load_truststore(context: ssl.SSLContext, props: Mapping[str, str], endpoint
     certificates = _get(props, endpoint, "ssl.truststore.certificates")
     where = f"listener {endpoint.name}"
     if certificates:
-        context.load_verify_locations(cadata=certificates)
+        try:
+            context.load_verify_locations(cadata=normalize_pem(certificates, "ssl.truststore.certificates"))
+        except ssl.SSLError as e:
+            raise InvalidConfigurationError(f"{where}: cannot load ssl.truststore.certificates: {e}") from None
         return True
     if not location:
         return False
@@ -161,13 +189,79 @@ def client_auth(props: Mapping[str, str], endpoint: Endpoint) -> str:
     return value
 
 
+_RULE = r"(DEFAULT)|RULE:((?:\\.|[^\\/])*)/((?:\\.|[^\\/])*)/([LU]?).*?|(.*?)"
+_RULE_SPLITTER = re.compile(r"\s*(" + _RULE + r")\s*(?:,\s*|$)")
+_RULE_PARSER = re.compile(_RULE)
+_BACK_REFERENCE = re.compile(r"\$(\d+)")
+
+
+class NoMatchingRule(Exception):
+    pass
+
+
+class SslPrincipalMapper:
+    """Kafka's ssl.principal.mapping.rules: a list of DEFAULT or (pattern, replacement, case) rules."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.rules: list[tuple[re.Pattern[str], str, str] | None] = []  # None = DEFAULT
+        for match in _RULE_SPLITTER.finditer(text.strip()):
+            rule = match.group(1)
+            parsed = _RULE_PARSER.match(rule)
+            if parsed is None or parsed.end() != len(rule):
+                raise InvalidConfigurationError(f"Invalid rule: {rule} in ssl.principal.mapping.rules")
+            if parsed.group(1):
+                self.rules.append(None)
+            elif parsed.group(2) is not None:
+                try:
+                    pattern = re.compile(parsed.group(2))
+                except re.error as e:
+                    raise InvalidConfigurationError(f"Invalid rule pattern {parsed.group(2)!r}: {e}") from None
+                self.rules.append((pattern, parsed.group(3), parsed.group(4)))
+            if match.end() >= len(text.strip()):
+                break
+
+    @staticmethod
+    def _replacement(text: str, groups: int) -> str:
+        """Java's replacement syntax ($n, backslash escapes) as Python's; a $n past the groups stays literal."""
+        out, pos = [], 0
+        while pos < len(text):
+            ch = text[pos]
+            if ch == "\\" and pos + 1 < len(text):
+                out.append(text[pos + 1].replace("\\", "\\\\"))
+                pos += 2
+                continue
+            m = _BACK_REFERENCE.match(text, pos)
+            if m:
+                digits = m.group(1)
+                while len(digits) > 1 and int(digits) > groups:
+                    digits = digits[:-1]
+                if int(digits) <= groups:
+                    out.append(f"\\g<{int(digits)}>")
+                    pos += 1 + len(digits)
+                    continue
+            out.append(ch.replace("\\", "\\\\"))
+            pos += 1
+        return "".join(out)
+
+    def name(self, distinguished_name: str) -> str:
+        for rule in self.rules:
+            if rule is None:
+                return distinguished_name
+            pattern, replacement, case = rule
+            if pattern.fullmatch(distinguished_name):
+                result = pattern.sub(self._replacement(replacement, pattern.groups), distinguished_name)
+                return result.lower() if case == "L" else result.upper() if case == "U" else result
+        raise NoMatchingRule(f"No rules apply to {distinguished_name}, rules {self.text}")
+
+
+def principal_mapper(props: Mapping[str, str], endpoint: Endpoint) -> SslPrincipalMapper:
+    return SslPrincipalMapper(_get(props, endpoint, "ssl.principal.mapping.rules", "DEFAULT") or "DEFAULT")
+
+
 def server_context(props: Mapping[str, str], endpoint: Endpoint) -> ssl.SSLContext:
     """The SSLContext of a TLS listener, or InvalidConfigurationError saying what is missing or unreadable."""
-    rules = (_get(props, endpoint, "ssl.principal.mapping.rules", "DEFAULT") or "DEFAULT").strip()
-    if rules != "DEFAULT":
-        raise InvalidConfigurationError(
-            f"listener {endpoint.name}: ssl.principal.mapping.rules other than DEFAULT are not supported"
-        )
+    principal_mapper(props, endpoint)  # the rules are checked with the rest of the listener's settings
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     enabled = [v.strip() for v in (_get(props, endpoint, "ssl.enabled.protocols", "TLSv1.2,TLSv1.3") or "").split(",")]
     versions = [_TLS_VERSIONS[v] for v in enabled if v in _TLS_VERSIONS]
@@ -189,8 +283,10 @@ def server_context(props: Mapping[str, str], endpoint: Endpoint) -> ssl.SSLConte
     return context
 
 
-def principal_of(ssl_object: ssl.SSLObject | ssl.SSLSocket | None) -> str:
-    """``User:`` + the RFC 2253 subject of the peer's certificate, or ``User:ANONYMOUS`` without one."""
+def principal_of(ssl_object: ssl.SSLObject | ssl.SSLSocket | None, mapper: SslPrincipalMapper | None = None) -> str:
+    """``User:`` + the (mapped) RFC 2253 subject of the peer's certificate, or ``User:ANONYMOUS`` without one.
+
+    Raises NoMatchingRule when ``mapper`` has no rule for the name."""
     if ssl_object is None:
         return ANONYMOUS
     der = ssl_object.getpeercert(binary_form=True)
@@ -198,4 +294,5 @@ def principal_of(ssl_object: ssl.SSLObject | ssl.SSLSocket | None) -> str:
         return ANONYMOUS
     from cryptography import x509
 
-    return "User:" + x509.load_der_x509_certificate(der).subject.rfc4514_string()
+    name = x509.load_der_x509_certificate(der).subject.rfc4514_string()
+    return "User:" + (mapper.name(name) if mapper is not None else name)

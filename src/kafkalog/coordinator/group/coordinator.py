@@ -11,6 +11,8 @@ What it does, as Kafka's GroupCoordinator (classic protocol) and GroupMetadataMa
   static membership (KIP-345: group.instance.id, FENCED_INSTANCE_ID), session timeouts (a member that stops
   heartbeating is removed), rebalance timeouts (members that do not rejoin in time are dropped) and
   group.initial.rebalance.delay.ms for an empty group's first rebalance.
+* ConsumerGroupHeartbeat (KIP-848) runs KIP-848 groups with server-side assignment (consumer_protocol.py,
+  consumer_group.py); their members are not persisted yet, their committed offsets are, like every offset.
 * Every state change that Kafka persists is persisted here the same way, through the replica manager (the
   partition layer) as one batch per call: group metadata after a completed sync or an emptied group, offsets
   on commit, tombstones on OffsetDelete, DeleteGroups and expiry. ``load`` rebuilds everything from those
@@ -36,6 +38,8 @@ from ...partition import READ_COMMITTED
 from ...record.builder import RecordBatchBuilder
 from ...storage.producer_state import AppendOrigin
 from . import records as rec
+from .consumer_group import ConsumerGroup
+from .consumer_protocol import ConsumerProtocolMixin
 from .errors import Errors, append_error
 from .group import ClassicGroup, GroupState, JoinResult, Member, OffsetAndMetadata, SyncResult
 
@@ -106,6 +110,8 @@ class GroupCoordinatorConfig:
     group_max_session_timeout_ms: int = 1_800_000
     group_initial_rebalance_delay_ms: int = 3000
     group_max_size: int = 2**31 - 1
+    consumer_session_timeout_ms: int = 45_000
+    consumer_heartbeat_interval_ms: int = 5_000
 
     @classmethod
     def from_properties(cls, props) -> GroupCoordinatorConfig:
@@ -121,6 +127,8 @@ class GroupCoordinatorConfig:
             group_max_session_timeout_ms=_int(props, "group.max.session.timeout.ms", 1_800_000, 0),
             group_initial_rebalance_delay_ms=_int(props, "group.initial.rebalance.delay.ms", 3000, 0),
             group_max_size=_int(props, "group.max.size", 2**31 - 1, 1),
+            consumer_session_timeout_ms=_int(props, "group.consumer.session.timeout.ms", 45_000, 1),
+            consumer_heartbeat_interval_ms=_int(props, "group.consumer.heartbeat.interval.ms", 5_000, 1),
         )
 
 
@@ -129,6 +137,7 @@ class GroupOverview:
     group_id: str
     protocol_type: str
     state: str
+    group_type: str = "classic"
 
 
 @dataclass(frozen=True)
@@ -140,7 +149,7 @@ class GroupDescription:
     members: list[tuple[str, str | None, str, str, bytes, bytes]]  # id, instance id, client, host, metadata, assignment
 
 
-class GroupCoordinator:
+class GroupCoordinator(ConsumerProtocolMixin):
     """The classic group coordinator of one broker (it leads every __consumer_offsets partition).
 
     Invariants: every group in ``groups`` is on a partition of the offsets topic; a Dead group is no longer in
@@ -154,6 +163,7 @@ class GroupCoordinator:
         self.clock = clock
         self.scheduler = scheduler
         self.groups: dict[str, ClassicGroup] = {}
+        self.consumer_groups: dict[str, ConsumerGroup] = {}  # KIP-848 groups (their offsets are in ``groups``)
         self._retention_task = None
         self._active = False
 
@@ -170,6 +180,7 @@ class GroupCoordinator:
         self._active = False
         if self._retention_task is not None:
             self._retention_task.cancel()
+        self._shutdown_consumer_groups()
         for group in self.groups.values():
             self._cancel(group.join_task)
             for task in group.pending_members.values():
@@ -391,7 +402,9 @@ class GroupCoordinator:
             return
         member.heartbeat_task = None
         if member.awaiting_sync or (member.awaiting_join and not member.is_new):
-            return  # kept alive while its JoinGroup / SyncGroup waits (Kafka's shouldKeepAlive)
+            # Kept alive while its JoinGroup / SyncGroup waits (Kafka's shouldKeepAlive); checked again later.
+            self._schedule_heartbeat(group, member, member.session_timeout_ms)
+            return
         log.info("Member %s in group %s has failed, removing it from the group", member_id, group_id)
         self._remove_member_and_update(group, member, "removing member on heartbeat expiration")
 
@@ -447,6 +460,9 @@ class GroupCoordinator:
             return fail(Errors.INVALID_SESSION_TIMEOUT)
         if rebalance_timeout_ms < 0:
             rebalance_timeout_ms = session_timeout_ms  # JoinGroup v0 has none: Kafka uses the session timeout
+        consumer_group = self.consumer_groups.get(group_id)
+        if consumer_group is not None and consumer_group.members:
+            return fail(Errors.INCONSISTENT_GROUP_PROTOCOL)  # a KIP-848 group with members
         group = self.groups.get(group_id)
         if group is None:
             if member_id != UNKNOWN_MEMBER_ID:
@@ -865,14 +881,21 @@ class GroupCoordinator:
             return all_fail(Errors.INVALID_GROUP_ID)
         if self.offsets_topic_partitions() is None:
             return all_fail(Errors.COORDINATOR_NOT_AVAILABLE)
+        consumer_check = self._validate_consumer_commit(group_id, member_id, generation_id)
         group = self.groups.get(group_id)
-        if group is None:
-            if generation_id >= 0 or member_id != UNKNOWN_MEMBER_ID or group_instance_id is not None:
-                return all_fail(Errors.ILLEGAL_GENERATION)
-            group = self.groups[group_id] = ClassicGroup(group_id, self.now())  # a simple consumer's (admin) commit
-        error = self._validate_commit(group, member_id, group_instance_id, generation_id)
-        if error is not Errors.NONE:
-            return all_fail(error)
+        if consumer_check is not None:  # a KIP-848 group: its member and epoch were checked
+            if consumer_check is not Errors.NONE:
+                return all_fail(consumer_check)
+            if group is None:
+                group = self.groups[group_id] = ClassicGroup(group_id, self.now())  # holds the group's offsets
+        else:
+            if group is None:
+                if generation_id >= 0 or member_id != UNKNOWN_MEMBER_ID or group_instance_id is not None:
+                    return all_fail(Errors.ILLEGAL_GENERATION)
+                group = self.groups[group_id] = ClassicGroup(group_id, self.now())  # a simple consumer's commit
+            error = self._validate_commit(group, member_id, group_instance_id, generation_id)
+            if error is not Errors.NONE:
+                return all_fail(error)
         if group.is_in(STABLE, PREPARING) and member_id in group.members:
             member = group.members[member_id]
             self._schedule_heartbeat(group, member, member.session_timeout_ms)
@@ -979,8 +1002,9 @@ class GroupCoordinator:
         retention = self.config.offsets_retention_minutes * 60_000
         removed = 0
         for group in list(self.groups.values()):
-            if group.is_in(DEAD):
-                continue
+            consumer_group = self.consumer_groups.get(group.group_id)
+            if group.is_in(DEAD) or (consumer_group is not None and consumer_group.members):
+                continue  # an active KIP-848 group keeps its offsets
             if group.is_in(EMPTY):
                 base = group.current_state_timestamp
                 subscribed: set[str] | None = set()
@@ -1022,17 +1046,22 @@ class GroupCoordinator:
     def list_groups(self, states: Iterable[str] = (), types: Iterable[str] = ()) -> list[GroupOverview]:
         wanted_states = {s.lower() for s in states}
         wanted_types = {t.lower() for t in types}
-        if wanted_types and "classic" not in wanted_types:
-            return []
-        return [
+        found = [
             GroupOverview(g.group_id, g.protocol_type or "", g.state.value)
             for g in self.groups.values()
-            if not wanted_states or g.state.value.lower() in wanted_states
+            if g.group_id not in self.consumer_groups
+        ]
+        found += [GroupOverview(g.group_id, "consumer", g.state, "consumer") for g in self.consumer_groups.values()]
+        return [
+            g
+            for g in found
+            if (not wanted_states or g.state.lower() in wanted_states)
+            and (not wanted_types or g.group_type in wanted_types)
         ]
 
     def describe_group(self, group_id: str) -> tuple[Errors, GroupDescription | None]:
         group = self.groups.get(group_id)
-        if group is None:
+        if group is None or group_id in self.consumer_groups:  # KIP-848 groups: ConsumerGroupDescribe (not built)
             return Errors.GROUP_ID_NOT_FOUND, None
         stable = group.is_in(STABLE)
         members = [
@@ -1057,6 +1086,15 @@ class GroupCoordinator:
     def delete_groups(self, group_ids: list[str]) -> dict[str, Errors]:
         results: dict[str, Errors] = {}
         for group_id in group_ids:
+            consumer_group = self.consumer_groups.get(group_id)
+            if consumer_group is not None:
+                if consumer_group.members:
+                    results[group_id] = Errors.NON_EMPTY_GROUP
+                    continue
+                del self.consumer_groups[group_id]
+                if group_id not in self.groups:
+                    results[group_id] = Errors.NONE
+                    continue
             group = self.groups.get(group_id)
             if group is None or group.is_in(DEAD):
                 results[group_id] = Errors.GROUP_ID_NOT_FOUND

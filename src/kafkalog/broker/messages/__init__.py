@@ -1,0 +1,22 @@
+"""Kafka message schemas (``common/message/*.json``, Apache License 2.0) that kafka-python 3.0.12 does not ship.
+
+They are loaded by kafka-python's schema classes exactly as its own resources are (``load_json=`` this package),
+so the broker encodes and decodes them with the same generated codec as every other API.
+"""
+
+import sys
+
+from kafka.protocol.api_message import ApiMessage
+
+_HERE = sys.modules[__name__]
+
+
+class ConsumerGroupHeartbeatRequest(ApiMessage, load_json=_HERE):
+    """KIP-848's heartbeat (API key 68), versions 0-1."""
+
+
+class ConsumerGroupHeartbeatResponse(ApiMessage, load_json=_HERE):
+    pass
+
+
+__all__ = ["ConsumerGroupHeartbeatRequest", "ConsumerGroupHeartbeatResponse"]

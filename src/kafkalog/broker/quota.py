@@ -1,0 +1,173 @@
+"""Client quotas: produce and fetch byte rates per user and client id, as Kafka's ClientQuotaManager.
+
+Quotas are set with AlterClientQuotas (``kafkalog configs --entity-type users|clients --add-config
+producer_byte_rate=...``) and kept in ``quotas.json`` in the first log dir. The quota of a request is the first
+that exists of Kafka's eight levels: (user, client-id), (user, default client-id), (user), (default user,
+client-id), (default user, default client-id), (default user), (client-id), (default client-id). Bytes are
+counted per quota entity with the defaults replaced by the request's own names, so clients sharing a default
+quota are each held to it, while the clients of one user quota share it.
+
+The rate is Kafka's: the bytes of the last ``quota.window.num`` (11) windows of ``quota.window.size.seconds``
+(1 s) over the time they span, at least ``quota.window.num - 1`` windows. A request that takes the rate over
+the bound is answered with ``throttle_time_ms = (rate - bound) / bound * window`` (capped at the whole
+window); the broker then reads nothing more from that connection for that long (KIP-219), or, for a request
+version whose clients do not throttle themselves, delays the answer instead. A throttled fetch returns no
+records, and its bytes are not counted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+STORE_FILE = "quotas.json"
+PRODUCER_BYTE_RATE = "producer_byte_rate"
+CONSUMER_BYTE_RATE = "consumer_byte_rate"
+KEYS = (PRODUCER_BYTE_RATE, CONSUMER_BYTE_RATE, "request_percentage", "controller_mutation_rate")
+ENTITY_TYPES = ("user", "client-id")
+
+Entity = tuple[tuple[str, str | None], ...]  # sorted (type, name) pairs; name None = the default entity
+
+
+def entity_key(pairs) -> Entity:
+    return tuple(sorted((t, n) for t, n in pairs))
+
+
+class QuotaStore:
+    """Quota values by entity. Invariant: the file equals ``entries`` whenever a change has returned."""
+
+    def __init__(self, log_dir: str | Path) -> None:
+        self.path = Path(log_dir) / STORE_FILE
+        self._lock = threading.Lock()
+        self.entries: dict[Entity, dict[str, float]] = {}
+        if self.path.exists():
+            for item in json.loads(self.path.read_text()):
+                self.entries[entity_key((t, n) for t, n in item["entity"])] = dict(item["values"])
+
+    def alter(self, changes: list[tuple[Entity, dict[str, float | None]]]) -> None:
+        """Set (a float) or remove (None) values of each entity; all written at once."""
+        with self._lock:
+            entries = {k: dict(v) for k, v in self.entries.items()}
+            for entity, ops in changes:
+                values = entries.setdefault(entity, {})
+                for key, value in ops.items():
+                    if value is None:
+                        values.pop(key, None)
+                    else:
+                        values[key] = value
+                if not values:
+                    del entries[entity]
+            tmp = self.path.with_name(self.path.name + ".tmp")
+            with open(tmp, "w") as f:
+                json.dump([{"entity": list(k), "values": v} for k, v in sorted(entries.items(), key=str)], f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.path)
+            self.entries = entries
+
+    def lookup(self, user: str, client_id: str, key: str) -> tuple[Entity, float] | None:
+        """The quota entity that applies and its bound, by Kafka's precedence (None: unlimited)."""
+        levels: list[Entity] = [
+            (("client-id", client_id), ("user", user)),
+            (("client-id", None), ("user", user)),
+            (("user", user),),
+            (("client-id", client_id), ("user", None)),
+            (("client-id", None), ("user", None)),
+            (("user", None),),
+            (("client-id", client_id),),
+            (("client-id", None),),
+        ]
+        for level in levels:
+            value = self.entries.get(level, {}).get(key)
+            if value is not None:
+                return level, value
+        return None
+
+
+class _Rate:
+    """Kafka's Rate over a SampledStat: ``samples`` windows of ``window_ms``."""
+
+    __slots__ = ("samples", "values", "window_ms")
+
+    def __init__(self, samples: int, window_ms: int) -> None:
+        self.samples = samples
+        self.window_ms = window_ms
+        self.values: list[list[float]] = []  # [window start ms, total]
+
+    def record(self, value: float, now_ms: float) -> None:
+        if not self.values or now_ms >= self.values[-1][0] + self.window_ms:
+            self.values.append([now_ms, 0.0])
+            del self.values[: -self.samples]
+        self.values[-1][1] += value
+
+    def _purge(self, now_ms: float) -> None:
+        horizon = now_ms - self.samples * self.window_ms
+        self.values = [v for v in self.values if v[0] + self.window_ms > horizon]
+
+    def window_size_ms(self, now_ms: float) -> float:
+        self._purge(now_ms)
+        elapsed = now_ms - self.values[0][0] if self.values else 0.0
+        full = int(elapsed // self.window_ms)
+        if full < self.samples - 1:
+            elapsed += (self.samples - 1 - full) * self.window_ms
+        return elapsed
+
+    def rate(self, now_ms: float) -> float:
+        size = self.window_size_ms(now_ms)
+        return sum(v[1] for v in self.values) / (size / 1000.0) if size > 0 else 0.0
+
+
+class QuotaManager:
+    """Records bytes of one kind (``producer_byte_rate`` or ``consumer_byte_rate``) and says how long to throttle."""
+
+    def __init__(
+        self,
+        store: QuotaStore,
+        key: str,
+        samples: int = 11,
+        window_ms: int = 1000,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.store = store
+        self.key = key
+        self.samples = samples
+        self.window_ms = window_ms
+        self.clock = clock
+        self._rates: dict[tuple[str, str, Entity], _Rate] = {}
+
+    def _sensor(self, user: str, client_id: str) -> tuple[_Rate, float] | None:
+        found = self.store.lookup(user, client_id, self.key)
+        if found is None:
+            return None
+        level, bound = found
+        types = {t for t, _ in level}
+        tag = (user if "user" in types else "", client_id if "client-id" in types else "", level)
+        rate = self._rates.get(tag)
+        if rate is None:
+            rate = self._rates[tag] = _Rate(self.samples, self.window_ms)
+        return rate, bound
+
+    def record(self, user: str, client_id: str, size: int) -> int:
+        """Count ``size`` bytes; the throttle time in ms (0 within the quota or without one)."""
+        sensor = self._sensor(user, client_id)
+        if sensor is None:
+            return 0
+        rate, bound = sensor
+        now = self.clock() * 1000.0
+        rate.record(size, now)
+        value = rate.rate(now)
+        if value <= bound or (bound <= 0 and value == 0):
+            return 0
+        if bound <= 0:
+            return self.samples * self.window_ms
+        throttle = (value - bound) / bound * rate.window_size_ms(now)
+        return int(min(round(throttle), self.samples * self.window_ms))
+
+    def unrecord(self, user: str, client_id: str, size: int) -> None:
+        sensor = self._sensor(user, client_id)
+        if sensor is not None:
+            sensor[0].record(-size, self.clock() * 1000.0)

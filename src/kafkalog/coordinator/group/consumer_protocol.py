@@ -1,0 +1,342 @@
+"""ConsumerGroupHeartbeat (KIP-848) for the GroupCoordinator: the heartbeat, reconciliation and timers.
+
+A mixin of GroupCoordinator (it shares the coordinator's clock, scheduler, log manager and offsets): the group
+model and the assignors are in ``consumer_group``; the rules are documented there.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+
+from ...errors import UnknownTopicOrPartitionError
+from .consumer_group import (
+    ASSIGNORS,
+    DEFAULT_ASSIGNOR,
+    FENCED_MEMBER_EPOCH,
+    INVALID_REGULAR_EXPRESSION,
+    LEAVE_GROUP_EPOCH,
+    LEAVE_GROUP_STATIC_EPOCH,
+    UNRELEASED_INSTANCE_ID,
+    UNSUPPORTED_ASSIGNOR,
+    ConsumerGroup,
+    ConsumerMember,
+    HeartbeatResult,
+    MemberState,
+    TopicPartitions,
+    _intersect,
+    _minus,
+    _union,
+    new_member_id,
+)
+from .errors import Errors
+
+log = logging.getLogger("org.apache.kafka.coordinator.group.GroupMetadataManager")
+
+
+def _subset(a: TopicPartitions, b: TopicPartitions) -> bool:
+    return all(ps <= b.get(t, set()) for t, ps in a.items())
+
+
+class ConsumerProtocolMixin:
+    """The KIP-848 half of the coordinator. Invariant: a group id is either a classic group with members or a
+    consumer group, never both; a consumer group's committed offsets live with the classic offsets store."""
+
+    consumer_groups: dict[str, ConsumerGroup]
+
+    # ----- the heartbeat ----------------------------------------------------------------------------------
+    def consumer_group_heartbeat(
+        self,
+        group_id: str,
+        member_id: str,
+        member_epoch: int,
+        instance_id: str | None,
+        rack_id: str | None,
+        rebalance_timeout_ms: int,
+        subscribed_topic_names: list[str] | None,
+        subscribed_topic_regex: str | None,
+        server_assignor: str | None,
+        owned: TopicPartitions | None,
+        client_id: str = "",
+        client_host: str = "",
+        version: int = 1,
+    ) -> HeartbeatResult:
+        def fail(code: int, message: str | None = None) -> HeartbeatResult:
+            return HeartbeatResult(int(code), message, member_id or None, member_epoch)
+
+        if not group_id:
+            return fail(Errors.INVALID_REQUEST, "GroupId can't be empty.")
+        if version >= 1 and not member_id:
+            return fail(Errors.INVALID_REQUEST, "MemberId can't be empty.")
+        if member_epoch < LEAVE_GROUP_STATIC_EPOCH:
+            return fail(Errors.INVALID_REQUEST, f"MemberEpoch {member_epoch} is invalid.")
+        if member_epoch == 0 and subscribed_topic_names is None and subscribed_topic_regex is None:
+            return fail(
+                Errors.INVALID_REQUEST, "SubscribedTopicNames or SubscribedTopicRegex must be set in first request."
+            )
+        if server_assignor is not None and server_assignor not in ASSIGNORS:
+            return fail(
+                UNSUPPORTED_ASSIGNOR,
+                f"ServerAssignor {server_assignor} is not supported. Supported assignors: {', '.join(ASSIGNORS)}.",
+            )
+        if subscribed_topic_regex is not None:
+            try:
+                re.compile(subscribed_topic_regex)
+            except re.error as e:
+                return fail(
+                    INVALID_REGULAR_EXPRESSION, f"SubscribedTopicRegex {subscribed_topic_regex} is invalid: {e}"
+                )
+        if self.offsets_topic_partitions() is None:  # type: ignore[attr-defined]
+            return fail(Errors.COORDINATOR_NOT_AVAILABLE)
+        classic = self.groups.get(group_id)  # type: ignore[attr-defined]
+        if classic is not None and classic.members:
+            return fail(Errors.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group.")
+        group = self.consumer_groups.get(group_id)
+        if group is None:
+            if member_epoch != 0:
+                return fail(Errors.UNKNOWN_MEMBER_ID, f"Group {group_id} not found.")
+            group = self.consumer_groups[group_id] = ConsumerGroup(group_id)
+        if member_epoch in (LEAVE_GROUP_EPOCH, LEAVE_GROUP_STATIC_EPOCH):
+            return self._consumer_leave(group, member_id, instance_id, member_epoch)
+        return self._consumer_heartbeat(
+            group,
+            member_id,
+            member_epoch,
+            instance_id,
+            rack_id,
+            rebalance_timeout_ms,
+            subscribed_topic_names,
+            subscribed_topic_regex,
+            server_assignor,
+            owned,
+            client_id,
+            client_host,
+        )
+
+    def _consumer_leave(
+        self, group: ConsumerGroup, member_id: str, instance_id: str | None, epoch: int
+    ) -> HeartbeatResult:
+        if not member_id and instance_id is not None:
+            member_id = group.static_members.get(instance_id, "")
+        member = group.members.get(member_id)
+        if member is None:
+            return HeartbeatResult(
+                int(Errors.UNKNOWN_MEMBER_ID),
+                f"Member {member_id} is not a member of group {group.group_id}.",
+                member_id or None,
+                epoch,
+            )
+        log.info("[GroupId %s] Member %s left the consumer group.", group.group_id, member_id)
+        self._remove_consumer_member(group, member)
+        return HeartbeatResult(int(Errors.NONE), None, member_id, epoch, 0)
+
+    def _consumer_heartbeat(
+        self,
+        group,
+        member_id,
+        member_epoch,
+        instance_id,
+        rack_id,
+        rebalance_timeout_ms,
+        topic_names,
+        regex,
+        assignor,
+        owned,
+        client_id,
+        client_host,
+    ) -> HeartbeatResult:
+        member = group.members.get(member_id) if member_id else None
+        bump = False
+        if member_epoch == 0:
+            if not member_id:
+                member_id = new_member_id()  # v0: the coordinator names the member
+            if instance_id is not None:
+                holder = group.static_members.get(instance_id)
+                if holder is not None and holder != member_id:
+                    return HeartbeatResult(
+                        int(UNRELEASED_INSTANCE_ID),
+                        f"Static member {holder} with instance id {instance_id} is still in group {group.group_id}.",
+                        member_id,
+                        member_epoch,
+                    )
+            if member is None:
+                member = ConsumerMember(member_id, instance_id, rack_id, client_id, client_host, rebalance_timeout_ms)
+                group.members[member_id] = member
+                if instance_id is not None:
+                    group.static_members[instance_id] = member_id
+                log.info("[GroupId %s] Member %s joined the consumer group.", group.group_id, member_id)
+            else:  # a known member starting over (it was fenced or restarted): it owns nothing now
+                member.assigned, member.pending_revocation = {}, {}
+                member.member_epoch, member.previous_member_epoch, member.state = 0, -1, MemberState.STABLE
+            bump = True
+        else:
+            if member is None:
+                return HeartbeatResult(
+                    int(Errors.UNKNOWN_MEMBER_ID),
+                    f"Member {member_id} is not a member of group {group.group_id}.",
+                    member_id,
+                    member_epoch,
+                )
+            if member_epoch > member.member_epoch or (
+                member_epoch < member.member_epoch
+                and (
+                    member_epoch != member.previous_member_epoch
+                    or (owned is not None and not _subset(owned, member.assigned))
+                )
+            ):
+                relation = "greater" if member_epoch > member.member_epoch else "smaller"
+                message = (
+                    f"The consumer group member has a {relation} member epoch ({member_epoch}) than the one known "
+                    f"by the group coordinator ({member.member_epoch})."
+                )
+                return HeartbeatResult(int(FENCED_MEMBER_EPOCH), message, member_id, member_epoch)
+        # What may change with any heartbeat.
+        if rebalance_timeout_ms is not None and rebalance_timeout_ms >= 0:
+            member.rebalance_timeout_ms = rebalance_timeout_ms
+        if rack_id is not None:
+            member.rack_id = rack_id
+        member.client_id, member.client_host = client_id or member.client_id, client_host or member.client_host
+        if topic_names is not None and sorted(topic_names) != sorted(member.subscribed_topics):
+            member.subscribed_topics, bump = list(topic_names), True
+        if regex is not None and regex != (member.subscribed_regex or ""):
+            member.subscribed_regex, bump = regex or None, True
+        if assignor is not None and assignor != member.server_assignor:
+            member.server_assignor, bump = assignor, True
+        counts = self._partition_counts(group)
+        if counts != group.partition_counts:
+            bump = True
+        if bump:
+            group.group_epoch += 1
+        if group.assignment_epoch < group.group_epoch:
+            self._compute_target(group, counts)
+        before = (member.member_epoch, {t: set(p) for t, p in member.assigned.items()})
+        self._reconcile(group, member, owned)
+        self._schedule_session(group, member)
+        changed = before != (member.member_epoch, member.assigned)
+        # Kafka's rule: the assignment goes out on a full request (a join, or a client resending everything after
+        # an error: rebalance timeout, subscription and owned partitions all set) or when it changed.
+        full = member_epoch == 0 or (
+            rebalance_timeout_ms is not None
+            and rebalance_timeout_ms != -1
+            and topic_names is not None
+            and owned is not None
+        )
+        send = changed or full
+        return HeartbeatResult(
+            int(Errors.NONE),
+            None,
+            member_id,
+            member.member_epoch,
+            self.config.consumer_heartbeat_interval_ms,  # type: ignore[attr-defined]
+            {t: set(p) for t, p in member.assigned.items()} if send else None,
+        )
+
+    # ----- assignment -----------------------------------------------------------------------------------------
+    def _partition_counts(self, group: ConsumerGroup) -> dict[str, int]:
+        topics = self.log_manager.topics()  # type: ignore[attr-defined]
+        counts = {}
+        for topic in group.subscribed_topics(topics):
+            try:
+                counts[topic] = len(self.log_manager.describe_topic(topic).partitions)  # type: ignore[attr-defined]
+            except UnknownTopicOrPartitionError:
+                continue
+        return counts
+
+    def _compute_target(self, group: ConsumerGroup, counts: dict[str, int]) -> None:
+        topics = list(counts)
+        subscriptions = {}
+        for m in group.members.values():
+            wanted = set(m.subscribed_topics)
+            if m.subscribed_regex:
+                pattern = re.compile(m.subscribed_regex)
+                wanted |= {t for t in topics if pattern.fullmatch(t)}
+            subscriptions[m.member_id] = sorted(t for t in wanted if t in counts)
+        name = next((m.server_assignor for m in group.members.values() if m.server_assignor), DEFAULT_ASSIGNOR)
+        group.target = ASSIGNORS[name](subscriptions, counts, group.target)
+        group.partition_counts = counts
+        group.assignment_epoch = group.group_epoch
+        log.info(
+            "[GroupId %s] Computed a new target assignment for epoch %d with %s: %s",
+            group.group_id,
+            group.group_epoch,
+            name,
+            {m: {t: sorted(p) for t, p in a.items()} for m, a in group.target.items()},
+        )
+
+    def _reconcile(self, group: ConsumerGroup, member: ConsumerMember, owned: TopicPartitions | None) -> None:
+        """Kafka's CurrentAssignmentBuilder: revoke first, then take the new epoch, then wait for released ones."""
+        target = group.target.get(member.member_id, {})
+        if member.state == MemberState.UNREVOKED_PARTITIONS:
+            if owned is None or _intersect(owned, member.pending_revocation):
+                return  # still revoking
+            member.pending_revocation = {}
+            self._cancel(member.revocation_task)  # type: ignore[attr-defined]
+            member.revocation_task = None
+            member.state = MemberState.STABLE
+        if member.member_epoch != group.assignment_epoch:
+            revoke = _minus(member.assigned, target)
+            if revoke:
+                member.assigned = _intersect(member.assigned, target)
+                member.pending_revocation = revoke
+                member.state = MemberState.UNREVOKED_PARTITIONS
+                self._schedule_revocation(group, member)
+                return
+            member.previous_member_epoch, member.member_epoch = member.member_epoch, group.assignment_epoch
+        unreleased = _intersect(target, group.owned_by_others(member.member_id))
+        member.assigned = _union(member.assigned, _minus(target, unreleased))
+        member.assigned = _intersect(member.assigned, target)
+        member.state = MemberState.UNRELEASED_PARTITIONS if unreleased else MemberState.STABLE
+
+    def _remove_consumer_member(self, group: ConsumerGroup, member: ConsumerMember) -> None:
+        self._cancel(member.session_task)  # type: ignore[attr-defined]
+        self._cancel(member.revocation_task)  # type: ignore[attr-defined]
+        group.members.pop(member.member_id, None)
+        if member.instance_id is not None and group.static_members.get(member.instance_id) == member.member_id:
+            del group.static_members[member.instance_id]
+        group.target.pop(member.member_id, None)
+        group.group_epoch += 1
+
+    # ----- timers ---------------------------------------------------------------------------------------------
+    def _schedule_session(self, group: ConsumerGroup, member: ConsumerMember) -> None:
+        self._cancel(member.session_task)  # type: ignore[attr-defined]
+        member.session_task = self.scheduler.schedule_once(  # type: ignore[attr-defined]
+            f"consumer-session-{group.group_id}-{member.member_id}",
+            lambda: self._on_consumer_expired(group.group_id, member.member_id, "session timeout"),
+            self.config.consumer_session_timeout_ms,  # type: ignore[attr-defined]
+        )
+
+    def _schedule_revocation(self, group: ConsumerGroup, member: ConsumerMember) -> None:
+        self._cancel(member.revocation_task)  # type: ignore[attr-defined]
+        member.revocation_task = self.scheduler.schedule_once(  # type: ignore[attr-defined]
+            f"consumer-revocation-{group.group_id}-{member.member_id}",
+            lambda: self._on_consumer_expired(group.group_id, member.member_id, "rebalance timeout"),
+            max(member.rebalance_timeout_ms, 0),
+        )
+
+    def _on_consumer_expired(self, group_id: str, member_id: str, why: str) -> None:
+        group = self.consumer_groups.get(group_id)
+        member = group.members.get(member_id) if group else None
+        if group is None or member is None:
+            return
+        log.info("[GroupId %s] Member %s fenced from the group because of its %s.", group_id, member_id, why)
+        self._remove_consumer_member(group, member)
+
+    def _shutdown_consumer_groups(self) -> None:
+        for group in self.consumer_groups.values():
+            for member in group.members.values():
+                self._cancel(member.session_task)  # type: ignore[attr-defined]
+                self._cancel(member.revocation_task)  # type: ignore[attr-defined]
+
+    # ----- offsets --------------------------------------------------------------------------------------------
+    def _validate_consumer_commit(self, group_id: str, member_id: str, epoch: int) -> Errors | None:
+        """None when ``group_id`` is not an active consumer group; else the commit's error (Kafka's
+        ConsumerGroup.validateOffsetCommit): a member's epoch must be its current one (STALE_MEMBER_EPOCH)."""
+        group = self.consumer_groups.get(group_id)
+        if group is None or (not group.members and epoch < 0 and not member_id):
+            return None
+        member = group.members.get(member_id)
+        if member is None:
+            return Errors.UNKNOWN_MEMBER_ID
+        if epoch != member.member_epoch:
+            return Errors.STALE_MEMBER_EPOCH
+        return Errors.NONE

@@ -1,0 +1,155 @@
+"""The long forms of the replication checks (issue 20), for ``make reliability``; the quick forms are
+tests/test_replication.py.
+
+- acks=all under failures: three brokers and a private ZooKeeper, a topic with replication factor 3 and
+  min.insync.replicas=2; a confluent-kafka producer sends with acks=all while brokers are SIGKILLed and
+  restarted round after round (the leader of partition 0 two rounds in three, another broker otherwise) and
+  ZooKeeper itself is killed and restarted once under load. Then the cluster is stopped cleanly and the checker
+  (tools.cluster.checker) reads every replica's log: lost, duplicated, reordered, phantom records and replicas
+  whose bytes differ below the high watermark.
+- figures: records/s with acks=1 and acks=all on the three brokers, and the time from a leader's SIGKILL to the
+  first acknowledged produce on its successor.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from pathlib import Path
+
+from tools.cluster import zookeeper
+from tools.cluster.brokers import LocalCluster
+from tools.cluster.checker import ProducerLog, check
+from tools.cluster.load import produce
+
+from .runner import Row
+
+TOPIC = "replicated"
+
+
+def _create(cluster: LocalCluster, topic: str, partitions: int) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    admin.create_topics([NewTopic(topic, partitions, 3, config={"min.insync.replicas": "2"})])[topic].result(60)
+    cluster.wait_for(
+        lambda: all(len(p["isr"]) == 3 and p["leader"] > 0 for p in cluster.metadata(topic).values()), 60, "full ISR"
+    )
+
+
+def kills_row(root: Path, rounds: int, records: int, seed: int) -> Row:
+    row = Row(f"replication: acks=all, RF 3, min.insync 2, {rounds - 1} broker SIGKILLs + a ZooKeeper restart")
+    rng = random.Random(seed)
+    with LocalCluster(root / "kills") as cluster:
+        _create(cluster, TOPIC, 3)
+        out: dict[str, ProducerLog] = {}
+        rate = max(50.0, records / (rounds * 4.0))
+        sender = threading.Thread(
+            target=lambda: out.setdefault("log", produce(cluster.bootstrap, TOPIC, "r", records, rate_per_s=rate))
+        )
+        sender.start()
+        try:
+            for i in range(rounds):
+                time.sleep(rng.uniform(1.5, 4.0))
+                if i == rounds // 2:
+                    cluster.zookeeper.stop()
+                    time.sleep(2.0)
+                    cluster.zookeeper.start()
+                    row.note += f"ZooKeeper restarted in round {i}; "
+                    continue
+                try:
+                    leader = cluster.metadata(TOPIC)[0]["leader"]
+                except Exception:
+                    leader = -1
+                victim = leader if leader > 0 and rng.random() < 2 / 3 else rng.choice(list(cluster.brokers))
+                cluster.brokers[victim].kill()
+                row.runs += 1
+                time.sleep(rng.uniform(0.2, 2.0))
+                cluster.brokers[victim].start()
+        finally:
+            sender.join(600)
+            for broker in cluster.brokers.values():
+                if not broker.alive:
+                    broker.start()
+        producers = out.get("log", ProducerLog())
+        row.acked = len(producers.acked)
+        if producers.failed:
+            row.failures.append(f"{len(producers.failed)} records not acknowledged: {producers.failed[:3]}")
+        cluster.wait_for(
+            lambda: all(len(p["isr"]) == 3 for p in cluster.metadata(TOPIC).values()), 120, "the ISR to be whole"
+        )
+        for broker in cluster.brokers.values():
+            broker.stop()
+        report = check({i: b.log_dir for i, b in cluster.brokers.items()}, TOPIC, producers, [0, 1, 2])
+        row.lost = len(report.lost)
+        row.corrupt = len(report.duplicated) + len(report.reordered) + len(report.phantom) + len(report.diverged)
+        row.note += report.summary().split("\n")[0]
+        if not report.ok:
+            row.failures.append(report.summary())
+    return row
+
+
+def figures_row(root: Path, records: int) -> Row:
+    """records/s with acks=1 and acks=all, and the failover time, on one 3-broker cluster."""
+    row = Row("replication figures: 3 brokers on loopback, 100-byte records, linger.ms=5")
+    with LocalCluster(root / "figures") as cluster:
+        notes = []
+        best: dict[str, float] = {}
+        for i, acks in enumerate(("1", "all", "1", "all")):  # alternated, best of two: the machine is shared
+            topic = f"rate-{acks}-{i}"
+            _create(cluster, topic, 3)
+            start = time.monotonic()
+            result = produce(
+                cluster.bootstrap, topic, "x" * 90, records, acks=acks, extra={"enable.idempotence": False}
+            )
+            elapsed = time.monotonic() - start
+            row.runs += records
+            row.acked += len(result.acked)
+            best[acks] = max(best.get(acks, 0.0), len(result.acked) / elapsed)
+        notes += [f"acks={acks}: {rate:,.0f} records/s" for acks, rate in best.items()]
+        _create(cluster, "failover", 1)
+        leader = cluster.metadata("failover")[0]["leader"]
+        warm = produce(cluster.bootstrap, "failover", "warm", 10)
+        row.acked += len(warm.acked)
+        from confluent_kafka import Producer
+
+        producer = Producer(
+            {
+                "bootstrap.servers": cluster.bootstrap,
+                "acks": "all",
+                "linger.ms": 0,
+                "log_level": 3,
+                "topic.metadata.refresh.interval.ms": 1000,
+                "retry.backoff.ms": 50,
+                "message.timeout.ms": 60000,
+            }
+        )
+        producer.produce("failover", b"before")
+        producer.flush(10)
+        acked = threading.Event()
+        killed = time.monotonic()
+        cluster.brokers[leader].kill()
+        producer.produce("failover", b"after", callback=lambda err, msg: err is None and acked.set())
+        while not acked.is_set() and time.monotonic() - killed < 60:
+            producer.poll(0.01)
+        failover = time.monotonic() - killed
+        new_leader = cluster.metadata("failover")[0]["leader"]
+        notes.append(
+            f"leader {leader} SIGKILLed -> first acks=all produce acknowledged by leader {new_leader} after "
+            f"{failover:.2f} s (zookeeper.session.timeout.ms=4000)"
+        )
+        if not acked.is_set():
+            row.failures.append("no produce was acknowledged within 60 s of the leader's kill")
+        cluster.brokers[leader].start()
+        row.note = "; ".join(notes)
+    return row
+
+
+def replication_rows(quick: bool, root: Path, seed: int = 1) -> list[Row]:
+    missing = zookeeper.available()
+    if missing is not None:
+        return [Row("replication", failures=[f"no ZooKeeper: {missing}"])]
+    if quick:
+        return [kills_row(root, 4, 1500, seed)]
+    return [kills_row(root, 16, 12000, seed), figures_row(root, 20000)]
