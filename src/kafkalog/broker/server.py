@@ -137,9 +137,11 @@ class KafkaServer:
         self.log_manager.startup()
         if self.cluster is not None:
             self.cluster.replica_manager = self.replica_manager
-            for partition in self.replica_manager.partitions.values():
+            for tp, partition in self.replica_manager.partitions.items():
                 # Lead nothing until ZooKeeper's state says so: a restarted broker may no longer be the leader.
-                partition.make_follower(-1, partition.leader_epoch)
+                # The group coordinator's __consumer_offsets is not replicated yet: it stays local and led here.
+                if not tp.topic.startswith("__"):
+                    partition.make_follower(-1, partition.leader_epoch)
         self.purgatory = FetchPurgatory(asyncio.get_running_loop())
         self.replica_manager.add_listener(self.purgatory.notify)
         self.producer_ids = ProducerIdManager(self.log_manager.log_dirs[0])
