@@ -450,3 +450,10 @@ def test_an_idempotent_producer_needs_idempotent_write_or_write(broker, admin_co
     delivered = []
     producer.produce(topic, b"y", on_delivery=lambda err, msg: delivered.append(err))
     assert producer.flush(20) == 0 and delivered == [None]
+
+
+def test_an_unreadable_acl_file_stops_the_start_and_is_left_as_it_is(tmp_path, pki):
+    (tmp_path / "acls.json").write_text('[{"resource_type": "TOPIC"')
+    with pytest.raises(RuntimeError, match=r"Cannot read the ACLs in .*acls\.json"):
+        BrokerProcess(tmp_path, _settings(pki)).start(timeout=30)
+    assert (tmp_path / "acls.json").read_text() == '[{"resource_type": "TOPIC"'

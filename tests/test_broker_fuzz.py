@@ -24,12 +24,14 @@ from kafka.protocol.producer import ProduceRequest
 from brokertools import encode_request, frame
 from kafkalog.broker.apis import RequestRouter
 from kafkalog.broker.config import KafkaConfig
-from kafkalog.broker.network import CLOSE
+from kafkalog.broker.network import CLOSE, Connection
 from kafkalog.broker.protocol import APIS, FileRegion, InvalidRequestError
 from kafkalog.broker.server import KafkaServer
 from kafkalog.record import RecordBatchBuilder
 
-CONN = SimpleNamespace(id="fuzz")
+# A real Connection on a plaintext listener (the router reads its principal, SASL state and addresses); the
+# socket ends are never touched by the router, so a writer that knows no addresses stands in for them.
+CONN = Connection(None, SimpleNamespace(get_extra_info=lambda name: None), 0)  # type: ignore[arg-type]
 
 
 @pytest.fixture(scope="module")

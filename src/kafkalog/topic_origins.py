@@ -192,7 +192,7 @@ def resolve_topic(
         return Resolution(stored)
     ids = _partition_ids(topic, partition_dirs)
     known = image.topic(topic) if image is not None else None
-    if known is not None and ids <= {known.topic_id}:
+    if image is not None and known is not None and ids <= {known.topic_id}:
         configs = usable_topic_configs(topic, image.topic_configs(topic))
         return Resolution(TopicState(known.topic_id, partitions, configs, ORIGIN_CLUSTER_METADATA))
     if stored is not None and stored.origin is None:  # written before origins were kept: kafkalog's, as then
@@ -203,11 +203,11 @@ def resolve_topic(
     config = dict(stored.config) if stored is not None else {}
     if image is not None and known is None:
         reason = "the cluster metadata does not know it (deleted from the cluster? Kafka would delete it as stray)"
-    elif image is not None:
+    elif image is not None and known is not None:
         reason = (
             f"its partition.metadata topic id {', '.join(sorted(ids))} is not the cluster metadata's "
             f"{known.topic_id} (an older topic of that name; Kafka would delete it as stray)"
         )
-    else:
+    else:  # no image (a known topic needs one)
         reason = "no cluster metadata in the log dirs (a ZooKeeper-era broker keeps topic configs in ZooKeeper)"
     return Resolution(TopicState(topic_id, partitions, config, ORIGIN_UNKNOWN), reason)

@@ -24,6 +24,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from ..errors import KafkaStorageError
+
 STORE_FILE = "quotas.json"
 PRODUCER_BYTE_RATE = "producer_byte_rate"
 CONSUMER_BYTE_RATE = "consumer_byte_rate"
@@ -45,8 +47,11 @@ class QuotaStore:
         self._lock = threading.Lock()
         self.entries: dict[Entity, dict[str, float]] = {}
         if self.path.exists():
-            for item in json.loads(self.path.read_text()):
-                self.entries[entity_key((t, n) for t, n in item["entity"])] = dict(item["values"])
+            try:
+                for item in json.loads(self.path.read_text()):
+                    self.entries[entity_key((t, n) for t, n in item["entity"])] = dict(item["values"])
+            except (ValueError, TypeError, KeyError) as e:
+                raise KafkaStorageError(f"Cannot read the client quotas in {self.path}: {e}") from None
 
     def alter(self, changes: list[tuple[Entity, dict[str, float | None]]]) -> None:
         """Set (a float) or remove (None) values of each entity; all written at once."""

@@ -124,6 +124,8 @@ class KafkaServer:
         security = self._socket_security()
         # ACLs and SCRAM credentials live in the first log dir (Kafka keeps them in ZooKeeper or the metadata log).
         self.authorizer = Authorizer.from_config(self.config.props, self.config.log_dirs[0])
+        self.credential_store = CredentialStore(self.config.log_dirs[0])
+        self.quota_store = QuotaStore(self.config.log_dirs[0])
         zk_cluster_id = None
         if self.cluster_settings is not None:
             self.cluster = ClusterNode(self, self.cluster_settings)
@@ -146,8 +148,6 @@ class KafkaServer:
         if self.cluster is not None:
             # Every broker of a cluster hands out ids: they come from ZooKeeper's block, never a local file.
             self.producer_ids = ZkProducerIdManager(self.cluster.zk, self.node_id)
-        self.credential_store = CredentialStore(self.log_manager.log_dirs[0])
-        self.quota_store = QuotaStore(self.log_manager.log_dirs[0])
         samples, window_ms = self.config.quota_window_num, self.config.quota_window_size_seconds * 1000
         self.produce_quota = QuotaManager(self.quota_store, PRODUCER_BYTE_RATE, samples, window_ms)
         self.fetch_quota = QuotaManager(self.quota_store, CONSUMER_BYTE_RATE, samples, window_ms)

@@ -28,6 +28,7 @@ from ...errors import (
     ClusterAuthorizationFailedError,
     GroupAuthorizationFailedError,
     InvalidConfigurationError,
+    KafkaStorageError,
     TopicAuthorizationFailedError,
     TransactionalIdAuthorizationFailedError,
 )
@@ -167,7 +168,10 @@ class AclStore:
         self._literal: dict[tuple[str, str], list[AclBinding]] = {}
         self._prefixed: dict[str, list[AclBinding]] = {}
         if self.path.exists():
-            self._set(frozenset(AclBinding(**item) for item in json.loads(self.path.read_text())))
+            try:
+                self._set(frozenset(AclBinding(**item) for item in json.loads(self.path.read_text())))
+            except (ValueError, TypeError) as e:
+                raise KafkaStorageError(f"Cannot read the ACLs in {self.path}: {e}") from None
 
     def _set(self, bindings: frozenset[AclBinding]) -> None:
         """Install ``bindings`` with their index (literal by (type, name), prefixed by type), built off to the

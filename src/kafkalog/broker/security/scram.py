@@ -20,6 +20,8 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from ...errors import KafkaStorageError
+
 STORE_FILE = "scram-credentials.json"
 MECHANISMS = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}
 MECHANISM_IDS = {1: "SCRAM-SHA-256", 2: "SCRAM-SHA-512"}  # AlterUserScramCredentials' ScramMechanism bytes
@@ -84,7 +86,13 @@ class CredentialStore:
         self._lock = threading.Lock()
         self._users: dict[str, dict[str, str]] = {}
         if self.path.exists():
-            self._users = json.loads(self.path.read_text())
+            try:
+                self._users = json.loads(self.path.read_text())
+                for mechanisms in self._users.values():
+                    for text in mechanisms.values():
+                        ScramCredential.from_text(text)
+            except (ValueError, TypeError, KeyError, AttributeError) as e:
+                raise KafkaStorageError(f"Cannot read the SCRAM credentials in {self.path}: {e}") from None
 
     def get(self, user: str, mechanism: str) -> ScramCredential | None:
         text = self._users.get(user, {}).get(mechanism)
