@@ -229,3 +229,126 @@ def test_describe_a_group_a_real_kafka_broker_left_in_its_log_dir(tmp_path):
         ]
     finally:
         assert server.stop() == 0, server.log
+
+
+def test_describe_a_kip848_group_members_lag_and_state(broker, tmp_path):
+    """A consumer-protocol (KIP-848) group, run by librdkafka with group.protocol=consumer, is invisible to the
+    classic DescribeGroups (v0-5 answer Dead, as Kafka 4.x does); the command then asks ConsumerGroupDescribe, as
+    Kafka's admin client does, and shows its members, assignment, state and lag. The expected offsets and lag are
+    the test's own counts of what it produced."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from kafka import KafkaProducer
+    from kafka.admin import KafkaAdminClient, NewTopic
+    from kafka.protocol.admin import DescribeGroupsRequest
+
+    from brokertools import RawClient
+    from kafkalog.broker.messages import ConsumerGroupDescribeRequest
+
+    topic, group, produced = "kip848", "kip848-group", {0: 3, 1: 5, 2: 7, 3: 9}
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    admin.create_topics([NewTopic(topic, 4, 1)])
+    admin.close()
+
+    def produce(counts: dict[int, int]) -> None:
+        producer = KafkaProducer(bootstrap_servers=broker.bootstrap)
+        for partition, count in counts.items():
+            for i in range(count):
+                producer.send(topic, f"{partition}-{i}".encode(), partition=partition)
+        producer.flush()
+        producer.close()
+
+    produce(produced)
+    tests = Path(__file__).parent
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(tests.parent / "src") + os.pathsep + env.get("PYTHONPATH", "")
+    members = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                str(tests / "group_member.py"),
+                broker.bootstrap,
+                group,
+                topic,
+                str(tmp_path / n),
+                "consumer",
+            ],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for n in ("m1", "m2")
+    ]
+
+    def offsets_table() -> list[list[str]]:
+        described = run(broker, "--describe", "--group", group)
+        return rows(described.stdout) if described.exit_code == 0 and "GROUP" in described.stdout else []
+
+    def settled() -> bool:
+        table = offsets_table()
+        return (
+            len(table) == 4
+            and all(r[3] == str(produced[int(r[2])]) and r[6] != "-" for r in table)
+            and len({r[6] for r in table}) == 2
+        )
+
+    try:
+        assert wait_until(settled, 60), run(broker, "--describe", "--group", group).output
+        table = offsets_table()
+        assert [(int(r[2]), int(r[3]), int(r[4]), int(r[5])) for r in table] == [
+            (p, n, n, 0) for p, n in sorted(produced.items())
+        ]
+        assert group in run(broker, "--list").stdout.split()
+        members_out = rows(run(broker, "--describe", "--group", group, "--members", "--verbose").stdout)
+        assert len(members_out) == 2 and sum(int(m[4]) for m in members_out) == 4
+        assert all(m[2] == "/127.0.0.1" for m in members_out)
+        (state,) = rows(run(broker, "--describe", "--group", group, "--state").stdout)
+        assert state[0] == group and state[-3:] == ["uniform", "Stable", "2"]
+        with RawClient(broker.bootstrap) as client:
+            classic = client.call(
+                DescribeGroupsRequest(version=5, groups=[group], include_authorized_operations=False), 5
+            )
+            (g,) = classic.groups
+            assert (g.error_code, g.group_state, g.members) == (0, "Dead", [])  # Kafka 4.x's classicGroup lookup
+            described = client.call(
+                ConsumerGroupDescribeRequest(
+                    group_ids=[group, "lag-group", "nobody"], include_authorized_operations=False
+                ),
+                0,
+            )
+            mine, classic_group, unknown = described.groups
+            assert mine.error_code == 0 and mine.group_state == "Stable" and mine.assignor_name == "uniform"
+            assert mine.group_epoch == mine.assignment_epoch and len(mine.members) == 2
+            assert sorted(p for m in mine.members for tp in m.assignment.topic_partitions for p in tp.partitions) == [
+                0,
+                1,
+                2,
+                3,
+            ]
+            assert all(m.subscribed_topic_names == [topic] and m.member_epoch == mine.group_epoch for m in mine.members)
+            assert (classic_group.error_code, classic_group.error_message) == (
+                69,
+                "Group lag-group is not a consumer group.",
+            )
+            assert (unknown.error_code, unknown.error_message) == (69, "Group nobody not found.")
+    finally:
+        for proc in members:
+            proc.send_signal(signal.SIGTERM)
+        for proc in members:
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(30)
+    # Both left: the group is Empty, its offsets stay; new records show as lag.
+    more = {0: 2, 3: 4}
+    produce(more)
+    assert wait_until(lambda: "has no active members" in run(broker, "--describe", "--group", group).stdout, 30)
+    table = offsets_table()
+    assert [(int(r[2]), int(r[3]), int(r[4]), int(r[5]), r[6]) for r in table] == [
+        (p, n, n + more.get(p, 0), more.get(p, 0), "-") for p, n in sorted(produced.items())
+    ]

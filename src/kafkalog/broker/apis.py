@@ -67,6 +67,7 @@ HANDLERS = {
     42: group.handle_delete_groups,
     47: group.handle_offset_delete,
     68: group.handle_consumer_group_heartbeat,
+    69: group.handle_consumer_group_describe,
     29: acls.handle_describe,
     30: acls.handle_create,
     31: acls.handle_delete,

@@ -91,7 +91,12 @@ from kafka.protocol.sasl import (
 )
 
 from ..storage.file_records import RecordsSlice
-from .messages import ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse
+from .messages import (
+    ConsumerGroupDescribeRequest,
+    ConsumerGroupDescribeResponse,
+    ConsumerGroupHeartbeatRequest,
+    ConsumerGroupHeartbeatResponse,
+)
 
 # ----- error codes (Kafka's org.apache.kafka.common.protocol.Errors) ---------------------------------------
 UNKNOWN_SERVER_ERROR = -1
@@ -240,6 +245,7 @@ APIS: dict[int, ApiSpec] = {
         ApiSpec(42, "DeleteGroups", 0, 2, DeleteGroupsRequest, DeleteGroupsResponse),
         ApiSpec(47, "OffsetDelete", 0, 0, OffsetDeleteRequest, OffsetDeleteResponse),
         ApiSpec(68, "ConsumerGroupHeartbeat", 0, 1, ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse),
+        ApiSpec(69, "ConsumerGroupDescribe", 0, 0, ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse),
         # Security (broker/security/, handlers/security.py).
         ApiSpec(29, "DescribeAcls", 1, 3, DescribeAclsRequest, DescribeAclsResponse),
         ApiSpec(30, "CreateAcls", 1, 3, CreateAclsRequest, CreateAclsResponse),

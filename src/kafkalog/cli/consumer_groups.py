@@ -7,8 +7,8 @@ for ``--topic T[:P,...]`` or ``--all-topics``, printed only (``--dry-run``, the 
 committed (``--execute``), and only while the group has no active member; ``--delete``.
 
 The output is Kafka's tool's: the same columns, widths and messages. The client is kafka-python's admin client
-(a core dependency): FindCoordinator, ListGroups, DescribeGroups, OffsetFetch, ListOffsets, OffsetCommit and
-DeleteGroups over the wire, so the command works against any Kafka broker.
+(a core dependency): FindCoordinator, ListGroups, DescribeGroups (then ConsumerGroupDescribe for KIP-848 groups),
+OffsetFetch, ListOffsets, OffsetCommit and DeleteGroups over the wire, so the command works against any Kafka broker.
 """
 
 from __future__ import annotations
@@ -51,8 +51,67 @@ def _width(minimum: int, values) -> int:
 
 
 def _describe(admin, groups: list[str]) -> dict[str, dict]:
+    """DescribeGroups, then ConsumerGroupDescribe for the groups it calls Dead, as Kafka's admin client: a KIP-848
+    (consumer protocol) group is invisible to the classic DescribeGroups (v0-5 answer Dead)."""
     described = admin.describe_groups(groups)
-    return {g: described.get(g) or {} for g in groups}
+    infos = {g: described.get(g) or {} for g in groups}
+    missing = [g for g, info in infos.items() if info.get("group_state") in (None, "Dead")]
+    if missing:
+        infos.update(_describe_consumer_protocol(admin, missing))
+    return infos
+
+
+def _describe_consumer_protocol(admin, groups: list[str]) -> dict[str, dict]:
+    """ConsumerGroupDescribe (API 69) at each group's coordinator; only the groups it finds, in the shape of
+    kafka-python's describe_groups (the member's current assignment as ``member_assignment``). A broker without
+    the API (Kafka before 3.7, or without KIP-848) leaves them all out."""
+    from kafka.errors import KafkaError
+
+    from ..broker.messages import ConsumerGroupDescribeRequest
+
+    async def run() -> dict[str, dict]:
+        by_node: dict[int, list[str]] = {}
+        for group, node_id in (await admin._find_coordinator_ids(groups)).items():
+            by_node.setdefault(node_id, []).append(group)
+        out: dict[str, dict] = {}
+        for node_id, ids in by_node.items():
+            request = ConsumerGroupDescribeRequest(group_ids=ids, include_authorized_operations=False)
+            response = await admin._manager.send(request, node_id=node_id)
+            for g in response.groups:
+                if g.error_code == 0:
+                    out[g.group_id] = _consumer_group_info(g)
+        return out
+
+    try:
+        return admin._manager.run(run)
+    except (KafkaError, OSError):
+        return {}
+
+
+def _consumer_group_info(g) -> dict:
+    def partitions(assignment) -> dict:
+        return {
+            "assigned_partitions": [
+                {"topic": tp.topic_name, "partitions": list(tp.partitions)} for tp in assignment.topic_partitions
+            ]
+        }
+
+    return {
+        "group_id": g.group_id,
+        "group_state": g.group_state,
+        "protocol_type": "consumer",
+        "protocol_data": g.assignor_name,
+        "members": [
+            {
+                "member_id": m.member_id,
+                "group_instance_id": m.instance_id,
+                "client_id": m.client_id,
+                "client_host": m.client_host,
+                "member_assignment": partitions(m.assignment),
+            }
+            for m in g.members
+        ],
+    }
 
 
 def _assigned(member: dict) -> list[tuple[str, int]]:
@@ -152,7 +211,7 @@ def _describe_members(group: str, info: dict, verbose: bool) -> str:
 def _describe_state(admin, group: str, info: dict) -> str:
     coordinator = "-"
     with contextlib.suppress(Exception):
-        node_id = admin._find_coordinator_ids([group])[group]  # kafka-python keeps FindCoordinator internal
+        node_id = admin._manager.run(admin._find_coordinator_ids, [group])[group]  # FindCoordinator is internal
         broker = admin._client.cluster.broker_metadata(node_id)
         coordinator = f"{broker.host}:{broker.port} ({node_id})"
     row = (group, coordinator, info.get("protocol_data") or "", info.get("group_state"), len(info.get("members") or []))

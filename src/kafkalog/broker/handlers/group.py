@@ -1,5 +1,6 @@
 """The group APIs (FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch,
-OffsetDelete, ListGroups, DescribeGroups, DeleteGroups) over kafkalog.coordinator.group.
+OffsetDelete, ListGroups, DescribeGroups, DeleteGroups, ConsumerGroupHeartbeat, ConsumerGroupDescribe) over
+kafkalog.coordinator.group.
 
 Each handler reads the decoded request, asks the broker's GroupCoordinator and encodes its answer; the
 decisions (and the error codes) are the coordinator's. JoinGroup and SyncGroup may wait (for the other members
@@ -33,7 +34,7 @@ from kafka.protocol.metadata import FindCoordinatorResponse
 
 from ...coordinator.group import Errors, JoinResult, SyncResult
 from ...errors import UnknownTopicOrPartitionError
-from ..messages import ConsumerGroupHeartbeatResponse
+from ..messages import ConsumerGroupDescribeResponse, ConsumerGroupHeartbeatResponse
 from ..protocol import Response
 from ..security.acl import allowed, cluster_allowed
 from .metadata import topic_uuid
@@ -45,6 +46,7 @@ CLIENT_ADDRESS: ContextVar[str] = ContextVar("client_address", default="")
 
 GROUP_KEY_TYPE, TRANSACTION_KEY_TYPE = 0, 1
 NO_AUTHORIZED_OPERATIONS = None  # kafka-python encodes None as Kafka's "not requested" (INT32 MIN_VALUE)
+AUTHORIZED_OPERATIONS_OMITTED = -(2**31)  # the same, for the schemas kafkalog loads itself (broker/messages)
 
 
 class LoopScheduler:
@@ -573,3 +575,80 @@ async def handle_consumer_group_heartbeat(broker, header, request) -> Response:
         assignment=assignment,
     )
     return Response.of(response, version)
+
+
+# ----- ConsumerGroupDescribe (69, KIP-848) ----------------------------------------------------------------------
+async def handle_consumer_group_describe(broker, header, request) -> Response:
+    """Each group as Kafka's ConsumerGroup.asDescribedGroup: epochs, the assignor, every member with its current
+    and target assignment (topics named by id and name); GROUP_ID_NOT_FOUND for classic or unknown groups."""
+    version = header.api_version
+    Described = ConsumerGroupDescribeResponse.DescribedGroup
+    Member = Described.Member
+    Assignment = Member.Assignment
+    ids = _TopicIds(broker)
+
+    def assignment(partitions) -> object:
+        out = []
+        for topic, ps in sorted(partitions.items()):
+            try:
+                topic_id = ids.id_of(topic)
+            except UnknownTopicOrPartitionError:
+                continue  # as Kafka: a topic no longer in the metadata image is left out
+            out.append(Assignment.TopicPartitions(topic_id=topic_id, topic_name=topic, partitions=sorted(ps)))
+        return Assignment(topic_partitions=out)
+
+    def failed(group_id: str, error: int, message: str | None) -> object:
+        return Described(
+            error_code=error,
+            error_message=message,
+            group_id=group_id,
+            group_state="",
+            group_epoch=0,
+            assignment_epoch=0,
+            assignor_name="",
+            members=[],
+            authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
+        )
+
+    coordinator = broker.group_coordinator
+    groups = []
+    for group_id in request.group_ids:
+        if not allowed(broker, "DESCRIBE", "GROUP", group_id):
+            groups.append(failed(group_id, GROUP_AUTHORIZATION_FAILED, None))
+            continue
+        if not group_id:
+            groups.append(failed(group_id, int(Errors.INVALID_GROUP_ID), None))
+            continue
+        error, message, group = coordinator.describe_consumer_group(group_id)
+        if group is None:
+            groups.append(failed(group_id, int(error), message))
+            continue
+        members = [
+            Member(
+                member_id=m.member_id,
+                instance_id=m.instance_id,
+                rack_id=m.rack_id,
+                member_epoch=m.member_epoch,
+                client_id=m.client_id,
+                client_host=m.client_host,
+                subscribed_topic_names=list(m.subscribed_topics),
+                subscribed_topic_regex=m.subscribed_regex,
+                assignment=assignment(m.assigned),
+                target_assignment=assignment(group.target.get(m.member_id, {})),
+            )
+            for m in group.members.values()
+        ]
+        groups.append(
+            Described(
+                error_code=0,
+                error_message=None,
+                group_id=group_id,
+                group_state=group.state,
+                group_epoch=group.group_epoch,
+                assignment_epoch=group.assignment_epoch,
+                assignor_name=coordinator.preferred_assignor(group),
+                members=members,
+                authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
+            )
+        )
+    return Response.of(ConsumerGroupDescribeResponse(version=version, throttle_time_ms=0, groups=groups), version)

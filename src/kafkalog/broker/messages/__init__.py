@@ -19,4 +19,17 @@ class ConsumerGroupHeartbeatResponse(ApiMessage, load_json=_HERE):
     pass
 
 
-__all__ = ["ConsumerGroupHeartbeatRequest", "ConsumerGroupHeartbeatResponse"]
+class ConsumerGroupDescribeRequest(ApiMessage, load_json=_HERE):
+    """KIP-848's describe (API key 69), version 0: the admin's view of consumer-protocol groups."""
+
+
+class ConsumerGroupDescribeResponse(ApiMessage, load_json=_HERE):
+    pass
+
+
+__all__ = [
+    "ConsumerGroupDescribeRequest",
+    "ConsumerGroupDescribeResponse",
+    "ConsumerGroupHeartbeatRequest",
+    "ConsumerGroupHeartbeatResponse",
+]

@@ -10,7 +10,8 @@ it (UNRELEASED_PARTITIONS). So a partition is never owned by two members at once
 
 Not built yet: persisting the group's membership records (ConsumerGroupMetadata and friends) in
 ``__consumer_offsets`` -- after a broker restart the members rejoin with epoch 0 (their committed offsets,
-which are ordinary offset commits, are kept); ConsumerGroupDescribe; client-side assignors.
+which are ordinary offset commits, are kept); client-side assignors. ConsumerGroupDescribe is
+``describe_consumer_group`` (consumer_protocol.py).
 """
 
 from __future__ import annotations

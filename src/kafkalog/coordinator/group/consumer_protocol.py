@@ -251,7 +251,7 @@ class ConsumerProtocolMixin:
                 pattern = re.compile(m.subscribed_regex)
                 wanted |= {t for t in topics if pattern.fullmatch(t)}
             subscriptions[m.member_id] = sorted(t for t in wanted if t in counts)
-        name = next((m.server_assignor for m in group.members.values() if m.server_assignor), DEFAULT_ASSIGNOR)
+        name = self.preferred_assignor(group)
         group.target = ASSIGNORS[name](subscriptions, counts, group.target)
         group.partition_counts = counts
         group.assignment_epoch = group.group_epoch
@@ -326,6 +326,23 @@ class ConsumerProtocolMixin:
             for member in group.members.values():
                 self._cancel(member.session_task)  # type: ignore[attr-defined]
                 self._cancel(member.revocation_task)  # type: ignore[attr-defined]
+
+    # ----- admin ----------------------------------------------------------------------------------------------
+    def describe_consumer_group(self, group_id: str) -> tuple[Errors, str | None, ConsumerGroup | None]:
+        """ConsumerGroupDescribe of one group (Kafka's GroupMetadataManager.consumerGroupDescribe): the group, or
+        GROUP_ID_NOT_FOUND with Kafka's message when there is no group or it is a classic group."""
+        group = self.consumer_groups.get(group_id)
+        if group is not None:
+            return Errors.NONE, None, group
+        if group_id in self.groups:  # type: ignore[attr-defined]
+            return Errors.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group.", None
+        return Errors.GROUP_ID_NOT_FOUND, f"Group {group_id} not found.", None
+
+    @staticmethod
+    def preferred_assignor(group: ConsumerGroup) -> str:
+        """Kafka's ConsumerGroup.preferredServerAssignor: the server assignor most members ask for (the one used),
+        else the default (group.consumer.assignors' first)."""
+        return next((m.server_assignor for m in group.members.values() if m.server_assignor), DEFAULT_ASSIGNOR)
 
     # ----- offsets --------------------------------------------------------------------------------------------
     def _validate_consumer_commit(self, group_id: str, member_id: str, epoch: int) -> Errors | None:

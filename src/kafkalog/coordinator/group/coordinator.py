@@ -1061,7 +1061,7 @@ class GroupCoordinator(ConsumerProtocolMixin):
 
     def describe_group(self, group_id: str) -> tuple[Errors, GroupDescription | None]:
         group = self.groups.get(group_id)
-        if group is None or group_id in self.consumer_groups:  # KIP-848 groups: ConsumerGroupDescribe (not built)
+        if group is None or group_id in self.consumer_groups:  # as Kafka's classicGroup(): KIP-848 groups are not
             return Errors.GROUP_ID_NOT_FOUND, None
         stable = group.is_in(STABLE)
         members = [
