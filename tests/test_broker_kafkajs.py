@@ -209,7 +209,79 @@ def _steps() -> list[dict]:
             "group": "g-ts",
         }
     )
+    steps += _trap_steps()
     return steps
+
+
+BIG = [b"\x07" * 200_000, b"\x08" * 300_000, b"\x09" * 100_000]
+
+
+def _trap_steps() -> list[dict]:
+    """Steps for the known traps, as KafkaJS meets them: KIP-74, LogAppendTime, refusals, committed offsets."""
+    big = _wire([(None, v, []) for v in BIG])
+    small_value = _wire([(None, b"x" * 5000, [])])
+    return [
+        # records far larger than the fetch's max bytes (1 KiB) still come back whole: the first batch is
+        # returned even when it exceeds the limits (KIP-74)
+        {"op": "produce", "topic": "kjs-big", "codec": "gzip", "acks": -1, "sends": [big[:2], big[2:]]},
+        {
+            "op": "consume",
+            "topic": "kjs-big",
+            "partition": 0,
+            "from": "earliest",
+            "count": 3,
+            "group": "kjs-big",
+            "maxBytes": 1024,
+        },
+        {"op": "createTopic", "topic": "kjs-logappend", "configs": {"message.timestamp.type": "LogAppendTime"}},
+        {
+            "op": "produce",
+            "topic": "kjs-logappend",
+            "codec": "lz4",
+            "acks": 1,
+            "sends": [_wire([(b"k", b"v", [])], [1000])],
+        },
+        {"op": "consume", "topic": "kjs-logappend", "partition": 0, "from": "earliest", "count": 1, "group": "kjs-la"},
+        {"op": "createTopic", "topic": "kjs-small", "configs": {"max.message.bytes": "1000"}},
+        {
+            "op": "produce",
+            "topic": "kjs-small",
+            "codec": "none",
+            "acks": -1,
+            "sends": [small_value],
+            "expectError": True,
+        },
+        {
+            "op": "produce",
+            "topic": "kjs-acks5",
+            "codec": "none",
+            "acks": 5,
+            "sends": [_wire([(None, b"v", [])])],
+            "expectError": True,
+        },
+        {"op": "offsets", "topic": "kjs-small", "timestamp": "0"},
+        # a group that commits: the second member of the group resumes at the first one's committed offset
+        {
+            "op": "consume",
+            "topic": "kjs-none",
+            "partition": 0,
+            "from": "earliest",
+            "count": 7,
+            "group": "g-resume",
+            "commit": True,
+            "name": "resume-1",
+        },
+        {
+            "op": "consume",
+            "topic": "kjs-none",
+            "partition": 0,
+            "from": "committed",
+            "count": 5,
+            "group": "g-resume",
+            "commit": True,
+            "name": "resume-2",
+        },
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -217,6 +289,7 @@ def kafkajs(tmp_path_factory):
     """Every step run by one KafkaJS process against one broker: (broker, {"codecs", "results"} by step)."""
     modules = _install_kafkajs()
     steps = _steps()
+    assert len({_key(s) for s in steps}) == len(steps), "two steps share a result key"
     # group.initial.rebalance.delay.ms=0 as in Kafka's own test configs: each consume step is a new group
     server = BrokerProcess(
         tmp_path_factory.mktemp("broker-kafkajs"), {"num.partitions": "1", "group.initial.rebalance.delay.ms": "0"}
@@ -241,8 +314,9 @@ def kafkajs(tmp_path_factory):
     assert code == 0, server.log
 
 
-def _key(step: dict) -> tuple:
-    return (step["op"], step["topic"], step.get("from"), step.get("timestamp"))
+def _key(step: dict) -> tuple | str:
+    """How a test finds a step's result: its "name", else (op, topic, from, timestamp)."""
+    return step.get("name") or (step["op"], step["topic"], step.get("from"), step.get("timestamp"))
 
 
 def _batch_codecs(log_dir: Path, topic: str) -> list[str]:
@@ -317,10 +391,46 @@ def test_kafkajs_consume_from_latest(kafkajs):
     assert [int(m["baseOffset"]) for send in got["produced"]["sends"] for m in send] == [3]
 
 
+def test_kafkajs_fetch_returns_a_first_batch_larger_than_max_bytes(kafkajs):
+    _, _, results = kafkajs
+    got = results[("consume", "kjs-big", "earliest", None)]
+    assert _offsets(got) == [0, 1, 2]
+    assert [_unb64(r["value"]) for r in got["records"]] == BIG
+
+
+def test_kafkajs_log_append_time(kafkajs):
+    _, _, results = kafkajs
+    (sent,) = results[("produce", "kjs-logappend", None, None)]["sends"]
+    append_time = int(sent[0]["logAppendTime"])
+    assert append_time > 1000  # the broker's clock, not the 1000 the producer put in the record
+    got = results[("consume", "kjs-logappend", "earliest", None)]
+    assert [int(r["timestamp"]) for r in got["records"]] == [append_time]
+
+
+def test_kafkajs_sees_kafkas_errors_and_nothing_is_written(kafkajs):
+    _, _, results = kafkajs
+    too_large = results[("produce", "kjs-small", None, None)]
+    assert too_large == {"sends": [], "error": {"name": "KafkaJSProtocolError", "type": "MESSAGE_TOO_LARGE"}}
+    bad_acks = results[("produce", "kjs-acks5", None, None)]
+    assert bad_acks == {"sends": [], "error": {"name": "KafkaJSProtocolError", "type": "INVALID_REQUIRED_ACKS"}}
+    assert results[("offsets", "kjs-small", None, "0")]["offsets"] == [{"partition": 0, "low": "0", "high": "0"}]
+
+
+def test_kafkajs_group_resumes_at_the_committed_offset(kafkajs):
+    _, _, results = kafkajs
+    first = results["resume-1"]
+    assert _offsets(first) == list(range(7))  # pausing after the 7th record: it is the last one processed
+    resumed = results["resume-2"]
+    assert _offsets(resumed) == list(range(7, 12))
+    assert _read_back(resumed) == messages("kjs-none")[7:]
+
+
 def test_kafkajs_logged_no_errors(kafkajs):
     """KafkaJS logs a broker's error responses and its retries at ERROR: a run that passed only by retrying fails."""
     _, _, results = kafkajs
-    assert "[kafkajs ERROR" not in results["stderr"], results["stderr"]
+    lines = results["stderr"].splitlines()
+    unexpected = [x for x in lines if x.startswith("[kafkajs ERROR ") and not x.startswith("[kafkajs ERROR (expected)")]
+    assert unexpected == [], results["stderr"]  # the refusals the error test asks for are marked "(expected)"
 
 
 def test_install_skips_saying_why_without_node(monkeypatch):

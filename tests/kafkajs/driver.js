@@ -12,12 +12,17 @@
  *   {"op": "produce", "topic", "codec", "acks", "idempotent", "sends": [[message, ...], ...]}
  *       one producer; each inner list is one producer.send() (one batch per partition);
  *       message = {"key", "value", "headers": [[name, value], ...], "timestamp"?, "partition"?}
- *       -> {"sends": [[{"partition", "baseOffset", "errorCode"}, ...], ...]}
+ *       -> {"sends": [[{"partition", "baseOffset", "errorCode", "logAppendTime"}, ...], ...]}
+ *       with "expectError": true the first failing send ends the step -> {"error": {"name", "type"}}, and
+ *       KafkaJS's log lines meanwhile are marked "(expected)"
  *   {"op": "consume", "topic", "partition", "from": "earliest" | "latest" | "offset", "offset"?, "count",
  *    "group", "timeoutMs"?, "produceAfterFirstFetch"?: produce-step}
  *       a group consumer; "offset" seeks with consumer.seek(); "latest" starts at the log end and, once the
  *       first fetch has answered (the position is resolved), runs the given produce step
  *       -> {"records": [{"offset", "key", "value", "headers", "timestamp"}], "produced"?: produce-result}
+ *       "maxBytes" caps both the request's and each partition's max bytes; "commit": true commits every
+ *       processed offset (autoCommit) and pauses the partition once "count" records were processed
+ *   {"op": "createTopic", "topic", "partitions"?, "configs"?: {name: value}}   -> {"created": true}
  *   {"op": "offsets", "topic", "timestamp"?}
  *       admin.fetchTopicOffsets and, with a timestamp, admin.fetchTopicOffsetsByTimestamp
  *       -> {"offsets": [{"partition", "low", "high"}], "byTimestamp"?: [{"partition", "offset"}]}
@@ -82,6 +87,8 @@ function recordOf(message) {
   }
 }
 
+let expectingErrors = false // a produce step that expects the broker to refuse it is running
+
 async function produce(kafka, step) {
   const producer = kafka.producer({
     idempotent: !!step.idempotent,
@@ -89,21 +96,34 @@ async function produce(kafka, step) {
     allowAutoTopicCreation: true,
   })
   await producer.connect()
+  expectingErrors = !!step.expectError
   try {
     const sends = []
     for (const messages of step.sends) {
-      const metadata = await producer.send({
-        topic: step.topic,
-        acks: step.acks,
-        compression: CODEC_TYPES[step.codec],
-        messages: messages.map(kafkaMessage),
-      })
+      let metadata
+      try {
+        metadata = await producer.send({
+          topic: step.topic,
+          acks: step.acks,
+          compression: CODEC_TYPES[step.codec],
+          messages: messages.map(kafkaMessage),
+        })
+      } catch (e) {
+        if (!step.expectError) throw e
+        return { sends, error: { name: e.name, type: e.type || null } }
+      }
       sends.push(
-        metadata.map(m => ({ partition: m.partition, baseOffset: m.baseOffset, errorCode: m.errorCode }))
+        metadata.map(m => ({
+          partition: m.partition,
+          baseOffset: m.baseOffset,
+          errorCode: m.errorCode,
+          logAppendTime: m.logAppendTime,
+        }))
       )
     }
     return { sends }
   } finally {
+    expectingErrors = false
     await producer.disconnect()
   }
 }
@@ -112,6 +132,8 @@ async function consume(kafka, step) {
   const consumer = kafka.consumer({
     groupId: step.group,
     maxWaitTimeInMs: 200,
+    maxBytes: step.maxBytes,
+    maxBytesPerPartition: step.maxBytes,
     sessionTimeout: 10000,
     heartbeatInterval: 1000,
     retry: { retries: 3 },
@@ -143,11 +165,15 @@ async function consume(kafka, step) {
   try {
     await consumer.subscribe({ topics: [step.topic], fromBeginning: step.from !== 'latest' })
     await consumer.run({
-      autoCommit: false,
-      eachMessage: async ({ partition, message }) => {
+      autoCommit: !!step.commit,
+      autoCommitThreshold: step.commit ? 1 : undefined,
+      eachMessage: async ({ topic, partition, message }) => {
         if (partition !== step.partition) return
         records.push(recordOf(message))
-        if (records.length >= step.count) resolveDone()
+        if (records.length === step.count) {
+          if (step.commit) consumer.pause([{ topic, partitions: [partition] }])
+          resolveDone()
+        }
       },
     })
     if (step.from === 'offset') consumer.seek({ topic: step.topic, partition: step.partition, offset: step.offset })
@@ -178,12 +204,27 @@ async function offsets(kafka, step) {
   }
 }
 
-const STEPS = { produce, consume, offsets }
+async function createTopic(kafka, step) {
+  const admin = kafka.admin()
+  await admin.connect()
+  try {
+    const configEntries = Object.entries(step.configs || {}).map(([name, value]) => ({ name, value }))
+    const created = await admin.createTopics({
+      topics: [{ topic: step.topic, numPartitions: step.partitions || 1, configEntries }],
+    })
+    return { created }
+  } finally {
+    await admin.disconnect()
+  }
+}
+
+const STEPS = { produce, consume, offsets, createTopic }
 
 function stderrLogger() {
   return ({ namespace, level, label, log }) => {
     const { message, ...extra } = log
-    process.stderr.write(`[kafkajs ${label} ${namespace}] ${message} ${JSON.stringify(extra)}\n`)
+    const mark = expectingErrors ? ' (expected)' : ''
+    process.stderr.write(`[kafkajs ${label}${mark} ${namespace}] ${message} ${JSON.stringify(extra)}\n`)
   }
 }
 
