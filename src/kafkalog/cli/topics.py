@@ -1,4 +1,5 @@
-"""``kafkalog topics``: kafka-topics.sh for log dirs (create, list, describe, alter, delete)."""
+"""``kafkalog topics``: kafka-topics.sh for log dirs (create, list, describe, alter, delete), or for a running
+broker with ``--bootstrap-server`` (cli/online.py)."""
 
 from __future__ import annotations
 
@@ -8,19 +9,33 @@ import click
 
 from ..partition.readonly import ReadOnlyLogDir
 from ..storage.config import load_properties
-from .common import log_dir_option, open_manager, open_readonly, parse_key_values
+from .common import log_dir_or_broker_options, online_or_offline, open_manager, open_readonly, parse_key_values
+
+DEFAULT_PARTITIONS = 1  # offline; a broker applies its num.partitions
 
 
 @click.command("topics")
-@log_dir_option
+@log_dir_or_broker_options
 @click.option("--create", "action", flag_value="create", help="Create a topic.")
 @click.option("--list", "action", flag_value="list", help="List the topics.")
 @click.option("--describe", "action", flag_value="describe", help="Describe topics and their partitions.")
-@click.option("--alter", "action", flag_value="alter", help="Change a topic's config overrides.")
+@click.option(
+    "--alter", "action", flag_value="alter", help="Change a topic's config overrides, or grow it (--partitions)."
+)
 @click.option("--delete", "action", flag_value="delete", help="Delete a topic.")
 @click.option("--topic", help="The topic (for --describe, all topics when left out).")
 @click.option(
-    "--partitions", type=click.IntRange(min=1), default=1, show_default=True, help="Partitions of a new topic."
+    "--partitions",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Partitions of a new topic (default 1 offline, the broker's num.partitions online), or the new total "
+    "with --alter.",
+)
+@click.option(
+    "--replication-factor",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Replicas of each partition of a new topic (a log dir holds one replica: 1 offline).",
 )
 @click.option(
     "--config",
@@ -32,13 +47,18 @@ from .common import log_dir_option, open_manager, open_readonly, parse_key_value
 @click.option("--delete-config", "delete_configs", multiple=True, help="A topic config override to remove (--alter).")
 def topics_command(
     log_dirs: tuple[Path, ...],
+    bootstrap_server: str | None,
+    command_config: Path | None,
     action: str | None,
     topic: str | None,
-    partitions: int,
+    partitions: int | None,
+    replication_factor: int | None,
     configs: tuple[str, ...],
     delete_configs: tuple[str, ...],
 ) -> None:
-    """Create, list, describe, alter or delete topics in log dirs, with kafka-topics.sh's conventions."""
+    """Create, list, describe, alter or delete topics in log dirs (--log-dir) or on a running broker
+    (--bootstrap-server), with kafka-topics.sh's conventions."""
+    online = online_or_offline(log_dirs, bootstrap_server, command_config)
     if action is None:
         raise click.UsageError(
             "Command must include exactly one action: --list, --describe, --create, --alter or --delete"
@@ -46,20 +66,40 @@ def topics_command(
     overrides, broker_files = _split_configs(configs)
     if action in ("create", "alter", "delete") and not topic:
         raise click.UsageError(f"--topic is required with --{action}")
+    if replication_factor is not None and action != "create":
+        raise click.UsageError("--replication-factor is only valid with --create")
+    if partitions is not None and action not in ("create", "alter"):
+        raise click.UsageError("--partitions is only valid with --create or --alter")
+    if online:
+        if broker_files:
+            raise click.UsageError("--config takes k=v with --bootstrap-server (a properties file is for --log-dir)")
+        from .online import topics_online
+
+        assert bootstrap_server is not None
+        topics_online(
+            bootstrap_server, command_config, action, topic, partitions, replication_factor, overrides, delete_configs
+        )
+        return
+    if replication_factor not in (None, 1):
+        raise click.UsageError(f"--replication-factor {replication_factor}: a log dir holds one replica (use 1)")
     if action in ("list", "describe"):
         _show(log_dirs, action, topic)
         return
     manager = open_manager(log_dirs, broker_files[0] if broker_files else None)
     try:
         if action == "create":
-            manager.create_topic(topic, partitions, overrides)
+            manager.create_topic(topic, partitions or DEFAULT_PARTITIONS, overrides)
             click.echo(f"Created topic {topic}.")
         elif action == "alter":
             updates = {**overrides, **{key: None for key in delete_configs}}
-            if not updates:
-                raise click.UsageError("--alter needs --config k=v or --delete-config k")
-            manager.alter_topic_config(topic, updates)
-            click.echo(f"Completed updating config for topic {topic}.")
+            if not updates and partitions is None:
+                raise click.UsageError("--alter needs --partitions N, --config k=v or --delete-config k")
+            if partitions is not None:
+                manager.create_partitions(topic, partitions)
+                click.echo(f"Topic {topic} now has {partitions} partitions.")
+            if updates:
+                manager.alter_topic_config(topic, updates)
+                click.echo(f"Completed updating config for topic {topic}.")
         else:
             manager.delete_topic(topic)
             click.echo(f"Topic {topic} is marked for deletion.")
