@@ -78,9 +78,9 @@ def test_consume_online_from_an_offset_and_a_timestamp(broker) -> None:
     produced = run("produce", "--bootstrap-server", b, "--topic", "times", "--json", input=lines)
     assert produced.exit_code == 0 and "Produced 5 records to times." in produced.output
     common = ("consume", "--bootstrap-server", b, "--topic", "times", "--partition", "1")
-    by_time = run(*common, "--timestamp", "1003", "--timeout-ms", "1500")
+    by_time = run(*common, "--timestamp", "1003", "--max-messages", "3", "--timeout-ms", "3000")
     assert by_time.stdout == "v3\nv4\n" and "Processed a total of 2 messages" in by_time.output
-    by_offset = run(*common, "--offset", "1", "--max-messages", "2", "--print-key")
+    by_offset = run(*common, "--offset", "1", "--max-messages", "2", "--print-key", "--timeout-ms", "20000")
     assert by_offset.stdout == "null\tv1\nnull\tv2\n"
     # a timestamp after every record starts at the end, as offline: nothing to print
     assert run(*common, "--timestamp", "99999", "--timeout-ms", "500").stdout == ""
@@ -100,7 +100,18 @@ def test_produce_online_reports_what_the_broker_refused(broker) -> None:
     assert "Produced 2 records to small before the error (partition 0 offsets 0-1)" in result.output
     assert "Not produced: 1 of the 3 lines read: line 2" in result.output
     assert "MessageSizeTooLargeError" in result.output
-    consumed = run("consume", "--bootstrap-server", b, "--topic", "small", "--from-beginning", "--max-messages", "2")
+    consumed = run(
+        "consume",
+        "--bootstrap-server",
+        b,
+        "--topic",
+        "small",
+        "--from-beginning",
+        "--max-messages",
+        "2",
+        "--timeout-ms",
+        "20000",
+    )
     assert consumed.stdout == "short\nshort again\n"
     # a bad line stops the reading; what was sent before it is produced
     bad = run("produce", "--bootstrap-server", b, "--topic", "small", "--json", input='{"value": "ok"}\nnot json\n')
@@ -129,6 +140,28 @@ def test_log_dir_or_bootstrap_server_exactly_one(tmp_path: Path, args: tuple[str
     assert "--bootstrap-server" in result.output and "Traceback" not in result.output
 
 
+def test_topics_offline_alter_partitions_and_replication_factor(tmp_path: Path) -> None:
+    d = str(tmp_path)
+    assert run("topics", "--log-dir", d, "--create", "--topic", "t", "--replication-factor", "1").exit_code == 0
+    three = run("topics", "--log-dir", d, "--create", "--topic", "u", "--replication-factor", "3")
+    assert three.exit_code == 2 and "one replica" in three.output
+    grown = run("topics", "--log-dir", d, "--alter", "--topic", "t", "--partitions", "3")
+    assert (grown.exit_code, grown.output) == (0, "Topic t now has 3 partitions.\n")
+    assert "PartitionCount: 3\t" in run("topics", "--log-dir", d, "--describe", "--topic", "t").stdout
+    shrink = run("topics", "--log-dir", d, "--alter", "--topic", "t", "--partitions", "2")
+    assert shrink.exit_code == 1 and "higher than the requested 2" in shrink.output
+
+
+def test_command_config_client_properties_online(broker, tmp_path: Path) -> None:
+    props = tmp_path / "client.properties"
+    props.write_text("security.protocol=PLAINTEXT\n")
+    listed = run("topics", "--bootstrap-server", broker.bootstrap, "--command-config", str(props), "--list")
+    assert listed.exit_code == 0, listed.output
+    props.write_text("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\n")
+    refused = run("topics", "--bootstrap-server", broker.bootstrap, "--command-config", str(props), "--list")
+    assert refused.exit_code == 1 and "sasl.jaas.config" in refused.output
+
+
 def test_produce_online_then_consume_online_and_offline_alike(broker) -> None:
     """Runs last: it stops the module's broker to read its log dir offline."""
     b = broker.bootstrap
@@ -147,7 +180,7 @@ def test_produce_online_then_consume_online_and_offline_alike(broker) -> None:
     for extra in options:
         for topic in ("t", "spread"):
             got = run("consume", "--bootstrap-server", b, "--topic", topic, "--from-beginning",
-                      "--max-messages", "40", *extra)  # fmt: skip
+                      "--max-messages", "40", "--timeout-ms", "20000", *extra)  # fmt: skip
             assert got.exit_code == 0, got.output
             online[topic, extra] = got.stdout
     described_online = run("topics", "--bootstrap-server", b, "--describe", "--topic", "spread").stdout.splitlines()
