@@ -548,3 +548,52 @@ def test_kip848_a_member_that_does_not_revoke_in_its_rebalance_timeout_is_fenced
     b = beat(h, "B", 2, owned={})
     assert beat(h, "B", b.member_epoch, owned=b.assignment or {}).error == 0
     assert h.coordinator.consumer_groups["cg"].members["B"].assigned == {"t": {0, 1}}
+
+
+# ----- the log cleaner on __consumer_offsets -----------------------------------------------------------------------
+def test_the_cleaner_compacts_consumer_offsets_and_the_coordinator_reloads_the_same_state(tmp_path):
+    """Kafka keeps __consumer_offsets small by compaction alone (cleanup.policy=compact): only the last record of
+    each key survives a clean. Many commits of the same group and partitions, over segments rolled by a small
+    offsets.topic.segment.bytes, must shrink to one record per key, and a restart must load exactly the committed
+    offsets and group the coordinator held before (the test keeps its own copy of what it committed)."""
+    h = Harness(tmp_path / "logs", offsets_topic_num_partitions=1, offsets_topic_segment_bytes=2048)
+    try:
+        h.manager.create_topic("t", 3)
+        member = stable_group_of_one(h)
+        expected: dict[tuple[str, int], int] = {}
+        for i in range(150):
+            tp = ("t", i % 3)
+            expected[tp] = 1000 + i
+            assert h.coordinator.commit_offsets("g", member, None, 1, {tp: (1000 + i, 0, f"m{i}")}) == {tp: Errors.NONE}
+            h.clock.advance(10)
+        log = h.manager.get_log(GROUP_METADATA_TOPIC_NAME, 0)
+        assert log.config.compact and len(log.segments) > 5  # rolled by offsets.topic.segment.bytes
+        records_before = sum(
+            1
+            for _ in h.coordinator.replica_manager.get_partition(GROUP_METADATA_TOPIC_NAME, 0).records(
+                None, "read_committed"
+            )
+        )
+        assert records_before == 151  # one group metadata record and 150 commits
+        stats = h.manager.clean_once()
+        assert stats.logs_cleaned == 1
+        keys = []
+        for record in h.coordinator.replica_manager.get_partition(GROUP_METADATA_TOPIC_NAME, 0).records(
+            None, "read_committed"
+        ):
+            key, _ = decode_offsets_record(record.key, record.value)
+            keys.append((key["type"], tuple(sorted(key["data"].items()))))
+        # The active segment is never cleaned, so a few commits there may repeat a key; everything below it is
+        # one record per key, and far fewer than the 151 written.
+        assert len(keys) < 40
+        assert len(set(keys)) == 4  # the group metadata key and three offset keys
+        h.restart()
+        group = h.coordinator.groups["g"]
+        assert group.state.value == "Stable" and group.generation_id == 1 and member in group.members
+        error, offsets = h.coordinator.fetch_offsets("g", None)
+        assert error == Errors.NONE
+        assert {tp: om.offset for tp, om in offsets.items()} == expected
+        assert offsets[("t", 2)].metadata == "m149"
+        assert h.coordinator.heartbeat("g", member, None, 1) == Errors.NONE
+    finally:
+        h.close()

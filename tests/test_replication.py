@@ -157,6 +157,37 @@ def _check_all(cluster, topic: str, producers: ProducerLog, partitions: list[int
     return report
 
 
+def _describe_cli(bootstrap: str, topic: str) -> str:
+    from click.testing import CliRunner
+
+    from kafkalog.cli import main
+
+    result = CliRunner().invoke(main, ["topics", "--bootstrap-server", bootstrap, "--describe", "--topic", topic])
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+@needs_zookeeper
+def test_topics_command_creates_with_a_replication_factor_and_describes_the_isr(cluster):
+    from click.testing import CliRunner
+
+    from kafkalog.cli import main
+
+    args = ["topics", "--bootstrap-server", cluster.brokers[2].bootstrap, "--create", "--topic", "cli"]
+    args += ["--partitions", "3", "--replication-factor", "2", "--config", "min.insync.replicas=2"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0 and "Created topic cli." in result.output, result.output
+    cluster.wait_for(lambda: all(len(p["isr"]) == 2 for p in cluster.metadata("cli").values()), 30, "the ISRs")
+    lines = _describe_cli(cluster.brokers[3].bootstrap, "cli").splitlines()
+    assert "PartitionCount: 3\tReplicationFactor: 2" in lines[0]
+    replicas = [line.split("Replicas: ")[1].split()[0] for line in lines[1:]]
+    assert len(replicas) == 3 and all(len(r.split(",")) == 2 for r in replicas)
+    assert len({r.split(",")[0] for r in replicas}) == 3  # leaders spread over the three brokers
+    refused = CliRunner().invoke(main, [*args[:5], "again", "--replication-factor", "4"])
+    assert refused.exit_code != 0 and "only 3 broker(s) are registered" in refused.output, refused.output
+    assert "(error code 38)" in refused.output  # INVALID_REPLICATION_FACTOR
+
+
 @needs_zookeeper
 def test_metadata_lists_every_broker_leader_replicas_and_isr(cluster):
     _create(cluster, "meta", partitions=3)
@@ -297,6 +328,9 @@ def test_a_paused_follower_leaves_the_isr_and_rejoins(cluster):
         # replica.lag.time.max.ms is 3000 here: the leader drops the paused follower from the ISR.
         cluster.wait_for(lambda: follower not in cluster.metadata(topic)[0]["isr"], 20, "the follower to leave")
         assert cluster.metadata(topic)[0]["leader"] == md["leader"]
+        described = _describe_cli(cluster.brokers[md["leader"]].bootstrap, topic)
+        isr = described.split("Isr: ")[1].split()[0].split(",")
+        assert str(follower) not in isr and str(md["leader"]) in isr, described
     finally:
         cluster.brokers[follower].resume()
     cluster.wait_for(lambda: follower in cluster.metadata(topic)[0]["isr"], 30, "the follower to rejoin the ISR")

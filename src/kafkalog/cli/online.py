@@ -35,7 +35,7 @@ def _raise_for(code: int, what: str, message: str | None = None) -> None:
     import kafka.errors as errors
 
     name = errors.for_code(code).__name__
-    raise click.ClickException(f"{what}: {name}" + (f": {message}" if message else ""))
+    raise click.ClickException(f"{what}: {name}" + (f": {message}" if message else "") + f" (error code {code})")
 
 
 def kafka_uuid(value: Any) -> str:
@@ -116,13 +116,16 @@ def _alter_online(
 def _describe_online(admin: Any, topic: str | None) -> None:
     """kafka-topics --describe's lines from Metadata and DescribeConfigs: the header line (TopicId,
     PartitionCount, ReplicationFactor, Configs = the topic's overrides) and one line per partition
-    (Leader, Replicas, Isr), the offline lines' common prefix."""
+    (Leader, or none while it has none; Replicas, Isr; Offline replicas when there are), the offline lines'
+    common prefix."""
     from kafka.admin import ConfigResource, ConfigResourceType
 
     described = admin.describe_topics([topic] if topic else None)
     described.sort(key=lambda t: t["name"])
     for info in described:
         name = info["name"]
+        if info["error_code"] and topic is None:
+            continue  # a topic being deleted while all are listed
         _raise_for(info["error_code"], f"Topic '{name}'")
         configs = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, name)], config_filter="modified")
         overrides = configs.get("topic", {}).get(name, {})
@@ -136,10 +139,13 @@ def _describe_online(admin: Any, topic: str | None) -> None:
         for p in parts:
             replicas = ",".join(str(n) for n in p["replica_nodes"])
             isr = ",".join(str(n) for n in p["isr_nodes"])
-            click.echo(
-                f"\tTopic: {name}\tPartition: {p['partition_index']}\tLeader: {p['leader_id']}\t"
-                f"Replicas: {replicas}\tIsr: {isr}"
-            )
+            leader = p["leader_id"] if p["leader_id"] >= 0 else "none"
+            line = f"\tTopic: {name}\tPartition: {p['partition_index']}\tLeader: {leader}\tReplicas: {replicas}"
+            line += f"\tIsr: {isr}"
+            offline = p.get("offline_replicas") or []
+            if offline:  # as kafka-topics.sh, only when some replica's log dir is offline
+                line += "\tOffline: " + ",".join(str(n) for n in offline)
+            click.echo(line)
 
 
 # ----- produce --------------------------------------------------------------------------------------------------
