@@ -162,6 +162,26 @@ def test_command_config_client_properties_online(broker, tmp_path: Path) -> None
     assert refused.exit_code == 1 and "sasl.jaas.config" in refused.output
 
 
+def test_consume_online_with_a_group_commits_and_acks_zero_produces(broker) -> None:
+    b = broker.bootstrap
+    assert run("topics", "--bootstrap-server", b, "--create", "--topic", "grouped", "--partitions", "2").exit_code == 0
+    lines = "".join(f"r{i}\n" for i in range(6))
+    sent = run("produce", "--bootstrap-server", b, "--topic", "grouped", "--request-required-acks", "0", input=lines)
+    assert sent.exit_code == 0 and "Produced 6 records to grouped." in sent.output, sent.output
+    group = ("consume", "--bootstrap-server", b, "--topic", "grouped", "--group", "readers")
+    first = run(*group, "--from-beginning", "--max-messages", "6", "--timeout-ms", "20000")
+    assert first.exit_code == 0, first.output
+    assert sorted(first.stdout.splitlines()) == [f"r{i}" for i in range(6)]
+    # the group's offsets were committed: a second member of it starts after them
+    again = run(*group, "--from-beginning", "--timeout-ms", "1500")
+    assert again.exit_code == 0 and again.stdout == "", again.output
+    described = run("consumer-groups", "--bootstrap-server", b, "--describe", "--group", "readers")
+    rows = [line.split() for line in described.stdout.splitlines() if line.startswith("readers ")]
+    assert sorted((r[2], r[3], r[5]) for r in rows) == [("0", "3", "0"), ("1", "3", "0")], described.output
+    both = run(*group, "--partition", "0")
+    assert both.exit_code == 2 and "--group cannot be used with --partition" in both.output
+
+
 def test_produce_online_then_consume_online_and_offline_alike(broker) -> None:
     """Runs last: it stops the module's broker to read its log dir offline."""
     b = broker.bootstrap
