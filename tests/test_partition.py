@@ -25,7 +25,7 @@ from kafkalog.errors import (
 from kafkalog.manager import LogManager, TopicPartition
 from kafkalog.partition import Partition
 from kafkalog.record import RecordBatchBuilder
-from kafkalog.storage.log import LATEST_TIMESTAMP, Log
+from kafkalog.storage.log import EARLIEST_LOCAL_TIMESTAMP, EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, Log
 from kafkalog.testing import MockTime
 
 
@@ -159,6 +159,21 @@ def test_offset_for_timestamp_is_bounded_by_the_isolation(log: Log) -> None:
     assert partition.fetch_offset_for_timestamp(1500, "read_uncommitted") is None  # offset 1 is above the HW
     found = partition.fetch_offset_for_timestamp(500, "read_uncommitted")
     assert (found.offset, found.timestamp, found.leader_epoch) == (0, 1000, 2)
+
+
+@pytest.mark.parametrize("isolation", ["read_uncommitted", "read_committed", None])
+def test_earliest_offset_is_the_log_start_even_with_nothing_fetchable(log: Log, isolation) -> None:
+    """Kafka answers EARLIEST with the log start offset, unbounded by the HW/LSO (KafkaJS's fetchTopicOffsets
+    reads an empty partition's low watermark this way): an empty log is 0, not -1."""
+    partition = Partition(log)
+    partition.make_leader(leader_epoch=3)
+    for timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
+        assert partition.fetch_offset_for_timestamp(timestamp, isolation).offset == 0
+    partition.append_records_to_leader(batch(b"a", b"b"), 1)
+    log.delete_records(2)  # the log start moves up to the HW: nothing left to fetch
+    for timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
+        assert partition.fetch_offset_for_timestamp(timestamp, isolation).offset == 2
+    assert partition.fetch_offset_for_timestamp(LATEST_TIMESTAMP, isolation).offset == 2
 
 
 def test_leader_epoch_checks_and_non_leaders(log: Log) -> None:

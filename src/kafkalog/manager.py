@@ -47,8 +47,10 @@ from .logdir import (
     validate_topic_name,
     verify_meta_properties,
 )
+from .partition.topic_partition import TopicPartition
 from .record import RecordBatchBuilder, default_partition
 from .record.types import Header
+from .replica_manager import ReplicaManager
 from .retention import RetentionExplanation, explain_retention
 from .scheduler import KafkaScheduler
 from .storage.checkpoints import CheckpointError, OffsetCheckpointFile
@@ -66,15 +68,6 @@ REPLICATION_OFFSET_CHECKPOINT = "replication-offset-checkpoint"
 
 LONG_MAX = (1 << 63) - 1
 METADATA_TOPIC_DIR = "__cluster_metadata-0"
-
-
-@dataclass(frozen=True)
-class TopicPartition:
-    topic: str
-    partition: int
-
-    def __str__(self) -> str:
-        return f"{self.topic}-{self.partition}"
 
 
 @dataclass(frozen=True)
@@ -144,8 +137,6 @@ class LogManager:
         self._unconfirmed: dict[str, str] = {}  # topics whose configs are unknown -> why
         self.meta_properties: dict[Path, MetaProperties] = {}  # each log dir's, checked at startup
         self._offline_lock = threading.Lock()
-        from .replica_manager import ReplicaManager
-
         # The one path for appends and reads: a Partition per log, led by this node (kafkalog.replica_manager).
         self.replica_manager = ReplicaManager(self)
 

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .errors import InvalidRequiredAcksError, KafkaLogError, UnknownTopicOrPartitionError
-from .manager import TopicPartition
 from .partition import READ_UNCOMMITTED, VALID_ACKS, Partition
+from .partition.topic_partition import TopicPartition
 from .storage.log import Log
 from .storage.segment import FetchDataInfo
 from .storage.validator import CLIENT, LogAppendInfo

@@ -5,8 +5,9 @@ from __future__ import annotations
 import contextlib
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -29,6 +30,42 @@ log_dir_option = click.option(
     type=click.Path(file_okay=False, path_type=Path),
     help="A Kafka log dir (repeat for several, as log.dirs).",
 )
+
+
+def log_dir_or_broker_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """--log-dir (offline) or --bootstrap-server with --command-config (a running broker), as Kafka's tools take;
+    exactly one of the two is checked by :func:`online_or_offline`."""
+    command = click.option(
+        "--command-config",
+        type=click.Path(exists=True, dir_okay=False, path_type=Path),
+        default=None,
+        help="Client properties for --bootstrap-server (security.protocol, sasl.*, ssl.*), as Kafka's tools take.",
+    )(command)
+    command = click.option(
+        "--bootstrap-server", default=None, metavar="HOST:PORT", help="A running broker (instead of --log-dir)."
+    )(command)
+    return click.option(
+        "--log-dir",
+        "log_dirs",
+        multiple=True,
+        type=click.Path(file_okay=False, path_type=Path),
+        help="A Kafka log dir, offline (repeat for several, as log.dirs); or use --bootstrap-server.",
+    )(command)
+
+
+def online_or_offline(log_dirs: tuple[Path, ...], bootstrap_server: str | None, command_config: Path | None) -> bool:
+    """True for a broker (--bootstrap-server), False for log dirs; a usage error unless exactly one was given."""
+    if log_dirs and bootstrap_server:
+        raise click.UsageError("--log-dir and --bootstrap-server cannot be used together: give exactly one")
+    if not log_dirs and not bootstrap_server:
+        raise click.UsageError(
+            "Exactly one of --log-dir (offline) or --bootstrap-server (a running broker) is required"
+        )
+    if command_config is not None and not bootstrap_server:
+        raise click.UsageError("--command-config applies to --bootstrap-server only")
+    return bootstrap_server is not None
+
+
 broker_config_option = click.option(
     "--config",
     "config_file",

@@ -1,4 +1,5 @@
-"""``kafkalog produce`` / ``kafkalog consume``: the console producer and consumer, on log dirs.
+"""``kafkalog produce`` / ``kafkalog consume``: the console producer and consumer, on log dirs (--log-dir) or on
+a running broker (--bootstrap-server, cli/online.py).
 
 Lines (or JSON lines) in and out, with kafka-console-producer/consumer's options: a key separator,
 headers, a codec, --from-beginning, --offset, --timestamp, --max-messages, the isolation level.
@@ -16,7 +17,14 @@ import click
 from ..manager import TopicPartition
 from ..record import CODEC_NAMES, build_batch, default_partition
 from ..storage.config import load_properties
-from .common import broker_config_option, log_dir_option, open_manager, open_readonly, parse_key_values
+from .common import (
+    broker_config_option,
+    log_dir_or_broker_options,
+    online_or_offline,
+    open_manager,
+    open_readonly,
+    parse_key_values,
+)
 
 BATCH_RECORDS = 500  # records per batch appended to one partition
 
@@ -25,7 +33,7 @@ ACKS_CHOICES = {"0": 0, "1": 1, "-1": -1, "all": -1}
 
 
 @click.command("produce")
-@log_dir_option
+@log_dir_or_broker_options
 @broker_config_option
 @click.option("--topic", required=True)
 @click.option("--partition", type=int, help="Write every record to this partition (else by key, else round robin).")
@@ -50,6 +58,8 @@ ACKS_CHOICES = {"0": 0, "1": 1, "-1": -1, "all": -1}
 @click.argument("input_file", type=click.File("rb"), default="-")
 def produce_command(
     log_dirs: tuple[Path, ...],
+    bootstrap_server: str | None,
+    command_config: Path | None,
     config_file: Path | None,
     topic: str,
     partition: int | None,
@@ -66,8 +76,29 @@ def produce_command(
     fails part-way (a bad line, a refused append), every line before a bad line is still produced, as
     kafka-console-producer sends each line as it reads it; the summary says how many records were written
     and lists the lines that were not, and the command exits non-zero.
+
+    With --bootstrap-server the records go to a running broker through kafka-python's producer, as they are
+    read; the summary counts what the broker acknowledged and lists the lines it did not.
     """
+    online = online_or_offline(log_dirs, bootstrap_server, command_config)
     fixed_headers = [(k, v.encode()) for k, v in parse_key_values(headers, "--header").items()]
+    if online:
+        if config_file is not None:
+            raise click.UsageError("--config (a broker's server.properties) applies to --log-dir only")
+        from .online import produce_online
+
+        assert bootstrap_server is not None
+        produce_online(
+            bootstrap_server,
+            command_config,
+            topic,
+            partition,
+            compression_codec,
+            ACKS_CHOICES[acks],
+            input_file,
+            lambda line, number: _parse_line(line, number, key_separator, json_lines, fixed_headers),
+        )
+        return
     manager = open_manager(log_dirs, config_file)
     producer = _Producer(manager, topic, compression_codec, ACKS_CHOICES[acks])
     number = 0
@@ -228,10 +259,21 @@ def _bytes(value) -> bytes | None:
 
 
 @click.command("consume")
-@log_dir_option
+@log_dir_or_broker_options
 @broker_config_option
 @click.option("--topic", required=True)
 @click.option("--partition", type=int, help="Read one partition (else every partition, one after another).")
+@click.option(
+    "--group",
+    help="With --bootstrap-server: consume as a member of this consumer group, committing offsets (else the "
+    "partitions are assigned, without a group).",
+)
+@click.option(
+    "--timeout-ms",
+    type=click.IntRange(min=0),
+    help="With --bootstrap-server: exit once no record arrived for this long (else it follows the topic until "
+    "--max-messages or Ctrl-C). Offline reading stops at the end anyway.",
+)
 @click.option("--from-beginning", is_flag=True, help="Start at the log start offset (Kafka's default is the end).")
 @click.option("--offset", type=int, help="Start at this offset (needs --partition).")
 @click.option("--timestamp", type=int, help="Start at the first record with a timestamp >= this (ms).")
@@ -247,9 +289,13 @@ def _bytes(value) -> bytes | None:
 @click.option("--json", "json_lines", is_flag=True, help="One JSON object per record.")
 def consume_command(
     log_dirs: tuple[Path, ...],
+    bootstrap_server: str | None,
+    command_config: Path | None,
     config_file: Path | None,
     topic: str,
     partition: int | None,
+    group: str | None,
+    timeout_ms: int | None,
     from_beginning: bool,
     offset: int | None,
     timestamp: int | None,
@@ -263,11 +309,40 @@ def consume_command(
 
     The log dirs are opened read-only: no lock is taken and nothing is written, so this works on a copy of a
     live broker's dir and on a read-only file system. The high watermark is the log end offset, as a
-    single-replica leader's; when the replication-offset-checkpoint lags it, stderr says so."""
+    single-replica leader's; when the replication-offset-checkpoint lags it, stderr says so.
+
+    With --bootstrap-server the records come from a running broker (kafka-python's consumer), in the same
+    format; see --group and --timeout-ms."""
+    online = online_or_offline(log_dirs, bootstrap_server, command_config)
     if offset is not None and partition is None:
         raise click.UsageError("--offset needs --partition, as in kafka-console-consumer")
     if sum(x is not None and x is not False for x in (from_beginning or None, offset, timestamp)) > 1:
         raise click.UsageError("use only one of --from-beginning, --offset and --timestamp")
+    if online:
+        if config_file is not None:
+            raise click.UsageError("--config (a broker's server.properties) applies to --log-dir only")
+        if group is not None and (partition is not None or offset is not None or timestamp is not None):
+            raise click.UsageError("--group cannot be used with --partition, --offset or --timestamp")
+        from .online import consume_online
+
+        assert bootstrap_server is not None
+        consume_online(
+            bootstrap_server,
+            command_config,
+            topic,
+            partition,
+            group,
+            from_beginning,
+            offset,
+            timestamp,
+            max_messages,
+            timeout_ms,
+            isolation_level,
+            lambda part, record: _format(topic, part, record, print_key, key_separator, json_lines),
+        )
+        return
+    if group is not None:
+        raise click.UsageError("--group applies to --bootstrap-server only (a log dir has no consumer groups)")
     if config_file is not None:
         load_properties(config_file)  # checked; reading needs none of its settings
     view = open_readonly(log_dirs)

@@ -1,4 +1,5 @@
-"""``kafkalog topics``: kafka-topics.sh for log dirs (create, list, describe, alter, delete)."""
+"""``kafkalog topics``: kafka-topics.sh for log dirs (create, list, describe, alter, delete), or for a running
+broker with ``--bootstrap-server`` (cli/online.py)."""
 
 from __future__ import annotations
 
@@ -8,36 +9,33 @@ import click
 
 from ..partition.readonly import ReadOnlyLogDir
 from ..storage.config import load_properties
-from .common import open_manager, open_readonly, parse_key_values
+from .common import log_dir_or_broker_options, online_or_offline, open_manager, open_readonly, parse_key_values
+
+DEFAULT_PARTITIONS = 1  # offline; a broker applies its num.partitions
 
 
 @click.command("topics")
+@log_dir_or_broker_options
+@click.option("--create", "action", flag_value="create", help="Create a topic.")
+@click.option("--list", "action", flag_value="list", help="List the topics.")
+@click.option("--describe", "action", flag_value="describe", help="Describe topics and their partitions.")
 @click.option(
-    "--log-dir",
-    "log_dirs",
-    multiple=True,
-    type=click.Path(file_okay=False, path_type=Path),
-    help="A Kafka log dir (repeat for several, as log.dirs); or --bootstrap-server.",
+    "--alter", "action", flag_value="alter", help="Change a topic's config overrides, or grow it (--partitions)."
 )
+@click.option("--delete", "action", flag_value="delete", help="Delete a topic.")
+@click.option("--topic", help="The topic (for --describe, all topics when left out).")
 @click.option(
-    "--bootstrap-server",
-    help="A running broker (host:port) to ask instead of log dirs: --list, --describe (leader, replicas and ISR "
-    "from its Metadata) and --create (with --replication-factor), as kafka-topics.sh --bootstrap-server.",
+    "--partitions",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Partitions of a new topic (default 1 offline, the broker's num.partitions online), or the new total "
+    "with --alter.",
 )
 @click.option(
     "--replication-factor",
     type=click.IntRange(min=1),
     default=None,
-    help="Replicas of each partition of a new topic (--bootstrap-server; default: the broker's).",
-)
-@click.option("--create", "action", flag_value="create", help="Create a topic.")
-@click.option("--list", "action", flag_value="list", help="List the topics.")
-@click.option("--describe", "action", flag_value="describe", help="Describe topics and their partitions.")
-@click.option("--alter", "action", flag_value="alter", help="Change a topic's config overrides.")
-@click.option("--delete", "action", flag_value="delete", help="Delete a topic.")
-@click.option("--topic", help="The topic (for --describe, all topics when left out).")
-@click.option(
-    "--partitions", type=click.IntRange(min=1), default=1, show_default=True, help="Partitions of a new topic."
+    help="Replicas of each partition of a new topic (a log dir holds one replica: 1 offline).",
 )
 @click.option(
     "--config",
@@ -50,14 +48,17 @@ from .common import open_manager, open_readonly, parse_key_values
 def topics_command(
     log_dirs: tuple[Path, ...],
     bootstrap_server: str | None,
-    replication_factor: int | None,
+    command_config: Path | None,
     action: str | None,
     topic: str | None,
-    partitions: int,
+    partitions: int | None,
+    replication_factor: int | None,
     configs: tuple[str, ...],
     delete_configs: tuple[str, ...],
 ) -> None:
-    """Create, list, describe, alter or delete topics in log dirs, with kafka-topics.sh's conventions."""
+    """Create, list, describe, alter or delete topics in log dirs (--log-dir) or on a running broker
+    (--bootstrap-server), with kafka-topics.sh's conventions."""
+    online = online_or_offline(log_dirs, bootstrap_server, command_config)
     if action is None:
         raise click.UsageError(
             "Command must include exactly one action: --list, --describe, --create, --alter or --delete"
@@ -65,29 +66,40 @@ def topics_command(
     overrides, broker_files = _split_configs(configs)
     if action in ("create", "alter", "delete") and not topic:
         raise click.UsageError(f"--topic is required with --{action}")
-    if bootstrap_server is not None:
-        if log_dirs:
-            raise click.UsageError("Give either --log-dir or --bootstrap-server, not both")
-        _on_broker(bootstrap_server, action, topic, partitions, replication_factor, overrides)
+    if replication_factor is not None and action != "create":
+        raise click.UsageError("--replication-factor is only valid with --create")
+    if partitions is not None and action not in ("create", "alter"):
+        raise click.UsageError("--partitions is only valid with --create or --alter")
+    if online:
+        if broker_files:
+            raise click.UsageError("--config takes k=v with --bootstrap-server (a properties file is for --log-dir)")
+        from .online import topics_online
+
+        assert bootstrap_server is not None
+        topics_online(
+            bootstrap_server, command_config, action, topic, partitions, replication_factor, overrides, delete_configs
+        )
         return
-    if not log_dirs:
-        raise click.UsageError("Missing option '--log-dir' (or --bootstrap-server)")
     if replication_factor not in (None, 1):
-        raise click.UsageError("--replication-factor above 1 needs a cluster: use --bootstrap-server")
+        raise click.UsageError(f"--replication-factor {replication_factor}: a log dir holds one replica (use 1)")
     if action in ("list", "describe"):
         _show(log_dirs, action, topic)
         return
     manager = open_manager(log_dirs, broker_files[0] if broker_files else None)
     try:
         if action == "create":
-            manager.create_topic(topic, partitions, overrides)
+            manager.create_topic(topic, partitions or DEFAULT_PARTITIONS, overrides)
             click.echo(f"Created topic {topic}.")
         elif action == "alter":
             updates = {**overrides, **{key: None for key in delete_configs}}
-            if not updates:
-                raise click.UsageError("--alter needs --config k=v or --delete-config k")
-            manager.alter_topic_config(topic, updates)
-            click.echo(f"Completed updating config for topic {topic}.")
+            if not updates and partitions is None:
+                raise click.UsageError("--alter needs --partitions N, --config k=v or --delete-config k")
+            if partitions is not None:
+                manager.create_partitions(topic, partitions)
+                click.echo(f"Topic {topic} now has {partitions} partitions.")
+            if updates:
+                manager.alter_topic_config(topic, updates)
+                click.echo(f"Completed updating config for topic {topic}.")
         else:
             manager.delete_topic(topic)
             click.echo(f"Topic {topic} is marked for deletion.")
@@ -132,76 +144,3 @@ def _describe(view: ReadOnlyLogDir, name: str) -> None:
             f"LogDir: {p.log_dir}\tLogStartOffset: {p.log_start_offset}\tLogEndOffset: {p.log_end_offset}\t"
             f"HighWatermark: {hw or p.high_watermark}\tSegments: {p.segment_count}\tSize: {p.size_bytes}"
         )
-
-
-def _on_broker(
-    bootstrap: str,
-    action: str,
-    topic: str | None,
-    partitions: int,
-    replication_factor: int | None,
-    overrides: dict[str, str],
-) -> None:
-    """kafka-topics.sh --bootstrap-server: the cluster's view (leaders, replicas, ISR) from a running broker."""
-    from kafka.admin import NewTopic
-
-    from .client_config import admin_client
-
-    admin = admin_client(bootstrap, None, "kafkalog-topics")
-    try:
-        if action == "list":
-            for name in sorted(admin.list_topics()):
-                click.echo(name)
-        elif action == "describe":
-            described = admin.describe_topics([topic] if topic else None)
-            for t in sorted(described, key=lambda d: d["name"]):
-                _describe_metadata(t, topic is not None)
-        elif action == "create":
-            new = NewTopic(topic, partitions, replication_factor or -1, topic_configs=overrides)
-            response = admin.create_topics([new], timeout_ms=30000, raise_errors=False)
-            for result in response.get("topics", []):
-                if result.get("error_code"):
-                    raise click.ClickException(
-                        f"Error while executing topic command: {result.get('error_message')} "
-                        f"(error code {result['error_code']})"
-                    )
-            click.echo(f"Created topic {topic}.")
-        else:
-            raise click.UsageError(f"--{action} with --bootstrap-server is not supported yet; use --log-dir")
-    finally:
-        admin.close()
-
-
-def _kafka_topic_id(value: object) -> str:
-    """Kafka's printed form of a topic id (base64url, no padding) from kafka-python's UUID string."""
-    import base64
-    import uuid
-
-    if not value:
-        return ""
-    return base64.urlsafe_b64encode(uuid.UUID(str(value)).bytes).rstrip(b"=").decode()
-
-
-def _describe_metadata(t: dict, asked: bool) -> None:
-    """kafka-topics --describe's lines from one topic of a Metadata response (kafka-python's dict)."""
-    name = t["name"]
-    if t.get("error_code"):
-        if asked:
-            raise click.ClickException(f"Topic '{name}': error code {t['error_code']} from the broker")
-        return
-    parts = sorted(t["partitions"], key=lambda p: p["partition_index"])
-    rf = len(parts[0]["replica_nodes"]) if parts else 0
-    click.echo(
-        f"Topic: {name}\tTopicId: {_kafka_topic_id(t.get('topic_id'))}\tPartitionCount: {len(parts)}\t"
-        f"ReplicationFactor: {rf}"
-    )
-    for p in parts:
-        leader = p["leader_id"]
-        offline = p.get("offline_replicas") or []
-        line = (
-            f"\tTopic: {name}\tPartition: {p['partition_index']}\tLeader: {leader if leader >= 0 else 'none'}\t"
-            f"Replicas: {','.join(map(str, p['replica_nodes']))}\tIsr: {','.join(map(str, p['isr_nodes']))}"
-        )
-        if offline:
-            line += f"\tOffline: {','.join(map(str, offline))}"
-        click.echo(line)

@@ -26,7 +26,14 @@ from ..errors import (
 )
 from ..record.types import Record
 from ..storage.leader_epoch import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
-from ..storage.log import DEFAULT_FETCH_BYTES, LATEST_TIMESTAMP, Log, filter_aborted
+from ..storage.log import (
+    DEFAULT_FETCH_BYTES,
+    EARLIEST_LOCAL_TIMESTAMP,
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    Log,
+    filter_aborted,
+)
 from ..storage.segment import FetchDataInfo, TimestampAndOffset
 from ..storage.validator import CLIENT, LogAppendInfo
 
@@ -302,7 +309,9 @@ class Partition:
         fetch_only_from_leader: bool = True,
     ) -> TimestampAndOffset | None:
         """ListOffsets (Kafka's fetchOffsetForTimestamp): LATEST is the last fetchable offset for the isolation
-        (HW, LSO, or the log end for None); other answers past it are withheld (None)."""
+        (HW, LSO, or the log end for None); EARLIEST is the log start offset as it is, even when nothing is
+        fetchable yet (an empty log answers 0, as Kafka's); answers by timestamp past the last fetchable offset
+        are withheld (None)."""
         self._check_epoch(current_leader_epoch, fetch_only_from_leader)
         if isolation == READ_COMMITTED:
             last_fetchable = self.log.last_stable_offset
@@ -313,7 +322,8 @@ class Partition:
         if timestamp == LATEST_TIMESTAMP:
             return TimestampAndOffset(-1, last_fetchable, self._leader_epoch)
         found = self.log.offset_for_timestamp(timestamp)
-        if found is None or (isolation is not None and found.offset >= last_fetchable):
+        bounded = timestamp not in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP)
+        if found is None or (bounded and isolation is not None and found.offset >= last_fetchable):
             return None
         if found.leader_epoch is None:
             epoch = self.log.leader_epoch_cache.epoch_for_offset(found.offset)
