@@ -22,7 +22,7 @@ from kafkalog.coordinator.group import (
 )
 from kafkalog.coordinator.group.consumer_group import range_assign, uniform_assign
 from kafkalog.coordinator.group.records import decode_offsets_record
-from kafkalog.manager import LogManager
+from kafkalog.manager import LogManager, TopicPartition
 from kafkalog.testing import MockTime
 
 SESSION = 10_000
@@ -597,3 +597,59 @@ def test_the_cleaner_compacts_consumer_offsets_and_the_coordinator_reloads_the_s
         assert h.coordinator.heartbeat("g", member, None, 1) == Errors.NONE
     finally:
         h.close()
+
+
+def test_kip848_members_and_epochs_survive_a_restart_in_kafkas_records(h):
+    """KIP-848 state is replayed from Kafka's ConsumerGroup* records (key version = record type 3, 5, 6, 7, 8;
+    values v0), so after a restart the members keep their ids, epochs and partitions and heartbeat on without
+    rejoining; a deleted group leaves tombstones, so it stays deleted."""
+    h.manager.create_topic("t", 4)
+    a = beat(h, "A", 0, ["t"], assignor="range")
+    b = beat(h, "B", 0, ["t"])
+    a = beat(h, "A", a.member_epoch, owned=a.assignment)  # A revokes two partitions
+    a = beat(h, "A", a.member_epoch, owned=a.assignment)
+    b = beat(h, "B", b.member_epoch, owned={})
+    b = beat(h, "B", b.member_epoch, owned=b.assignment)
+    group = h.coordinator.consumer_groups["cg"]
+    assert group.state == "Stable" and group.group_epoch == 2
+    before = {m.member_id: (m.member_epoch, m.assigned) for m in group.members.values()}
+    assert before == {"A": (2, {"t": {0, 1}}), "B": (2, {"t": {2, 3}})}  # range: contiguous halves
+
+    tp = TopicPartition(GROUP_METADATA_TOPIC_NAME, h.coordinator.partition_for("cg"))
+    types = set()
+    for record in h.coordinator.replica_manager.get_partition(tp.topic, tp.partition).records(None, "read_committed"):
+        key, value = decode_offsets_record(record.key, record.value)
+        types.add(key["type"])
+        if key["type"] == "8" and key["data"]["memberId"] == "A" and value is not None:
+            last_a = value
+    assert types == {"3", "5", "6", "7", "8"}
+    topic_id = h.manager.describe_topic("t").topic_id
+    assert last_a["version"] == "0" and last_a["data"]["memberEpoch"] == 2 and last_a["data"]["state"] == 0
+    assert last_a["data"]["assignedPartitions"] == [{"topicId": topic_id, "partitions": [0, 1]}]
+
+    # kafkalog dump --offsets-decoder prints them as kafka-dump-log.sh: key {"type","data"}, value {"version","data"}.
+    from click.testing import CliRunner
+
+    from kafkalog.cli import main as cli
+
+    segment = next(h.manager.get_log(tp.topic, tp.partition).directory.glob("*.log"))
+    dumped = CliRunner().invoke(cli, ["dump", "--offsets-decoder", "--print-data-log", "--files", str(segment)])
+    assert dumped.exit_code == 0, dumped.output
+    assert 'key: {"type":"3","data":{"groupId":"cg"}} payload: {"version":"0","data":{"epoch":2}}' in dumped.stdout
+    assert '"type":"5","data":{"groupId":"cg","memberId":"A"}' in dumped.stdout and '"serverAssignor":"range"' in (
+        dumped.stdout
+    )
+    assert "Unknown record type" not in dumped.stdout
+
+    h.restart()
+    group = h.coordinator.consumer_groups["cg"]
+    assert (group.group_epoch, group.assignment_epoch, group.state) == (2, 2, "Stable")
+    assert {m.member_id: (m.member_epoch, m.assigned) for m in group.members.values()} == before
+    assert group.members["A"].server_assignor == "range" and group.members["B"].subscribed_topics == ["t"]
+    assert beat(h, "A", 2).error == 0 and beat(h, "B", 2).error == 0  # no rejoin, no new epoch
+    assert h.coordinator.consumer_groups["cg"].group_epoch == 2
+    h.clock.advance(h.config.consumer_session_timeout_ms)  # loaded members' sessions run again (Kafka's onLoaded)
+    assert not h.coordinator.consumer_groups["cg"].members
+    assert h.coordinator.delete_groups(["cg"]) == {"cg": Errors.NONE}
+    h.restart()
+    assert "cg" not in h.coordinator.consumer_groups

@@ -8,9 +8,10 @@ UNREVOKED_PARTITIONS: it keeps only the partitions it is allowed to keep and is 
 does not confirm in its rebalance timeout), and it is given a partition only once no other member still owns
 it (UNRELEASED_PARTITIONS). So a partition is never owned by two members at once.
 
-Not built yet: persisting the group's membership records (ConsumerGroupMetadata and friends) in
-``__consumer_offsets`` -- after a broker restart the members rejoin with epoch 0 (their committed offsets,
-which are ordinary offset commits, are kept); client-side assignors. ConsumerGroupDescribe is
+The group's state is written to ``__consumer_offsets`` as Kafka's ConsumerGroupMetadata, ConsumerGroupMemberMetadata,
+ConsumerGroupTargetAssignmentMetadata/Member and ConsumerGroupCurrentMemberAssignment records and replayed on load,
+so members and epochs survive a restart. Not built: the (deprecated) ConsumerGroupPartitionMetadata record;
+client-side assignors. ConsumerGroupDescribe is
 ``describe_consumer_group`` (consumer_protocol.py).
 """
 
@@ -164,6 +165,7 @@ class ConsumerGroup:
         self.static_members: dict[str, str] = {}
         self.target: dict[str, TopicPartitions] = {}
         self.partition_counts: dict[str, int] = {}  # of the subscribed topics, at the last epoch bump
+        self.persisted: dict[bytes, bytes] = {}  # the records last written for this group, key -> value
 
     @property
     def state(self) -> str:

@@ -10,6 +10,8 @@ import logging
 import re
 
 from ...errors import UnknownTopicOrPartitionError
+from ...logdir import parse_uuid
+from . import records as rec
 from .consumer_group import (
     ASSIGNORS,
     DEFAULT_ASSIGNOR,
@@ -30,6 +32,13 @@ from .consumer_group import (
     new_member_id,
 )
 from .errors import Errors
+
+MEMBER_STATE_BYTES = {  # Kafka's MemberState values, as ConsumerGroupCurrentMemberAssignmentValue stores them
+    MemberState.STABLE: 0,
+    MemberState.UNREVOKED_PARTITIONS: 1,
+    MemberState.UNRELEASED_PARTITIONS: 2,
+}
+BYTE_MEMBER_STATES = {v: k for k, v in MEMBER_STATE_BYTES.items()}
 
 log = logging.getLogger("org.apache.kafka.coordinator.group.GroupMetadataManager")
 
@@ -97,7 +106,40 @@ class ConsumerProtocolMixin:
                 return fail(Errors.UNKNOWN_MEMBER_ID, f"Group {group_id} not found.")
             group = self.consumer_groups[group_id] = ConsumerGroup(group_id)
         if member_epoch in (LEAVE_GROUP_EPOCH, LEAVE_GROUP_STATIC_EPOCH):
-            return self._consumer_leave(group, member_id, instance_id, member_epoch)
+            result = self._consumer_leave(group, member_id, instance_id, member_epoch)
+        else:
+            result = self._heartbeat_member(
+                group,
+                member_id,
+                member_epoch,
+                instance_id,
+                rack_id,
+                rebalance_timeout_ms,
+                subscribed_topic_names,
+                subscribed_topic_regex,
+                server_assignor,
+                owned,
+                client_id,
+                client_host,
+            )
+        self._persist_consumer_group(group)
+        return result
+
+    def _heartbeat_member(
+        self,
+        group: ConsumerGroup,
+        member_id: str,
+        member_epoch: int,
+        instance_id: str | None,
+        rack_id: str | None,
+        rebalance_timeout_ms: int,
+        subscribed_topic_names: list[str] | None,
+        subscribed_topic_regex: str | None,
+        server_assignor: str | None,
+        owned: TopicPartitions | None,
+        client_id: str,
+        client_host: str,
+    ) -> HeartbeatResult:
         return self._consumer_heartbeat(
             group,
             member_id,
@@ -320,12 +362,139 @@ class ConsumerProtocolMixin:
             return
         log.info("[GroupId %s] Member %s fenced from the group because of its %s.", group_id, member_id, why)
         self._remove_consumer_member(group, member)
+        self._persist_consumer_group(group)
 
     def _shutdown_consumer_groups(self) -> None:
         for group in self.consumer_groups.values():
             for member in group.members.values():
                 self._cancel(member.session_task)  # type: ignore[attr-defined]
                 self._cancel(member.revocation_task)  # type: ignore[attr-defined]
+
+    # ----- persistence (Kafka's ConsumerGroup* records in __consumer_offsets) -----------------------------------
+    def _topic_ids(self) -> dict[str, bytes]:
+        """Every topic's id (16 raw bytes): KIP-848's records name topics by id, as Kafka's."""
+        out = {}
+        for name in self.log_manager.topics():  # type: ignore[attr-defined]
+            try:
+                out[name] = parse_uuid(self.log_manager.describe_topic(name).topic_id)  # type: ignore[attr-defined]
+            except (UnknownTopicOrPartitionError, ValueError):
+                continue
+        return out
+
+    def _consumer_records(self, group: ConsumerGroup) -> dict[bytes, bytes]:
+        """The records that describe ``group`` now, key -> value (the last of each key is the group's state)."""
+        ids = self._topic_ids()
+
+        def by_id(partitions: TopicPartitions) -> dict[bytes, set[int]]:
+            return {ids[t]: ps for t, ps in partitions.items() if t in ids}
+
+        gid = group.group_id
+        out = {
+            rec.consumer_group_metadata_key(gid): rec.consumer_group_metadata_value(group.group_epoch),
+            rec.target_assignment_metadata_key(gid): rec.target_assignment_metadata_value(group.assignment_epoch),
+        }
+        for m in group.members.values():
+            out[rec.consumer_member_key(rec.CONSUMER_GROUP_MEMBER_METADATA_KEY_TYPE, gid, m.member_id)] = (
+                rec.consumer_member_metadata_value(
+                    m.instance_id,
+                    m.rack_id,
+                    m.client_id,
+                    m.client_host,
+                    list(m.subscribed_topics),
+                    m.subscribed_regex,
+                    m.rebalance_timeout_ms,
+                    m.server_assignor,
+                )
+            )
+            out[rec.consumer_member_key(rec.CONSUMER_TARGET_ASSIGNMENT_MEMBER_KEY_TYPE, gid, m.member_id)] = (
+                rec.target_assignment_member_value(by_id(group.target.get(m.member_id, {})))
+            )
+            out[rec.consumer_member_key(rec.CONSUMER_CURRENT_ASSIGNMENT_KEY_TYPE, gid, m.member_id)] = (
+                rec.current_assignment_value(
+                    m.member_epoch,
+                    m.previous_member_epoch,
+                    MEMBER_STATE_BYTES[m.state],
+                    by_id(m.assigned),
+                    by_id(m.pending_revocation),
+                )
+            )
+        return out
+
+    def _persist_consumer_group(self, group: ConsumerGroup, deleted: bool = False) -> Errors:
+        """Write what changed in ``group`` since it was last written (tombstones for what is gone), as one batch."""
+        records = {} if deleted else self._consumer_records(group)
+        previous = group.persisted
+        entries: list[tuple[bytes, bytes | None]] = [(k, v) for k, v in records.items() if previous.get(k) != v]
+        entries += [(k, None) for k in previous if k not in records]
+        error = self._append(group.group_id, entries, for_offsets=False)  # type: ignore[attr-defined]
+        if error is Errors.NONE:
+            group.persisted = records
+        else:
+            log.warning("[GroupId %s] Could not persist the group's state: %s", group.group_id, error.name)
+        return error
+
+    def _load_consumer_group(self, group_id: str, records: dict[bytes, bytes]) -> None:
+        """Rebuild a group from its records (Kafka's replay), then start its members' session timers (onLoaded)."""
+        names = {v: k for k, v in self._topic_ids().items()}
+
+        def by_name(partitions: list) -> TopicPartitions:
+            out: TopicPartitions = {}
+            for tp in partitions:
+                name = names.get(parse_uuid(tp["topicId"]))
+                if name is not None and tp["partitions"]:
+                    out[name] = set(tp["partitions"])
+            return out
+
+        decoded = []
+        for key, raw in records.items():
+            record_type, key_data = rec.decode_key(key)
+            decoded.append((record_type, key_data, rec.decode_value(record_type, raw)[1]))
+        if not any(t == rec.CONSUMER_GROUP_METADATA_KEY_TYPE for t, _, _ in decoded):
+            return  # members without their group: a partly deleted group, as Kafka ignores it
+        group = ConsumerGroup(group_id)
+        members: dict[str, dict[int, dict]] = {}
+        for record_type, key_data, fields in decoded:
+            if record_type == rec.CONSUMER_GROUP_METADATA_KEY_TYPE:
+                group.group_epoch = fields["epoch"]
+            elif record_type == rec.CONSUMER_TARGET_ASSIGNMENT_METADATA_KEY_TYPE:
+                group.assignment_epoch = fields["assignmentEpoch"]
+            else:
+                members.setdefault(key_data["memberId"], {})[record_type] = fields
+        for member_id, parts in members.items():
+            meta = parts.get(rec.CONSUMER_GROUP_MEMBER_METADATA_KEY_TYPE)
+            if meta is None:
+                continue
+            member = ConsumerMember(
+                member_id,
+                meta["instanceId"],
+                meta["rackId"],
+                meta["clientId"] or "",
+                meta["clientHost"] or "",
+                meta["rebalanceTimeoutMs"],
+                subscribed_topics=[t for t in meta["subscribedTopicNames"] if t is not None],
+                subscribed_regex=meta["subscribedTopicRegex"],
+                server_assignor=meta["serverAssignor"],
+            )
+            current = parts.get(rec.CONSUMER_CURRENT_ASSIGNMENT_KEY_TYPE)
+            if current is not None:
+                member.member_epoch = current["memberEpoch"]
+                member.previous_member_epoch = current["previousMemberEpoch"]
+                member.state = BYTE_MEMBER_STATES.get(current["state"], MemberState.STABLE)
+                member.assigned = by_name(current["assignedPartitions"])
+                member.pending_revocation = by_name(current["partitionsPendingRevocation"])
+            target = parts.get(rec.CONSUMER_TARGET_ASSIGNMENT_MEMBER_KEY_TYPE)
+            if target is not None:
+                group.target[member_id] = by_name(target["topicPartitions"])
+            group.members[member_id] = member
+            if member.instance_id is not None:
+                group.static_members[member.instance_id] = member_id
+        group.partition_counts = self._partition_counts(group)
+        group.persisted = dict(records)
+        self.consumer_groups[group_id] = group
+        for member in group.members.values():
+            self._schedule_session(group, member)
+            if member.state == MemberState.UNREVOKED_PARTITIONS:
+                self._schedule_revocation(group, member)
 
     # ----- admin ----------------------------------------------------------------------------------------------
     def describe_consumer_group(self, group_id: str) -> tuple[Errors, str | None, ConsumerGroup | None]:

@@ -12,7 +12,7 @@ What it does, as Kafka's GroupCoordinator (classic protocol) and GroupMetadataMa
   heartbeating is removed), rebalance timeouts (members that do not rejoin in time are dropped) and
   group.initial.rebalance.delay.ms for an empty group's first rebalance.
 * ConsumerGroupHeartbeat (KIP-848) runs KIP-848 groups with server-side assignment (consumer_protocol.py,
-  consumer_group.py); their members are not persisted yet, their committed offsets are, like every offset.
+  consumer_group.py); their state is persisted as Kafka's ConsumerGroup* records and replayed by ``load``.
 * Every state change that Kafka persists is persisted here the same way, through the replica manager (the
   partition layer) as one batch per call: group metadata after a completed sync or an emptied group, offsets
   on commit, tombstones on OffsetDelete, DeleteGroups and expiry. ``load`` rebuilds everything from those
@@ -304,6 +304,7 @@ class GroupCoordinator(ConsumerProtocolMixin):
         replica = self.replica_manager.get_partition(GROUP_METADATA_TOPIC_NAME, partition)
         offsets: dict[str, dict[tuple[str, int], OffsetAndMetadata]] = {}
         metadata: dict[str, dict | None] = {}
+        consumer: dict[str, dict[bytes, bytes]] = {}  # KIP-848 group -> its live records
         skipped = 0
         for record in replica.records(None, READ_COMMITTED):
             if record.key is None:
@@ -313,7 +314,7 @@ class GroupCoordinator(ConsumerProtocolMixin):
                 record_type, key = rec.decode_key(record.key)
                 value = None if record.value is None else rec.decode_value(record_type, record.value)[1]
             except rec.UnknownRecordType:
-                skipped += 1  # KIP-848 / share-group records: not built yet
+                skipped += 1  # share- and streams-group records, ConsumerGroupPartitionMetadata: not built
                 continue
             except (ValueError, IndexError) as e:
                 log.warning(
@@ -324,6 +325,13 @@ class GroupCoordinator(ConsumerProtocolMixin):
                     e,
                 )
                 skipped += 1
+                continue
+            if record_type >= rec.CONSUMER_GROUP_METADATA_KEY_TYPE:  # a KIP-848 group's record: replayed below
+                group_records = consumer.setdefault(key.get("groupId") or "", {})
+                if record.value is None:
+                    group_records.pop(bytes(record.key), None)
+                else:
+                    group_records[bytes(record.key)] = bytes(record.value)
                 continue
             if record_type in (0, 1):
                 group_offsets = offsets.setdefault(key["group"], {})
@@ -340,6 +348,10 @@ class GroupCoordinator(ConsumerProtocolMixin):
                     )
             else:
                 metadata[key["group"]] = value
+        for group_id, group_records in consumer.items():
+            self.consumer_groups.pop(group_id, None)
+            if group_records:
+                self._load_consumer_group(group_id, group_records)
         for group_id in set(offsets) | set(metadata):
             value = metadata.get(group_id)
             group_offsets = offsets.get(group_id, {})
@@ -1090,6 +1102,10 @@ class GroupCoordinator(ConsumerProtocolMixin):
             if consumer_group is not None:
                 if consumer_group.members:
                     results[group_id] = Errors.NON_EMPTY_GROUP
+                    continue
+                error = self._persist_consumer_group(consumer_group, deleted=True)
+                if error is not Errors.NONE:
+                    results[group_id] = error
                     continue
                 del self.consumer_groups[group_id]
                 if group_id not in self.groups:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import struct
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 OFFSET_COMMIT_KEY_TYPE = 1
@@ -34,10 +34,22 @@ OFFSET_COMMIT_VALUE_VERSION = 3
 OFFSET_COMMIT_VALUE_VERSION_WITH_EXPIRE = 1
 GROUP_METADATA_VALUE_VERSION = 3
 NO_PARTITION_LEADER_EPOCH = -1
+# KIP-848's records: the key's version is its record type, its value is version 0 (flexible), as Kafka writes them.
+CONSUMER_GROUP_METADATA_KEY_TYPE = 3
+CONSUMER_GROUP_MEMBER_METADATA_KEY_TYPE = 5
+CONSUMER_TARGET_ASSIGNMENT_METADATA_KEY_TYPE = 6
+CONSUMER_TARGET_ASSIGNMENT_MEMBER_KEY_TYPE = 7
+CONSUMER_CURRENT_ASSIGNMENT_KEY_TYPE = 8
+CONSUMER_MEMBER_KEY_TYPES = (
+    CONSUMER_GROUP_MEMBER_METADATA_KEY_TYPE,
+    CONSUMER_TARGET_ASSIGNMENT_MEMBER_KEY_TYPE,
+    CONSUMER_CURRENT_ASSIGNMENT_KEY_TYPE,
+)
 
 
 class UnknownRecordType(Exception):
-    """A key whose record type this coordinator does not know (KIP-848 and share-group records, for now)."""
+    """A key whose record type this coordinator does not know (share-group, streams-group and the deprecated
+    ConsumerGroupPartitionMetadata records, for now)."""
 
     def __init__(self, record_type: int) -> None:
         super().__init__(f"Unknown record type {record_type}")
@@ -63,8 +75,14 @@ class _Reader:
     def int16(self) -> int:
         return struct.unpack(">h", self._take(2))[0]
 
+    def int8(self) -> int:
+        return struct.unpack(">b", self._take(1))[0]
+
     def int32(self) -> int:
         return struct.unpack(">i", self._take(4))[0]
+
+    def uuid(self) -> str:
+        return _uuid_text(self._take(16))
 
     def int64(self) -> int:
         return struct.unpack(">q", self._take(8))[0]
@@ -152,6 +170,66 @@ def _group_metadata_value(r: _Reader, version: int) -> dict:
     return out
 
 
+def _kip848_topic_partitions(r: _Reader) -> list:
+    def one() -> dict:
+        out = {"topicId": r.uuid(), "partitions": r.array(r.int32) or []}
+        r.tagged_fields()
+        return out
+
+    return r.array(one) or []
+
+
+def _ends(r: _Reader, out: dict) -> dict:
+    r.tagged_fields()
+    return out
+
+
+def _consumer_group_metadata_value(r: _Reader) -> dict:
+    return _ends(r, {"epoch": r.int32()})
+
+
+def _consumer_member_metadata_value(r: _Reader) -> dict:
+    out = {
+        "instanceId": r.string(),
+        "rackId": r.string(),
+        "clientId": r.string(),
+        "clientHost": r.string(),
+        "subscribedTopicNames": r.array(r.string) or [],
+        "subscribedTopicRegex": r.string(),
+        "rebalanceTimeoutMs": r.int32(),
+        "serverAssignor": r.string(),
+    }
+    return _ends(r, out)  # ClassicMemberMetadata (tag 0) is not kept: this coordinator converts no classic group
+
+
+def _target_assignment_metadata_value(r: _Reader) -> dict:
+    return _ends(r, {"assignmentEpoch": r.int32()})
+
+
+def _target_assignment_member_value(r: _Reader) -> dict:
+    return _ends(r, {"topicPartitions": _kip848_topic_partitions(r)})
+
+
+def _current_assignment_value(r: _Reader) -> dict:
+    out = {
+        "memberEpoch": r.int32(),
+        "previousMemberEpoch": r.int32(),
+        "state": r.int8(),
+        "assignedPartitions": _kip848_topic_partitions(r),
+        "partitionsPendingRevocation": _kip848_topic_partitions(r),
+    }
+    return _ends(r, out)
+
+
+CONSUMER_VALUE_READERS: dict[int, Callable[[_Reader], dict]] = {
+    CONSUMER_GROUP_METADATA_KEY_TYPE: _consumer_group_metadata_value,
+    CONSUMER_GROUP_MEMBER_METADATA_KEY_TYPE: _consumer_member_metadata_value,
+    CONSUMER_TARGET_ASSIGNMENT_METADATA_KEY_TYPE: _target_assignment_metadata_value,
+    CONSUMER_TARGET_ASSIGNMENT_MEMBER_KEY_TYPE: _target_assignment_member_value,
+    CONSUMER_CURRENT_ASSIGNMENT_KEY_TYPE: _current_assignment_value,
+}
+
+
 def decode_key(key: bytes) -> tuple[int, dict]:
     """(record type, key fields) of a ``__consumer_offsets`` key; UnknownRecordType for other record types."""
     r = _Reader(key)
@@ -160,6 +238,10 @@ def decode_key(key: bytes) -> tuple[int, dict]:
         return record_type, {"group": r.string(), "topic": r.string(), "partition": r.int32()}
     if record_type == GROUP_METADATA_KEY_TYPE:
         return record_type, {"group": r.string()}
+    if record_type in (CONSUMER_GROUP_METADATA_KEY_TYPE, CONSUMER_TARGET_ASSIGNMENT_METADATA_KEY_TYPE):
+        return record_type, {"groupId": r.string()}
+    if record_type in CONSUMER_MEMBER_KEY_TYPES:
+        return record_type, {"groupId": r.string(), "memberId": r.string()}
     raise UnknownRecordType(record_type)
 
 
@@ -167,6 +249,11 @@ def decode_value(record_type: int, value: bytes) -> tuple[int, dict]:
     """(value version, value fields) of the value of a key of ``record_type``; ValueError when it does not parse."""
     r = _Reader(value)
     version = r.int16()
+    if record_type in CONSUMER_VALUE_READERS:
+        if version != 0:
+            raise ValueError(f"Unknown value version {version} for record type {record_type}")
+        r.flexible = True
+        return version, CONSUMER_VALUE_READERS[record_type](r)
     if not 0 <= version <= 4:
         raise ValueError(f"Unknown value version {version} for record type {record_type}")
     r.flexible = version >= 4
@@ -318,3 +405,102 @@ def group_metadata_value(
             _bytes(m.assignment),
         ]
     return b"".join(parts)
+
+
+# ----- KIP-848 records (flexible values: compact strings and arrays, raw 16-byte uuids, tagged fields) ------------
+def _uvarint(n: int) -> bytes:
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _cstring(text: str | None) -> bytes:
+    if text is None:
+        return b"\x00"
+    raw = text.encode("utf-8")
+    return _uvarint(len(raw) + 1) + raw
+
+
+def _carray(items: list[bytes]) -> bytes:
+    return _uvarint(len(items) + 1) + b"".join(items)
+
+
+NO_TAGS = b"\x00"
+
+
+def _tps(partitions: Mapping[bytes, Iterable[int]]) -> bytes:
+    """[]TopicPartitions: (raw topic id, partitions), each with its (empty) tagged fields."""
+    return _carray(
+        [
+            topic_id + _carray([struct.pack(">i", p) for p in sorted(ps)]) + NO_TAGS
+            for topic_id, ps in sorted(partitions.items())
+        ]
+    )
+
+
+def consumer_group_metadata_key(group: str) -> bytes:
+    return struct.pack(">h", CONSUMER_GROUP_METADATA_KEY_TYPE) + _string(group)
+
+
+def consumer_group_metadata_value(epoch: int) -> bytes:
+    return struct.pack(">hi", 0, epoch) + NO_TAGS
+
+
+def consumer_member_key(record_type: int, group: str, member_id: str) -> bytes:
+    return struct.pack(">h", record_type) + _string(group) + _string(member_id)
+
+
+def consumer_member_metadata_value(
+    instance_id: str | None,
+    rack_id: str | None,
+    client_id: str,
+    client_host: str,
+    topics: list[str],
+    regex: str | None,
+    rebalance_timeout_ms: int,
+    server_assignor: str | None,
+) -> bytes:
+    return b"".join(
+        [
+            struct.pack(">h", 0),
+            _cstring(instance_id),
+            _cstring(rack_id),
+            _cstring(client_id),
+            _cstring(client_host),
+            _carray([_cstring(t) for t in topics]),
+            _cstring(regex),
+            struct.pack(">i", rebalance_timeout_ms),
+            _cstring(server_assignor),
+            NO_TAGS,
+        ]
+    )
+
+
+def target_assignment_metadata_key(group: str) -> bytes:
+    return struct.pack(">h", CONSUMER_TARGET_ASSIGNMENT_METADATA_KEY_TYPE) + _string(group)
+
+
+def target_assignment_metadata_value(assignment_epoch: int) -> bytes:
+    return struct.pack(">hi", 0, assignment_epoch) + NO_TAGS
+
+
+def target_assignment_member_value(partitions: Mapping[bytes, Iterable[int]]) -> bytes:
+    return struct.pack(">h", 0) + _tps(partitions) + NO_TAGS
+
+
+def current_assignment_value(
+    member_epoch: int,
+    previous_member_epoch: int,
+    state: int,
+    assigned: Mapping[bytes, Iterable[int]],
+    pending_revocation: Mapping[bytes, Iterable[int]],
+) -> bytes:
+    return (
+        struct.pack(">hiib", 0, member_epoch, previous_member_epoch, state)
+        + _tps(assigned)
+        + _tps(pending_revocation)
+        + NO_TAGS
+    )
