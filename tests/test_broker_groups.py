@@ -329,11 +329,22 @@ def describe_group(bootstrap: str, group: str):
         return client.call(DescribeGroupsRequest(version=5, groups=[group], include_authorized_operations=False), 5)
 
 
+def describe_consumer_group(bootstrap: str, group: str):
+    from kafkalog.broker.messages import ConsumerGroupDescribeRequest
+
+    with RawClient(bootstrap) as client:
+        request = ConsumerGroupDescribeRequest(group_ids=[group], include_authorized_operations=False)
+        (described,) = client.call(request, 0).groups
+    assert described.error_code == 0, described.error_message
+    return described
+
+
 @pytest.mark.parametrize("protocol", ["range", "consumer"])
 def test_a_broker_restart_keeps_committed_offsets_and_group_state(tmp_path, protocol):
     """A running member across a broker restart. Classic: the group comes back Stable from __consumer_offsets
-    with the same member. KIP-848 (membership not persisted yet): the member rejoins by itself. Both: the
-    committed offsets come back and consumption resumes from them."""
+    with the same member. KIP-848: the group comes back from its ConsumerGroup* records with the same member id
+    and epoch (ConsumerGroupDescribe), the member heartbeating on without rejoining. Both: the committed offsets
+    come back and consumption resumes from them."""
     topic, group, partitions = "restart-topic", "restart-group", 3
     server = BrokerProcess(tmp_path / "logs", GROUP_OVERRIDES).start()
     member = None
@@ -347,6 +358,9 @@ def test_a_broker_restart_keeps_committed_offsets_and_group_state(tmp_path, prot
         )
         before = describe_group(server.bootstrap, group).groups[0]
         assert before.group_state == ("Stable" if protocol == "range" else "Dead")  # DescribeGroups: classic only
+        if protocol == "consumer":
+            before_848 = describe_consumer_group(server.bootstrap, group)
+            assert before_848.group_state == "Stable" and len(before_848.members) == 1
         port = server.port
         assert server.stop() == 0, server.log
         # Same port, so the running member finds its coordinator again.
@@ -357,6 +371,12 @@ def test_a_broker_restart_keeps_committed_offsets_and_group_state(tmp_path, prot
             after = describe_group(server.bootstrap, group).groups[0]
             assert after.group_state == "Stable"  # loaded from __consumer_offsets, with its member
             assert [m.member_id for m in after.members] == [m.member_id for m in before.members]
+        else:
+            after_848 = describe_consumer_group(server.bootstrap, group)
+            assert after_848.group_epoch == before_848.group_epoch
+            assert [(m.member_id, m.member_epoch) for m in after_848.members] == [
+                (m.member_id, m.member_epoch) for m in before_848.members
+            ]
         assert committed(server.bootstrap, group, topic, partitions) == {p: 30 for p in range(partitions)}
         produce(server.bootstrap, topic, partitions, 90, 30)
         assert wait_until(lambda: len(consumed([member])) >= 120, 60)
