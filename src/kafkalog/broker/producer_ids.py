@@ -7,11 +7,11 @@ file in the first log dir: the end of the last block taken, written (fsync, rena
 
 from __future__ import annotations
 
-import os
 import threading
 from pathlib import Path
 
 from ..errors import KafkaStorageError
+from ..storage.files import atomic_write
 
 BLOCK_SIZE = 1000
 FILE_NAME = "producer-id-block"
@@ -41,17 +41,7 @@ class ProducerIdManager:
         raise KafkaStorageError("Unreadable producer id block file (expected next.block.start=N)", path=str(self.path))
 
     def _persist(self, end: int) -> None:
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        with open(tmp, "w", encoding="ascii") as f:
-            f.write(f"version=0\nnext.block.start={end}\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
-        fd = os.open(self.path.parent, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        atomic_write(self.path, f"version=0\nnext.block.start={end}\n".encode("ascii"))
 
     def generate_producer_id(self) -> int:
         with self._lock:

@@ -18,13 +18,13 @@ records, and its bytes are not counted.
 from __future__ import annotations
 
 import json
-import os
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 from ..errors import KafkaStorageError
+from ..storage.files import atomic_write
 
 STORE_FILE = "quotas.json"
 PRODUCER_BYTE_RATE = "producer_byte_rate"
@@ -66,12 +66,8 @@ class QuotaStore:
                         values[key] = value
                 if not values:
                     del entries[entity]
-            tmp = self.path.with_name(self.path.name + ".tmp")
-            with open(tmp, "w") as f:
-                json.dump([{"entity": list(k), "values": v} for k, v in sorted(entries.items(), key=str)], f)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.path)
+            rows = [{"entity": list(k), "values": v} for k, v in sorted(entries.items(), key=str)]
+            atomic_write(self.path, json.dumps(rows).encode())
             self.entries = entries
 
     def lookup(self, user: str, client_id: str, key: str) -> tuple[Entity, float] | None:

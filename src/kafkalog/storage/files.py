@@ -68,11 +68,13 @@ def fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def atomic_write(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` through ``<path>.tmp``: write, fsync, rename, fsync the directory."""
+def atomic_write(path: Path, data: bytes, mode: int = 0o666) -> None:
+    """Write ``data`` to ``path`` through ``<path>.tmp``: write, fsync, rename, fsync the directory.
+
+    A new file gets ``mode`` (less the umask), e.g. 0o600 for credentials only the broker may read."""
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
+    with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode), "wb") as f:
         f.write(data)
         f.flush()
         os.fsync(f.fileno())

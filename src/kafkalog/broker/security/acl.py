@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
@@ -32,6 +31,7 @@ from ...errors import (
     TopicAuthorizationFailedError,
     TransactionalIdAuthorizationFailedError,
 )
+from ...storage.files import atomic_write
 from .context import CURRENT
 
 log = logging.getLogger("kafka.authorizer.logger")
@@ -210,17 +210,7 @@ class AclStore:
             return matched
 
     def _write(self, bindings: Iterable[AclBinding]) -> None:
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        with open(tmp, "w") as f:
-            json.dump([asdict(b) for b in sorted(bindings)], f, indent=1)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
-        dir_fd = os.open(self.path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        atomic_write(self.path, json.dumps([asdict(b) for b in sorted(bindings)], indent=1).encode())
 
 
 class Authorizer:

@@ -14,13 +14,13 @@ import base64
 import hashlib
 import hmac
 import json
-import os
 import secrets
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 
 from ...errors import KafkaStorageError
+from ...storage.files import atomic_write
 
 STORE_FILE = "scram-credentials.json"
 MECHANISMS = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}
@@ -118,18 +118,7 @@ class CredentialStore:
             self._users = users
 
     def _write(self, users: dict[str, dict[str, str]]) -> None:
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            json.dump(users, f, indent=1, sort_keys=True)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
-        dir_fd = os.open(self.path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        atomic_write(self.path, json.dumps(users, indent=1, sort_keys=True).encode(), mode=0o600)
 
 
 def _attributes(message: str) -> dict[str, str]:
