@@ -32,9 +32,10 @@ from ..storage.log import (
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
     Log,
-    filter_aborted,
+    consumer_records,
 )
 from ..storage.segment import FetchDataInfo, TimestampAndOffset
+from ..storage.txn_index import AbortedTxn
 from ..storage.validator import CLIENT, LogAppendInfo
 
 log = logging.getLogger(__name__)
@@ -282,24 +283,12 @@ class Partition:
         """Every record from ``from_offset`` (default the log start) up to the isolation's bound, as a consumer
         sees them (control records out; with read_committed, aborted transactions out): fetch after fetch."""
         offset = self.log.log_start_offset if from_offset is None else from_offset
-        committed = isolation in (READ_COMMITTED, "txn_committed")
-        while True:
-            fetch = self.fetch_records(offset, DEFAULT_FETCH_BYTES, isolation, True, False)
-            batches = list(fetch.records.batches())
-            if not batches:
-                return
-            last_next = batches[-1].next_offset
-            if committed:
-                batches = filter_aborted(batches, fetch.aborted_transactions or [])
-            for batch in batches:
-                if batch.is_control:
-                    continue
-                for record in batch:
-                    if record.offset >= offset:
-                        yield record
-            if last_next <= offset:
-                return
-            offset = last_next
+
+        def fetch(at: int) -> tuple[list, list[AbortedTxn] | None]:
+            data = self.fetch_records(at, DEFAULT_FETCH_BYTES, isolation, True, False)
+            return list(data.records.batches()), data.aborted_transactions
+
+        yield from consumer_records(fetch, offset, committed=isolation in (READ_COMMITTED, "txn_committed"))
 
     def fetch_offset_for_timestamp(
         self,

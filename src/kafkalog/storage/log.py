@@ -746,28 +746,15 @@ class Log:
         """Every record from ``from_offset`` (default: the log start) up to the isolation's bound, as a consumer
         sees them: control records left out, and with read_committed, aborted transactions too."""
         offset = self._log_start_offset if from_offset is None else from_offset
-        committed = _isolation(isolation) == "txn_committed"
-        while True:
-            fetch = self.read(offset, max_bytes, isolation, min_one_message=True)
+
+        def fetch(at: int) -> tuple[list, list[AbortedTxn] | None]:
+            data = self.read(at, max_bytes, isolation, min_one_message=True)
             try:  # the slice's bytes are read here, outside read(): a failed read takes the dir offline too
-                batches = list(fetch.records.batches())
+                return list(data.records.batches()), data.aborted_transactions
             except OSError as e:
                 raise self._io_failure("reading", e) from e
-            if not batches:
-                return
-            # The consumer moves past every batch it fetched, aborted and control ones included.
-            last_next = batches[-1].next_offset
-            if committed:
-                batches = filter_aborted(batches, fetch.aborted_transactions or [])
-            for batch in batches:
-                if batch.is_control:
-                    continue
-                for record in batch:
-                    if record.offset >= offset:
-                        yield record
-            if last_next <= offset:
-                return
-            offset = last_next
+
+        yield from consumer_records(fetch, offset, committed=_isolation(isolation) == "txn_committed")
 
     # ----- offsets by time -----------------------------------------------------------------
     def offset_for_timestamp(self, timestamp: int) -> TimestampAndOffset | None:
@@ -1157,6 +1144,33 @@ def _isolation(name: str) -> str:
         return ISOLATIONS[name]
     except KeyError:
         raise ValueError(f"Unknown isolation level {name!r}: use read_uncommitted or read_committed") from None
+
+
+def consumer_records(
+    fetch: Callable[[int], tuple[list, list[AbortedTxn] | None]], offset: int, *, committed: bool
+) -> Iterator[Record]:
+    """Records as a consumer sees them, fetch after fetch from ``offset``: control records left out, and with
+    ``committed`` the records of aborted transactions too. ``fetch(offset)`` gives the batches read from
+    ``offset`` and the aborted transactions among them; an empty fetch ends the iteration.
+
+    As a consumer, the iteration moves past every batch it fetched, aborted and control ones included, and
+    skips the records before ``offset`` of the first batch (a fetch returns the whole batch holding it)."""
+    while True:
+        batches, aborted = fetch(offset)
+        if not batches:
+            return
+        last_next = batches[-1].next_offset
+        if committed:
+            batches = filter_aborted(batches, aborted or [])
+        for batch in batches:
+            if batch.is_control:
+                continue
+            for record in batch:
+                if record.offset >= offset:
+                    yield record
+        if last_next <= offset:
+            return
+        offset = last_next
 
 
 def filter_aborted(batches: list, aborted: list[AbortedTxn]) -> list:
