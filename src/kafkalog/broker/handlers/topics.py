@@ -30,6 +30,19 @@ Created = CreateTopicsResponse.CreatableTopicResult
 Deleted = DeleteTopicsResponse.DeletableTopicResult
 
 
+def _refused(name: str, code: int, message: str) -> Created:
+    """A CreateTopics answer for a topic refused with ``code``: no id, no partitions, no configs."""
+    return Created(
+        name=name,
+        topic_id=ZERO_UUID,
+        error_code=code,
+        error_message=message,
+        num_partitions=-1,
+        replication_factor=-1,
+        configs=None,
+    )
+
+
 def _create_one(broker, topic, validate_only: bool) -> Created:
     partitions = topic.num_partitions if topic.num_partitions != -1 else broker.config.num_partitions
     replication = (
@@ -37,15 +50,7 @@ def _create_one(broker, topic, validate_only: bool) -> Created:
     )
 
     def failed(code: int, message: str) -> Created:
-        return Created(
-            name=topic.name,
-            topic_id=ZERO_UUID,
-            error_code=code,
-            error_message=message,
-            num_partitions=-1,
-            replication_factor=-1,
-            configs=None,
-        )
+        return _refused(topic.name, code, message)
 
     if not (cluster_allowed(broker, "CREATE") or allowed(broker, "CREATE", "TOPIC", topic.name)):
         return failed(TOPIC_AUTHORIZATION_FAILED, _DENIED)
@@ -98,15 +103,7 @@ async def _create_in_cluster(broker, topic, validate_only: bool) -> Created:
     configs = {c.name: c.value for c in topic.configs}
 
     def failed(code: int, message: str) -> Created:
-        return Created(
-            name=topic.name,
-            topic_id=ZERO_UUID,
-            error_code=code,
-            error_message=message,
-            num_partitions=-1,
-            replication_factor=-1,
-            configs=None,
-        )
+        return _refused(topic.name, code, message)
 
     if not (cluster_allowed(broker, "CREATE") or allowed(broker, "CREATE", "TOPIC", topic.name)):
         return failed(TOPIC_AUTHORIZATION_FAILED, _DENIED)
