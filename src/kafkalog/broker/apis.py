@@ -88,6 +88,13 @@ CONNECTION_HANDLERS = {
 }
 
 
+def _metric_names(name: str, request) -> tuple[str, ...]:
+    """The request metrics a request counts in: its API's, and for a Fetch also FetchConsumer or FetchFollower."""
+    if name != "Fetch":
+        return (name,)
+    return (name, "FetchFollower" if getattr(request, "replica_id", -1) >= 0 else "FetchConsumer")
+
+
 class RequestRouter:
     """Turns one request frame into its response (or None, or CLOSE) for the socket server."""
 
@@ -121,6 +128,7 @@ class RequestRouter:
                 log.info("Closing connection %s: its SASL session has expired (connections.max.reauth.ms)", conn.id)
                 return CLOSE
         request = decode_request(spec, header, frame)
+        conn.request_metric = (_metric_names(spec.name, request), header.api_version)
         group.CLIENT_ADDRESS.set(getattr(conn, "client_host", ""))
         CURRENT.set(
             RequestContext(
