@@ -10,7 +10,7 @@ core/src/main/scala/kafka/coordinator/transaction/TransactionLog.scala ``formatR
 
 ``partitions`` is the TransactionMetadata's ``topicPartitions``, a Scala ``mutable.HashSet``: its order is the
 set's iteration order, which depends only on the partitions' hash codes and the table size, so it is computed
-here as Scala 2.13 computes it (``scala_hash_set_order``) and the line matches Kafka's with several partitions
+here as Scala 2.13 computes it (``jvm_order.scala_hash_set_order``) and the line matches Kafka's with several partitions
 too. In state Empty the partitions are not read (as TransactionLog.readTxnRecordValue), so they print ``[]``.
 
 Where Kafka's tool dies on a value it cannot read (an unknown value version, an unknown state id, truncated
@@ -23,69 +23,13 @@ JSON decoder does; a record without a key stops the dump with a clear error (Kaf
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable
 from typing import Any
 
 from ..coordinator.transaction.records import UnknownKeyVersion, decode_key, decode_value, key_json, value_json
 from ..coordinator.transaction.state import TransactionState
 from ..record.types import Record
 from .dump import DumpError, _Parser
-
-_INT = 1 << 32
-
-
-def _int32(n: int) -> int:
-    n &= _INT - 1
-    return n - _INT if n >= 1 << 31 else n
-
-
-def java_string_hash(text: str) -> int:
-    """Java's String.hashCode: s[0]*31^(n-1) + ... + s[n-1] over UTF-16 code units, in int32 arithmetic."""
-    h = 0
-    units = text.encode("utf-16-be")
-    for i in range(0, len(units), 2):
-        h = (31 * h + (units[i] << 8 | units[i + 1])) & (_INT - 1)
-    return _int32(h)
-
-
-def topic_partition_hash(topic: str, partition: int) -> int:
-    """Kafka's TopicPartition.hashCode: 31 * (31 + partition) + topic.hashCode(), in int32 arithmetic."""
-    return _int32(31 * (31 + partition) + java_string_hash(topic))
-
-
-def _improve(h: int) -> int:
-    """Scala 2.13 mutable.HashSet.improveHash: h ^ (h >>> 16)."""
-    return _int32(h ^ ((h & (_INT - 1)) >> 16))
-
-
-def _table_size_for(capacity: int) -> int:
-    """Scala 2.13 mutable.HashSet.tableSizeFor: highestOneBit(max(capacity - 1, 4)) * 2, at most 2^30."""
-    return min((1 << (max(capacity - 1, 4).bit_length() - 1)) * 2, 1 << 30)
-
-
-def scala_hash_set_order(groups: Iterable[Iterable[tuple[str, int]]]) -> list[tuple[str, int]]:
-    """The iteration order of a Scala 2.13 ``mutable.HashSet[TopicPartition]`` filled group by group with ``++=``
-    (TransactionMetadata.addPartitions, once per topic of the record, as readTxnRecordValue calls it).
-
-    The set's table starts at 16 buckets (load factor 0.75); each ``++=`` first sizes it for the added
-    collection (sizeHint). A group of up to 4 partitions is an immutable Set1..Set4, added one by one through
-    ``addOne``, which doubles the table when the next element would reach the threshold; a larger group is an
-    immutable.HashSet, whose elements go straight into the buckets (no growth check). A bucket keeps its nodes
-    in ascending (signed) hash order; iteration walks the buckets in index order.
-    """
-    length = 16
-    members: dict[tuple[str, int], int] = {}  # element -> improved hash, in insertion order
-    for group in groups:
-        items = list(dict.fromkeys(group))
-        length = max(length, _table_size_for(int((len(items) + 1) / 0.75)))
-        for tp in items:
-            if tp in members:
-                continue
-            if len(items) <= 4 and len(members) + 1 >= int(length * 0.75):
-                length *= 2
-            members[tp] = _improve(topic_partition_hash(*tp))
-    order = list(members)  # a stable sort keeps insertion order among equal hashes, as the bucket lists do
-    return sorted(order, key=lambda tp: (members[tp] & (length - 1), members[tp]))
+from .jvm_order import scala_hash_set_order
 
 
 def format_value(value_bytes: bytes) -> str:
