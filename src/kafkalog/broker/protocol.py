@@ -52,6 +52,7 @@ from kafka.protocol.admin import (
     ListGroupsRequest,
     ListGroupsResponse,
 )
+from kafka.protocol.admin.transactions import DescribeProducersRequest, DescribeProducersResponse
 from kafka.protocol.consumer import (
     FetchRequest,
     FetchResponse,
@@ -232,6 +233,8 @@ APIS: dict[int, ApiSpec] = {
         ApiSpec(37, "CreatePartitions", 0, 3, CreatePartitionsRequest, CreatePartitionsResponse),
         ApiSpec(44, "IncrementalAlterConfigs", 0, 1, IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse),
         ApiSpec(60, "DescribeCluster", 0, 1, DescribeClusterRequest, DescribeClusterResponse),
+        # KIP-664's hanging-transaction tooling (handlers/producers.py).
+        ApiSpec(61, "DescribeProducers", 0, 0, DescribeProducersRequest, DescribeProducersResponse),
         # The group coordinator's APIs (kafkalog.coordinator.group, handlers/group.py).
         ApiSpec(8, "OffsetCommit", 2, 9, OffsetCommitRequest, OffsetCommitResponse),
         ApiSpec(9, "OffsetFetch", 1, 9, OffsetFetchRequest, OffsetFetchResponse),
