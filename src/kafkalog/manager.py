@@ -29,6 +29,7 @@ from .cleaner.log_cleaner import CleanerPassStats, LogCleaner
 from .clock import SYSTEM_TIME, Time
 from .errors import (
     InvalidPartitionsError,
+    InvalidTopicError,
     KafkaStorageError,
     TopicExistsError,
     UnknownTopicOrPartitionError,
@@ -54,8 +55,10 @@ from .logdir import (
     PartitionMetadataFile,
     TopicConfigStore,
     TopicState,
+    has_collision_chars,
     initial_meta_properties,
     new_uuid,
+    unify_collision_chars,
     validate_topic_name,
     verify_meta_properties,
 )
@@ -573,6 +576,7 @@ class LogManager:
             self._check_started()
             if self._store.get(name) is not None:
                 raise TopicExistsError(f"Topic '{name}' already exists.")
+            self._check_collision(name)
             topic_id = new_uuid()
             counts = self._partitions_per_dir()
             for p in range(partitions):
@@ -585,6 +589,16 @@ class LogManager:
                 self._register_log(TopicPartition(name, p), log_obj, directory)
             self._store.put(name, TopicState(topic_id, partitions, overrides))
             return self.describe_topic(name)
+
+    def _check_collision(self, name: str) -> None:
+        """Kafka's controller refuses a name that differs from an existing topic's only by '.' versus '_'
+        (ReplicationControlManager.validateNewTopicNames): their metric names would be the same."""
+        if not has_collision_chars(name):
+            return
+        unified = unify_collision_chars(name)
+        for existing in sorted({tp.topic for tp in self._logs} | set(self._store.topics())):
+            if existing != name and unify_collision_chars(existing) == unified:
+                raise InvalidTopicError(f"Topic '{name}' collides with existing topic: {existing}")
 
     def get_or_create_log(self, tp: TopicPartition, topic_id: str, config: dict | None = None) -> Log:
         """The local log of ``tp``, created when missing (Kafka's LogManager.getOrCreateLog): a replica a cluster's

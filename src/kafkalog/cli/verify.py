@@ -1066,7 +1066,7 @@ def verify_command(path: Path, compacted: bool, partial: bool, index_interval_by
     .txnindex files, producer snapshots, partial tails, and the root checkpoints.
     """
     if not is_partition_dir(path) and (problem := log_dir_problem(path)) is not None:
-        raise click.UsageError(f"{problem}; verify takes a log dir or a partition directory")
+        raise click.ClickException(f"{problem}; verify takes a log dir or a partition directory")
     options = ScanOptions(index_interval_bytes=index_interval_bytes, compacted=compacted, partial=partial)
     result = _with_progress(path, lambda o: verify_path(path, o), options)
     _print_result(result)
@@ -1139,7 +1139,7 @@ def recover_command(partition_dir: Path, dry_run: bool, index_interval_bytes: in
     This is what a broker does after an unclean shutdown with a recovery point of 0. Stop the broker first.
     """
     if not is_partition_dir(partition_dir):
-        raise click.UsageError(f"{partition_dir} is not a partition directory (no segment files)")
+        raise click.ClickException(f"{partition_dir} is not a partition directory (no segment files)")
     options = ScanOptions(index_interval_bytes=index_interval_bytes)
     before = scan_partition(partition_dir, options)
     click.echo(
