@@ -54,6 +54,7 @@ from kafka.protocol.admin import (
     ListGroupsRequest,
     ListGroupsResponse,
 )
+from kafka.protocol.admin.transactions import DescribeProducersRequest, DescribeProducersResponse
 from kafka.protocol.consumer import (
     FetchRequest,
     FetchResponse,
@@ -261,6 +262,8 @@ APIS: dict[int, ApiSpec] = {
         ApiSpec(5, "StopReplica", 0, 1, StopReplicaRequest, StopReplicaResponse),
         ApiSpec(7, "ControlledShutdown", 1, 3, ControlledShutdownRequest, ControlledShutdownResponse),
         ApiSpec(43, "ElectLeaders", 0, 2, ElectLeadersRequest, ElectLeadersResponse),
+        # KIP-664's hanging-transaction tooling (handlers/producers.py).
+        ApiSpec(61, "DescribeProducers", 0, 0, DescribeProducersRequest, DescribeProducersResponse),
         # The group coordinator's APIs (kafkalog.coordinator.group, handlers/group.py).
         ApiSpec(8, "OffsetCommit", 2, 9, OffsetCommitRequest, OffsetCommitResponse),
         ApiSpec(9, "OffsetFetch", 1, 9, OffsetFetchRequest, OffsetFetchResponse),

@@ -21,6 +21,7 @@ COMMANDS = [
     ("configs", "configs_command"),
     ("acls", "acls_command"),
     ("leader_election", "leader_election_command"),
+    ("transactions", "transactions_command"),
 ]
 
 

@@ -298,6 +298,10 @@ class Dumper:
             return OffsetsParser(as_objects=self.json)
         if o["cluster_metadata_decoder"]:
             return ClusterMetadataParser(as_objects=self.json)
+        if o.get("transaction_log_decoder"):
+            from .transaction_log import TransactionLogParser
+
+            return TransactionLogParser(as_objects=self.json)
         decoders = []
         for name in (o["value_decoder"], o["key_decoder"]):  # Kafka resolves the value decoder first
             name = name or _STRING
@@ -921,6 +925,7 @@ def _non_negative(ctx, param, value: int) -> int:
     is_flag=True,
     help="Decode KRaft cluster metadata records (__cluster_metadata segments and .checkpoint snapshots).",
 )
+@click.option("--transaction-log-decoder", is_flag=True, help="Decode __transaction_state records.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line (file, batch, record, entry, report).")
 def dump_command(**opts) -> None:
     """Dump log segments, indexes, producer snapshots and transaction indexes, as kafka-dump-log.sh does."""
@@ -928,6 +933,7 @@ def dump_command(**opts) -> None:
         opts["print_data_log"]
         or opts["offsets_decoder"]
         or opts["cluster_metadata_decoder"]
+        or opts["transaction_log_decoder"]
         or opts["key_decoder"]
         or opts["value_decoder"]
     )

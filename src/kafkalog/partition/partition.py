@@ -26,6 +26,7 @@ from ..errors import (
 )
 from ..record.types import Record
 from ..storage.leader_epoch import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
+from ..storage.producer_state import ProducerStateEntry
 from ..storage.log import (
     DEFAULT_FETCH_BYTES,
     EARLIEST_LOCAL_TIMESTAMP,
@@ -331,6 +332,13 @@ class Partition:
         if end == UNDEFINED_EPOCH_OFFSET:
             return UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
         return epoch, end
+
+    def active_producer_state(self) -> list[ProducerStateEntry]:
+        """The active producers of this replica (Kafka's Partition.activeProducerState, for DescribeProducers):
+        copies of each producer's epoch, last sequence and timestamp, coordinator epoch and open transaction's
+        first offset. Any replica holding the log answers, leader or follower, as Kafka's does (the tool's
+        ``--broker-id`` asks a chosen replica)."""
+        return self.log.active_producers()
 
     # ----- truncation ---------------------------------------------------------------------------------
     def truncate_to(self, offset: int) -> bool:

@@ -42,7 +42,7 @@ from .files import (
 )
 from .leader_epoch import LeaderEpochFileCache
 from .overlap import OVERLAP_MIN_BYTES, Check, checker
-from .producer_state import ProducerStateManager, sync_snapshot_if_exists
+from .producer_state import ProducerStateEntry, ProducerStateManager, sync_snapshot_if_exists
 from .segment import EMPTY_SLICE, FetchDataInfo, LogOffsetMetadata, LogSegment, TimestampAndOffset
 from .segments import LogSegments
 from .txn_index import AbortedTxn
@@ -942,6 +942,13 @@ class Log:
             if result.is_complete:
                 break
         return aborted
+
+    def active_producers(self) -> list[ProducerStateEntry]:
+        """A consistent copy of every active producer's state (UnifiedLog.activeProducers, for DescribeProducers).
+
+        Copies are taken under the log's lock, so no append is half-applied in what is returned."""
+        with self._lock:
+            return [entry.copy() for entry in self.producer_state.active_producers.values()]
 
     def last_records_of_active_producers(self) -> dict[int, tuple[int | None, int]]:
         """producer id → (last data offset or None, producer epoch), for the cleaner's RETAIN_EMPTY rule."""
