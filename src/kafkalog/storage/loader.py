@@ -21,27 +21,28 @@ from ..errors import (
     KafkaStorageError,
     LogSegmentOffsetOverflowError,
 )
-from .config import LogConfig
-from .files import (
+from ..layout import (
     CLEANED_SUFFIX,
     DELETED_SUFFIX,
     INDEX_SUFFIX,
+    INT64_MIN,
+    KRAFT_SNAPSHOT_SUFFIX,
     LOG_SUFFIX,
     SEGMENT_SUFFIXES,
+    SNAPSHOT_SUFFIX,
     SWAP_SUFFIX,
     TIME_INDEX_SUFFIX,
     TXN_INDEX_SUFFIX,
-    delete_if_exists,
-    fsync_dir,
     offset_from_filename,
     segment_file,
 )
+from .config import LogConfig
+from .files import delete_if_exists, fsync_dir
 from .producer_state import ProducerStateManager
 from .segment import LogSegment, update_producer_state
 from .segments import LogSegments
 
 log = logging.getLogger(__name__)
-LONG_MIN = -(1 << 63)
 SPLIT_CHUNK_BYTES = 1024 * 1024  # appendFromFile's read buffer
 
 
@@ -81,7 +82,7 @@ def remove_temp_files_and_collect_swaps(directory: Path) -> list[Path]:
         name = path.name
         if not path.is_file():
             continue
-        if name.endswith(DELETED_SUFFIX) and not name.endswith(".checkpoint" + DELETED_SUFFIX):
+        if name.endswith(DELETED_SUFFIX) and not name.endswith(KRAFT_SNAPSHOT_SUFFIX + DELETED_SUFFIX):
             log.debug("Deleting stray temporary file %s", path)
             delete_if_exists(path)
         elif name.endswith(CLEANED_SUFFIX):
@@ -246,7 +247,7 @@ def recover_log(
             for later in doomed:
                 segments.remove(later.base_offset)
                 later.delete_if_exists()
-                delete_if_exists(segment_file(directory, later.base_offset, ".snapshot"))
+                delete_if_exists(segment_file(directory, later.base_offset, SNAPSHOT_SUFFIX))
             break
 
 
@@ -311,7 +312,7 @@ def split_overflowed_segment(
             new_segments.append(target)
             while i < len(headers) and target.can_convert_to_relative_offset(headers[i].last_offset):
                 chunk_start, chunk_bytes = headers[i].position, 0
-                max_ts, shallow = LONG_MIN, -1
+                max_ts, shallow = INT64_MIN, -1
                 while (
                     i < len(headers)
                     and target.can_convert_to_relative_offset(headers[i].last_offset)

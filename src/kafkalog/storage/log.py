@@ -23,23 +23,25 @@ from ..errors import (
     RecordBatchTooLargeError,
     RecordTooLargeError,
 )
+from ..layout import (
+    CLEANED_SUFFIX,
+    DELETED_SUFFIX,
+    INDEX_SUFFIX,
+    INT32_MAX,
+    LOG_SUFFIX,
+    SNAPSHOT_SUFFIX,
+    SWAP_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
+    parse_partition_dir,
+    segment_file,
+)
 from ..record import RecordBatchBuilder, control_batch
 from ..record.batch import RECORDS_OFFSET
 from ..record.types import ControlRecordType, Record
 from .checkpoints import LeaderEpochCheckpointFile
 from .config import LogConfig
-from .files import (
-    CLEANED_SUFFIX,
-    INDEX_SUFFIX,
-    LOG_SUFFIX,
-    SWAP_SUFFIX,
-    TIME_INDEX_SUFFIX,
-    TXN_INDEX_SUFFIX,
-    delete_if_exists,
-    fsync_dir,
-    parse_partition_dir,
-    segment_file,
-)
+from .files import delete_if_exists, fsync_dir
 from .leader_epoch import LeaderEpochFileCache
 from .overlap import OVERLAP_MIN_BYTES, Check, checker
 from .producer_state import ProducerStateEntry, ProducerStateManager, sync_snapshot_if_exists
@@ -70,7 +72,6 @@ class _Refused(Exception):
     """An overlapped append whose check failed: cut off and retried on the general path."""
 
 
-INT32_MAX = (1 << 31) - 1
 EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
 MAX_TIMESTAMP = -3
@@ -908,7 +909,7 @@ class Log:
                         continue  # deleted already: replaced by a later one, or the log was closed
                     del self._pending_deletes[segment.base_offset]
                     segment.delete_if_exists()
-                    delete_if_exists(Path(f"{segment_file(self.directory, segment.base_offset, '.snapshot')}.deleted"))
+                    delete_if_exists(segment_file(self.directory, segment.base_offset, SNAPSHOT_SUFFIX, DELETED_SUFFIX))
 
         self._run_async("delete-file", delete, self.config.file_delete_delay_ms)
 
