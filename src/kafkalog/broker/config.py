@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..coordinator.group import GroupCoordinatorConfig
+from ..coordinator.transaction import TransactionCoordinatorConfig
 from ..errors import InvalidConfigurationError
 from ..storage.config import BrokerConfig, load_properties
 
@@ -195,6 +196,7 @@ class KafkaConfig:
         self.queued_max_requests = _int(p, "queued.max.requests", 500, 1)
         self.group_initial_rebalance_delay_ms = _int(p, "group.initial.rebalance.delay.ms", 3000, 0)
         self.group_coordinator = GroupCoordinatorConfig.from_properties(p)  # offsets.*, group.* (checked here)
+        self.transaction_coordinator = TransactionCoordinatorConfig.from_properties(p)  # transaction.* (checked)
         self.log = BrokerConfig(self.props)
 
     @classmethod

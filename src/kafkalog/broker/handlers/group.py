@@ -89,11 +89,16 @@ async def handle_find_coordinator(broker, header, request) -> Response:
         if key_type == GROUP_KEY_TYPE and not allowed(broker, "DESCRIBE", "GROUP", key):
             answers.append((key, GROUP_AUTHORIZATION_FAILED, "Group authorization failed.", -1, "", -1))
             continue
+        if key_type == TRANSACTION_KEY_TYPE and not allowed(broker, "DESCRIBE", "TRANSACTIONAL_ID", key):
+            denied = "Transactional Id authorization failed."
+            answers.append((key, TRANSACTIONAL_ID_AUTHORIZATION_FAILED, denied, -1, "", -1))
+            continue
         if key_type == GROUP_KEY_TYPE:
             error = broker.group_coordinator.ensure_offsets_topic()
             message = None if error == Errors.NONE else "The coordinator is not available."
         elif key_type == TRANSACTION_KEY_TYPE:
-            error, message = Errors.COORDINATOR_NOT_AVAILABLE, "The transaction coordinator is not built yet."
+            error = broker.txn_coordinator.ensure_state_topic()  # __transaction_state, created on first use
+            message = None if error == 0 else "The coordinator is not available."
         else:
             error, message = Errors.INVALID_REQUEST, f"Unknown coordinator key type {key_type}"
         ok = error == Errors.NONE
@@ -116,6 +121,7 @@ async def handle_find_coordinator(broker, header, request) -> Response:
 
 GROUP_AUTHORIZATION_FAILED = 30
 TOPIC_AUTHORIZATION_FAILED = 29
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
 
 
 # ----- JoinGroup (11) / SyncGroup (14) / Heartbeat (12) / LeaveGroup (13) --------------------------------------

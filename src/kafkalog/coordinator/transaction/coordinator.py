@@ -141,6 +141,23 @@ class TransactionListing:
 MarkerListener = Callable[[TopicPartition, int, bool], None]
 
 
+def append_marker(
+    replica_manager,
+    tp: TopicPartition,
+    producer_id: int,
+    producer_epoch: int,
+    coordinator_epoch: int,
+    commit: bool,
+    now: int,
+):
+    """Write one COMMIT/ABORT marker to ``tp`` through the replica manager as the coordinator does (origin
+    coordinator, acks=all); the partition's AppendResult. Used for the coordinator's own markers and for
+    WriteTxnMarkers requests."""
+    control = ControlRecordType.COMMIT if commit else ControlRecordType.ABORT
+    batch = control_batch(control, producer_id, producer_epoch, coordinator_epoch, now)
+    return replica_manager.append_records({tp: batch}, -1, AppendOrigin.COORDINATOR)[tp]
+
+
 class TransactionCoordinator:
     """The transaction coordinator of one broker (it leads every __transaction_state partition).
 
