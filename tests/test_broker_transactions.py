@@ -570,3 +570,51 @@ def test_list_and_describe_transactions(broker) -> None:
         client.call(
             EndTxnRequest(transactional_id=txn_id, producer_id=init.producer_id, producer_epoch=0, committed=False), 3
         )
+
+
+def test_pending_offsets_are_unstable_for_require_stable(broker) -> None:
+    """KIP-447: while a transaction holds a group's offset, OffsetFetch with require_stable answers
+    UNSTABLE_OFFSET_COMMIT (88) for it; without, the last committed offset (none here). After EndTxn(commit)
+    the offset is the transaction's."""
+    from kafka.protocol.consumer import OffsetFetchRequest
+
+    topic = unique("stable")
+    create_topic(broker.bootstrap, topic)
+    txn_id, group = unique("stable-tx"), unique("stable-group")
+    Topic = TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic
+    Partition = Topic.TxnOffsetCommitRequestPartition
+    FetchTopic = OffsetFetchRequest.OffsetFetchRequestTopic
+    with RawClient(broker.bootstrap) as client:
+        init = _init(client, txn_id)
+        pid = init.producer_id
+        add = AddOffsetsToTxnRequest(transactional_id=txn_id, producer_id=pid, producer_epoch=0, group_id=group)
+        assert client.call(add, 3).error_code == 0
+        commit = TxnOffsetCommitRequest(
+            transactional_id=txn_id,
+            group_id=group,
+            producer_id=pid,
+            producer_epoch=0,
+            generation_id=-1,
+            member_id="",
+            group_instance_id=None,
+            topics=[Topic(name=topic, partitions=[Partition(partition_index=0, committed_offset=42)])],
+        )
+        assert [p.error_code for t in client.call(commit, 3).topics for p in t.partitions] == [0]
+
+        def fetch(require_stable: bool) -> tuple[int, int]:
+            response = client.call(
+                OffsetFetchRequest(
+                    group_id=group,
+                    topics=[FetchTopic(name=topic, partition_indexes=[0])],
+                    require_stable=require_stable,
+                ),
+                7,
+            )
+            part = response.topics[0].partitions[0]
+            return part.committed_offset, part.error_code
+
+        assert fetch(True) == (-1, 88)
+        assert fetch(False) == (-1, 0)
+        end = EndTxnRequest(transactional_id=txn_id, producer_id=pid, producer_epoch=0, committed=True)
+        assert client.call(end, 3).error_code == 0
+        assert fetch(True) == (42, 0)

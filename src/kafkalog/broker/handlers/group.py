@@ -302,8 +302,12 @@ async def handle_offset_commit(broker, header, request) -> Response:
     return Response.of(OffsetCommitResponse(version=version, throttle_time_ms=0, topics=topics), version)
 
 
-def _fetch_group(broker, group_id: str, topics) -> tuple[int, list[tuple[str, list[tuple[int, int, int, str, int]]]]]:
-    """(group error, [(topic, [(partition, offset, leader epoch, metadata, error)])]) for one group."""
+def _fetch_group(
+    broker, group_id: str, topics, require_stable: bool = False
+) -> tuple[int, list[tuple[str, list[tuple[int, int, int, str, int]]]]]:
+    """(group error, [(topic, [(partition, offset, leader epoch, metadata, error)])]) for one group. With
+    ``require_stable`` (KIP-447, v7+), a partition whose offset a transaction has yet to decide answers
+    UNSTABLE_OFFSET_COMMIT, so a read_committed consumer waits instead of starting from a stale offset."""
     wanted = None if topics is None else [(t.name, p) for t in topics for p in t.partition_indexes]
     if not allowed(broker, "DESCRIBE", "GROUP", group_id):
         return GROUP_AUTHORIZATION_FAILED, [
@@ -321,7 +325,9 @@ def _fetch_group(broker, group_id: str, topics) -> tuple[int, list[tuple[str, li
             if wanted is not None:  # named: TOPIC_AUTHORIZATION_FAILED; all offsets: left out
                 by_topic.setdefault(topic, []).append((partition, -1, -1, "", TOPIC_AUTHORIZATION_FAILED))
             continue
-        if om is None:
+        if require_stable and broker.group_coordinator.has_pending_offsets(group_id, topic, partition):
+            by_topic.setdefault(topic, []).append((partition, -1, -1, "", int(Errors.UNSTABLE_OFFSET_COMMIT)))
+        elif om is None:
             by_topic.setdefault(topic, []).append((partition, -1, -1, "", 0))
         else:
             by_topic.setdefault(topic, []).append((partition, om.offset, om.leader_epoch, om.metadata, 0))
@@ -336,7 +342,7 @@ async def handle_offset_fetch(broker, header, request) -> Response:
         Partition = Topic.OffsetFetchResponsePartitions
         groups = []
         for g in request.groups:
-            code, topics = _fetch_group(broker, g.group_id, g.topics)
+            code, topics = _fetch_group(broker, g.group_id, g.topics, bool(request.require_stable))
             groups.append(
                 Group(
                     group_id=g.group_id,
@@ -362,7 +368,7 @@ async def handle_offset_fetch(broker, header, request) -> Response:
         return Response.of(OffsetFetchResponse(version=version, throttle_time_ms=0, groups=groups), version)
     Topic1 = OffsetFetchResponse.OffsetFetchResponseTopic
     Partition1 = Topic1.OffsetFetchResponsePartition
-    code, topics = _fetch_group(broker, request.group_id, request.topics)
+    code, topics = _fetch_group(broker, request.group_id, request.topics, version >= 7 and bool(request.require_stable))
     response = OffsetFetchResponse(
         version=version,
         throttle_time_ms=0,
