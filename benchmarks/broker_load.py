@@ -143,7 +143,7 @@ def role_produce(args: dict[str, Any]) -> None:
 
     produce, poll = producer.produce, producer.poll
     spread = args.get("partitioned", 0)  # round-robin over this many partitions (else the default partitioner)
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     for i in range(n):
         partition = i % spread if spread else -1  # -1: librdkafka's partitioner chooses
         try:
@@ -155,7 +155,17 @@ def role_produce(args: dict[str, Any]) -> None:
             poll(0)
     left = producer.flush(300)
     elapsed = time.perf_counter() - start
-    _emit({"records": n, "seconds": elapsed, "delivered": delivered[0], "left": left, "errors": errors[:3]})
+    cpu = time.process_time() - cpu_start  # the client's own CPU (all its threads): is it the bottleneck?
+    _emit(
+        {
+            "records": n,
+            "seconds": elapsed,
+            "client_cpu_s": cpu,
+            "delivered": delivered[0],
+            "left": left,
+            "errors": errors[:3],
+        }
+    )
 
 
 def _consumer(bootstrap: str, extra: dict[str, Any] | None = None) -> Any:
@@ -173,17 +183,18 @@ def role_consume(args: dict[str, Any]) -> None:
     consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
     count = nbytes = 0
     consume = consumer.consume
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     deadline = start + args.get("timeout", 300)
     while count < n and time.perf_counter() < deadline:
         batch = consume(10_000, 0.05)
         count += len(batch)
         nbytes += sum(map(len, batch))  # in C: the client's own cost stays small next to the broker's
     elapsed = time.perf_counter() - start
+    cpu = time.process_time() - cpu_start
     errors = [str(m.error()) for m in batch if m.error() is not None] if count != n else []
     consumer.close()
     # An error event counts as a record of 0 bytes: the caller checks records and bytes both.
-    _emit({"records": count, "bytes": nbytes, "seconds": elapsed, "errors": errors[:3]})
+    _emit({"records": count, "bytes": nbytes, "seconds": elapsed, "client_cpu_s": cpu, "errors": errors[:3]})
 
 
 # ----- the limits: plain sockets ---------------------------------------------------------------------------

@@ -60,6 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--codec", default="none")
     parser.add_argument("--top", type=int, default=25)
     parser.add_argument("--rate", type=int, default=200, help="py-spy samples per second")
+    parser.add_argument("--idle", action="store_true", help="count idle samples too (where the loop waits)")
     args = parser.parse_args(argv)
     py_spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
     records = args.mib * 1024
@@ -73,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
             out = root / "stacks.txt"
             command = [py_spy, "record", "--pid", str(server.proc.pid), "--format", "raw", "--rate", str(args.rate)]
             spy = subprocess.Popen(
-                [*command, "--output", str(out), "--nonblocking"],
+                [*command, "--output", str(out), "--nonblocking", *(["--idle"] if args.idle else [])],
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.PIPE,
             )
