@@ -54,16 +54,18 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="python -m benchmarks.profile_broker")
     parser.add_argument("load", choices=("produce", "consume"))
-    parser.add_argument("--mib", type=int, default=256, help="payload MiB (1 KiB values)")
+    parser.add_argument("--mib", type=int, default=256, help="payload MiB")
+    parser.add_argument("--value-bytes", type=int, default=1024)
     parser.add_argument("--partitions", type=int, default=1)
     parser.add_argument("--acks", default="1")
     parser.add_argument("--codec", default="none")
     parser.add_argument("--top", type=int, default=25)
+    parser.add_argument("--keep", type=Path, help="copy py-spy's collapsed stacks here")
     parser.add_argument("--rate", type=int, default=200, help="py-spy samples per second")
     parser.add_argument("--idle", action="store_true", help="count idle samples too (where the loop waits)")
     args = parser.parse_args(argv)
     py_spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
-    records = args.mib * 1024
+    records = (args.mib << 20) // args.value_bytes
     root = Path(tempfile.mkdtemp(prefix="kafkalog-profile-"))
     try:
         with BrokerProcess(root / "logs", {"num.partitions": "1"}) as server:
@@ -80,13 +82,15 @@ def main(argv: list[str] | None = None) -> int:
             )
             time.sleep(1.0)  # attached before the load starts
             if args.load == "produce":
-                answer = _load_produce(server.bootstrap, "profiled", records, 1024, args.acks, args.codec)
+                answer = _load_produce(server.bootstrap, "profiled", records, args.value_bytes, args.acks, args.codec)
             else:
                 answer = _load_consume(server.bootstrap, "profiled", records, args.partitions)
             spy.send_signal(signal.SIGINT)  # py-spy writes its file on SIGINT
             spy.wait(30)
         seconds = answer["seconds"]
-        print(f"{args.load}: {records * 1024 / seconds / 1e6:.1f} MB/s over {seconds:.2f} s")
+        print(f"{args.load}: {records * args.value_bytes / seconds / 1e6:.1f} MB/s over {seconds:.2f} s")
+        if args.keep:
+            shutil.copy(out, args.keep)
         total, own, inclusive = _stacks(out)
         print(f"{total} samples")
         print("\nby own samples:")
