@@ -20,6 +20,10 @@
   log cleaner at work; peak open fds, RSS and memory maps against bounds predicted from the configuration, no
   deadlock, no descriptor or map left on a deleted file, every acknowledged record readable
   (``tools.reliability.load``).
+- kill -9 of ``kafkalog serve`` (full runs, or ``--broker-only``): an idempotent acks=all librdkafka producer and
+  a consumer group under 200 broker SIGKILLs per flush policy; nothing acknowledged lost or duplicated, the group
+  resumes at its committed offsets (``tools.reliability.broker_kill9``); a tmpfs log dir that fills up under
+  librdkafka goes offline with KAFKA_STORAGE_ERROR while the other dir serves (``tools.reliability.broker_disk_full``).
 - replication (full runs, or ``--replication-only``): three brokers and ZooKeeper, acks=all under broker SIGKILLs
   and a ZooKeeper restart, every replica checked; records/s with acks=1 and acks=all; failover time
   (``tools.reliability.replication``).
@@ -53,6 +57,7 @@ from kafkalog.testing import MockTime
 
 TOPIC = "acks"
 MAX_BATCH = 5
+BROKER_KILL9_RUNS = 200  # per flush policy
 
 
 @dataclass(frozen=True)
@@ -505,14 +510,31 @@ def run(quick: bool = False, iterations: int | None = None, seed: int = 1, root:
         rows.append(other_fault_case(root, "EIO", "shutdown"))
         rows.append(rlimit_fsize(root))
         rows.append(load_row(quick, root))
-        if not quick:  # the quick forms are tests/test_replication.py
+        if not quick:  # the quick forms are tests/test_replication.py and tests/test_broker_kill9.py
             from .replication import replication_rows
 
             rows += replication_rows(False, root, seed + 4)
+            rows += broker_rows(False, root, seed + 5)
         return rows
     finally:
         if own_root:
             shutil.rmtree(root, ignore_errors=True)
+
+
+def broker_rows(quick: bool, root: Path, seed: int) -> list[Row]:
+    """kill -9 of ``kafkalog serve`` under librdkafka clients, both flush policies (tools.reliability.broker_kill9):
+    BROKER_KILL9_RUNS rounds each (4 with ``quick``); a log dir that fills up (tools.reliability.broker_disk_full,
+    which mounts a tmpfs: as root only)."""
+    from .broker_disk_full import MountNotPermitted, disk_full
+    from .broker_kill9 import broker_kill9
+
+    runs = 4 if quick else BROKER_KILL9_RUNS
+    rows = [broker_kill9(runs, 1, root, seed), broker_kill9(runs, None, root, seed + 1)]
+    try:
+        rows.append(disk_full(root))
+    except MountNotPermitted as e:  # not root: the row says why it did not run
+        rows.append(Row("a log dir fills up (tmpfs as one of two log.dirs)", note=f"not run: {e}"))
+    return rows
 
 
 def checks(quick: bool) -> list[Row]:
@@ -563,9 +585,20 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="only the replication rows: 3 brokers + ZooKeeper under kills, and the throughput/failover figures",
     )
+    parser.add_argument(
+        "--broker-only",
+        action="store_true",
+        help="only the broker rows: kill -9 of kafkalog serve under librdkafka clients, a log dir that fills up",
+    )
     args = parser.parse_args(argv)
     start = time.monotonic()
-    if args.replication_only:
+    if args.broker_only:
+        root = Path(tempfile.mkdtemp(prefix="kafkalog-broker-reliability-"))
+        try:
+            rows = broker_rows(args.quick, root, args.seed)
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+    elif args.replication_only:
         from .replication import replication_rows
 
         root = Path(tempfile.mkdtemp(prefix="kafkalog-replication-"))

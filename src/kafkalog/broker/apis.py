@@ -14,12 +14,14 @@ from .handlers import (
     acls,
     admin,
     api_versions,
+    controller,
     fetch,
     group,
     metadata,
     offsets,
     produce,
     producer_id,
+    producers,
     quotas,
     security,
     topics,
@@ -55,6 +57,10 @@ HANDLERS = {
     37: topics.handle_create_partitions,
     44: admin.handle_incremental_alter_configs,
     60: admin.handle_describe_cluster,
+    5: controller.handle_stop_replica,
+    7: controller.handle_controlled_shutdown,
+    43: controller.handle_elect_leaders,
+    61: producers.handle,
     8: group.handle_offset_commit,
     9: group.handle_offset_fetch,
     10: group.handle_find_coordinator,
@@ -84,6 +90,13 @@ CONNECTION_HANDLERS = {
     17: security.handle_handshake,
     36: security.handle_authenticate,
 }
+
+
+def _metric_names(name: str, request) -> tuple[str, ...]:
+    """The request metrics a request counts in: its API's, and for a Fetch also FetchConsumer or FetchFollower."""
+    if name != "Fetch":
+        return (name,)
+    return (name, "FetchFollower" if getattr(request, "replica_id", -1) >= 0 else "FetchConsumer")
 
 
 class RequestRouter:
@@ -119,6 +132,7 @@ class RequestRouter:
                 log.info("Closing connection %s: its SASL session has expired (connections.max.reauth.ms)", conn.id)
                 return CLOSE
         request = decode_request(spec, header, frame)
+        conn.request_metric = (_metric_names(spec.name, request), header.api_version)
         group.CLIENT_ADDRESS.set(getattr(conn, "client_host", ""))
         CURRENT.set(
             RequestContext(

@@ -194,6 +194,13 @@ class KafkaConfig:
         self.socket_request_max_bytes = _int(p, "socket.request.max.bytes", 100 * 1024 * 1024, 1)
         self.queued_max_requests = _int(p, "queued.max.requests", 500, 1)
         self.group_initial_rebalance_delay_ms = _int(p, "group.initial.rebalance.delay.ms", 3000, 0)
+        # The Prometheus endpoint (broker/metrics.py): off unless metrics.port is set (0 = any free port).
+        self.metrics_port = _int(p, "metrics.port", 0, 0) if p.get("metrics.port", "").strip() else None
+        if self.metrics_port is not None and self.metrics_port > 65535:
+            raise InvalidConfigurationError(
+                f"Invalid value {self.metrics_port} for configuration metrics.port: Value must be at most 65535"
+            )
+        self.metrics_host = p.get("metrics.host", "").strip()
         self.group_coordinator = GroupCoordinatorConfig.from_properties(p)  # offsets.*, group.* (checked here)
         self.log = BrokerConfig(self.props)
 

@@ -35,12 +35,16 @@ import struct
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from .config import Endpoint
 from .protocol import FileRegion, InvalidRequestError, Response
 from .security.context import ANONYMOUS
 from .security.sasl import SaslAuthenticator
 from .security.tls import NoMatchingRule, SslPrincipalMapper, principal_of
+
+if TYPE_CHECKING:
+    from .metrics import BrokerMetrics
 
 log = logging.getLogger("kafka.network.SocketServer")
 
@@ -90,6 +94,8 @@ class Connection:
         self.mute_until = 0.0  # a throttled client: read nothing before this time.monotonic()
         self.closed = False
         self.busy = False  # a request has been read and its response is not yet written
+        # what the router recorded of the request being served: its metric names and version (broker/metrics.py)
+        self.request_metric: tuple[tuple[str, ...], int] | None = None
 
 
 @dataclass
@@ -122,8 +128,10 @@ class SocketServer:
         max_request_bytes: int,
         zero_copy: bool = True,
         security: SocketSecurity | None = None,
+        metrics: BrokerMetrics | None = None,
     ) -> None:
         self.listeners = listeners
+        self.metrics = metrics
         self.handler = handler
         self.max_request_bytes = max_request_bytes
         self.zero_copy = zero_copy
@@ -138,6 +146,10 @@ class SocketServer:
         self._index = 0
         self._stopping = False
         self.sendfile_calls = 0
+
+    def connections(self) -> list[Connection]:
+        """The open connections (a copy)."""
+        return list(self._connections.values())
 
     async def start(self) -> None:
         for endpoint in self.listeners:
@@ -271,7 +283,9 @@ class SocketServer:
                 )
                 return
             frame = await reader.readexactly(size)
+            started = time.perf_counter()
             conn.busy = True
+            conn.request_metric = None
             try:
                 answer = await self.handler(conn, memoryview(frame))
             except InvalidRequestError as e:
@@ -285,6 +299,8 @@ class SocketServer:
                     await self._send(conn, header, response)
                 finally:
                     response.close()
+            if self.metrics is not None and conn.request_metric is not None:
+                self.metrics.request_done(*conn.request_metric, started)
             if conn.close_after_send:
                 return
             conn.busy = False

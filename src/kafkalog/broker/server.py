@@ -22,6 +22,7 @@ from .cluster.node import ClusterNode, ClusterSettings
 from .cluster.producer_ids import ZkProducerIdManager
 from .config import KafkaConfig
 from .handlers.group import LoopScheduler
+from .metrics import BrokerMetrics, MetricsEndpoint
 from .network import SocketSecurity, SocketServer
 from .producer_ids import ProducerIdManager
 from .purgatory import FetchPurgatory
@@ -94,7 +95,12 @@ class KafkaServer:
         self.quota_store: QuotaStore | None = None
         self.produce_quota: QuotaManager | None = None
         self.fetch_quota: QuotaManager | None = None
+        # The request path's counters (always kept: a few integer adds per request); served over HTTP when
+        # metrics.port is set (broker/metrics.py).
+        self.metrics = BrokerMetrics()
+        self.metrics_endpoint: MetricsEndpoint | None = None
         self.stopping = False
+        self._shutdown_started = False
         self._stopped = asyncio.Event()
 
     # ----- lifecycle --------------------------------------------------------------------------------
@@ -164,11 +170,14 @@ class KafkaServer:
             max_request_bytes=self.config.socket_request_max_bytes,
             zero_copy=self.zero_copy,
             security=security,
+            metrics=self.metrics,
         )
         try:
             await self.socket_server.start()
             if self.cluster is not None:
                 await self.cluster.start()
+            if self.config.metrics_port is not None:
+                self.metrics_endpoint = MetricsEndpoint(self, self.config.metrics_host, self.config.metrics_port)
         except BaseException:
             if self.cluster is not None:
                 await self.cluster.stop()
@@ -177,10 +186,14 @@ class KafkaServer:
         log.info("[KafkaServer id=%d] started (cluster id %s)", self.node_id, self.cluster_id)
 
     async def shutdown(self) -> None:
-        if self.stopping:
+        if self.stopping or self._shutdown_started:
             return
-        self.stopping = True
+        self._shutdown_started = True
         log.info("[KafkaServer id=%d] shutting down", self.node_id)
+        if self.cluster is not None:
+            # Kafka's controlled shutdown: leadership moves to other replicas while requests are still served.
+            await self.cluster.controlled_shutdown()
+        self.stopping = True
         if self.purgatory is not None:
             self.purgatory.wake_all()  # long polls answer now rather than at their max wait
         if self.group_coordinator is not None:
@@ -189,6 +202,8 @@ class KafkaServer:
             await self.cluster.stop()  # leaves ZooKeeper first: the controller moves leadership off this broker
         if self.socket_server is not None:
             await self.socket_server.stop()
+        if self.metrics_endpoint is not None:
+            self.metrics_endpoint.close()
         if self.log_manager is not None:
             self.log_manager.shutdown()
         log.info("[KafkaServer id=%d] shut down completed", self.node_id)

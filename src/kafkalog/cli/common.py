@@ -15,15 +15,9 @@ from typing import Any
 
 import click
 
+from ..layout import CLEAN_SHUTDOWN_FILE, LOG_DIR_ROOT_FILES, METADATA_PARTITION_DIR, METADATA_TOPIC
 from ..manager import LogManager
-from ..partition.readonly import (
-    CLEAN_SHUTDOWN_MARKER,
-    LOG_DIR_ROOT_FILES,
-    METADATA_TOPIC,
-    ReadOnlyLogDir,
-    log_dir_problem,
-)
-from ..storage.cluster_metadata import METADATA_PARTITION_DIR
+from ..partition.readonly import ReadOnlyLogDir, log_dir_problem
 from ..storage.config import load_properties
 
 log_dir_option = click.option(
@@ -81,10 +75,12 @@ broker_config_option = click.option(
 def open_manager(
     log_dirs: tuple[Path, ...], config_file: Path | None = None, topic_configs: dict[str, str] | None = None
 ) -> LogManager:
-    """A started LogManager over existing log dirs (a missing dir is an error, not created)."""
+    """A started LogManager over existing log dirs (a missing dir is an error, not created: a data error, exit
+    status 1, as every problem with what is on disk)."""
     for directory in log_dirs:
         if not directory.is_dir():
-            raise click.UsageError(f"Log dir {directory} does not exist")
+            what = "is not a directory" if directory.exists() else "does not exist"
+            raise click.ClickException(f"Log dir {directory} {what}")
     broker = dict(load_properties(config_file)) if config_file else {}
     broker.pop("log.dirs", None)
     broker.pop("log.dir", None)
@@ -97,11 +93,12 @@ def open_manager(
 
 def open_readonly(log_dirs: tuple[Path, ...]) -> ReadOnlyLogDir:
     """The read-only view of existing log dirs, for a command that only reads: no lock, nothing written, and
-    a folder that is missing or is not a log dir refused with a usage error that says why."""
+    a folder that is missing or is not a log dir refused with one line that says why (exit status 1: the
+    command line was well formed, what is at the path is not a log dir)."""
     for directory in log_dirs:
         problem = log_dir_problem(directory)
         if problem is not None:
-            raise click.UsageError(problem)
+            raise click.ClickException(problem)
     return ReadOnlyLogDir(list(log_dirs))
 
 
@@ -121,7 +118,7 @@ def private_copy_manager(
     with tempfile.TemporaryDirectory(prefix="kafkalog-readonly-") as scratch:
         copy = Path(scratch) / "log-dir"
         copy.mkdir()
-        for name in (*LOG_DIR_ROOT_FILES, CLEAN_SHUTDOWN_MARKER):
+        for name in (*LOG_DIR_ROOT_FILES, CLEAN_SHUTDOWN_FILE):
             if (log_dir / name).is_file():
                 shutil.copy2(log_dir / name, copy / name)
         # The KRaft metadata partition travels too: a KRaft broker's topic configs live there.

@@ -14,6 +14,7 @@ import contextlib
 import sys
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
@@ -47,6 +48,16 @@ def kafka_uuid(value: Any) -> str:
 
 
 # ----- topics ---------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class TopicsOptions:
+    """kafka-topics.sh's modifiers of an action (TopicCommand.java)."""
+
+    if_exists: bool = False
+    if_not_exists: bool = False
+    topics_with_overrides: bool = False
+    exclude_internal: bool = False
+
+
 def topics_online(
     bootstrap: str,
     command_config: Path | None,
@@ -56,16 +67,27 @@ def topics_online(
     replication_factor: int | None,
     overrides: dict[str, str],
     delete_configs: tuple[str, ...],
+    options: TopicsOptions | None = None,
 ) -> None:
     """kafka-topics.sh's --list, --describe, --create, --alter (partitions and config overrides) and --delete,
     through CreateTopics, Metadata, DescribeConfigs, CreatePartitions, IncrementalAlterConfigs and DeleteTopics."""
+    from .topics import KAFKA_INTERNAL_TOPICS
+
+    opts = options or TopicsOptions()
     admin = admin_client(bootstrap, command_config, "kafkalog-topics")
     try:
+        names = sorted(n for n in admin.list_topics() if not (opts.exclude_internal and n in KAFKA_INTERNAL_TOPICS))
+        if topic and action in ("list", "describe", "alter", "delete"):
+            names = [n for n in names if n == topic]
+            if not names and action != "list":
+                if opts.if_exists:
+                    return
+                raise click.ClickException(f"Topic '{topic}' does not exist as expected")  # TopicCommand
         if action == "list":
-            for name in sorted(admin.list_topics()):
+            for name in names:
                 click.echo(name)
         elif action == "describe":
-            _describe_online(admin, topic)
+            _describe_online(admin, names, opts.topics_with_overrides)
         elif action == "create":
             assert topic is not None
             spec: dict[str, Any] = {
@@ -75,6 +97,8 @@ def topics_online(
             }
             result = admin.create_topics({topic: spec}, timeout_ms=CLIENT_TIMEOUT_MS, raise_errors=False)
             for created in result["topics"]:
+                if created["error_code"] == TOPIC_ALREADY_EXISTS and opts.if_not_exists:
+                    return
                 _raise_for(created["error_code"], f"Cannot create topic {topic}", created.get("error_message"))
             click.echo(f"Created topic {topic}.")
         elif action == "alter":
@@ -90,13 +114,28 @@ def topics_online(
         admin.close()
 
 
+TOPIC_ALREADY_EXISTS = 36
+
+
+def topic_overrides(admin: Any, name: str) -> dict[str, str]:
+    """A topic's config overrides (DescribeConfigs, the entries whose source is the topic's own config)."""
+    from kafka.admin import ConfigResource, ConfigResourceType
+
+    configs = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, name)], config_filter="modified")
+    return {k: v["value"] for k, v in configs.get("topic", {}).get(name, {}).items()}
+
+
 def _alter_online(
     admin: Any, topic: str, partitions: int | None, overrides: dict[str, str], delete_configs: tuple[str, ...]
 ) -> None:
     from kafka.admin import ConfigResource, ConfigResourceType
 
+    from .topics import _check_deletions
+
     if partitions is None and not overrides and not delete_configs:
         raise click.UsageError("--alter needs --partitions N, --config k=v or --delete-config k")
+    if delete_configs:
+        _check_deletions(delete_configs, topic_overrides(admin, topic))
     if partitions is not None:
         response = admin.create_partitions({topic: partitions}, timeout_ms=CLIENT_TIMEOUT_MS, raise_errors=False)
         for result in response.results:
@@ -113,29 +152,31 @@ def _alter_online(
         click.echo(f"Completed updating config for topic {topic}.")
 
 
-def _describe_online(admin: Any, topic: str | None) -> None:
+def _describe_online(admin: Any, names: list[str], with_overrides: bool = False) -> None:
     """kafka-topics --describe's lines from Metadata and DescribeConfigs: the header line (TopicId,
     PartitionCount, ReplicationFactor, Configs = the topic's overrides) and one line per partition
     (Leader, or none while it has none; Replicas, Isr; Offline replicas when there are), the offline lines'
-    common prefix."""
-    from kafka.admin import ConfigResource, ConfigResourceType
-
-    described = admin.describe_topics([topic] if topic else None)
+    common prefix. With ``with_overrides`` only the header line of the topics that have overrides."""
+    if not names:
+        return
+    described = admin.describe_topics(names)
     described.sort(key=lambda t: t["name"])
     for info in described:
         name = info["name"]
-        if info["error_code"] and topic is None:
-            continue  # a topic being deleted while all are listed
-        _raise_for(info["error_code"], f"Topic '{name}'")
-        configs = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, name)], config_filter="modified")
-        overrides = configs.get("topic", {}).get(name, {})
-        text = ",".join(f"{k}={v['value']}" for k, v in sorted(overrides.items()))
+        if info["error_code"]:
+            continue  # a topic deleted between the listing and the description
+        overrides = topic_overrides(admin, name)
+        if with_overrides and not overrides:
+            continue
+        text = ",".join(f"{k}={v}" for k, v in sorted(overrides.items()))
         parts = sorted(info["partitions"], key=lambda p: p["partition_index"])
         replication = len(parts[0]["replica_nodes"]) if parts else 0
         click.echo(
             f"Topic: {name}\tTopicId: {kafka_uuid(info.get('topic_id'))}\tPartitionCount: {len(parts)}\t"
             f"ReplicationFactor: {replication}\tConfigs: {text}"
         )
+        if with_overrides:
+            continue
         for p in parts:
             replicas = ",".join(str(n) for n in p["replica_nodes"])
             isr = ",".join(str(n) for n in p["isr_nodes"])

@@ -34,6 +34,7 @@ from ..storage.log import (
     Log,
     consumer_records,
 )
+from ..storage.producer_state import ProducerStateEntry
 from ..storage.segment import FetchDataInfo, TimestampAndOffset
 from ..storage.txn_index import AbortedTxn
 from ..storage.validator import CLIENT, LogAppendInfo
@@ -331,6 +332,13 @@ class Partition:
         if end == UNDEFINED_EPOCH_OFFSET:
             return UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
         return epoch, end
+
+    def active_producer_state(self) -> list[ProducerStateEntry]:
+        """The active producers of this replica (Kafka's Partition.activeProducerState, for DescribeProducers):
+        copies of each producer's epoch, last sequence and timestamp, coordinator epoch and open transaction's
+        first offset. Any replica holding the log answers, leader or follower, as Kafka's does (the tool's
+        ``--broker-id`` asks a chosen replica)."""
+        return self.log.active_producers()
 
     # ----- truncation ---------------------------------------------------------------------------------
     def truncate_to(self, offset: int) -> bool:

@@ -222,6 +222,8 @@ async def handle(broker, header, request) -> Response:
             response.close()
             throttle(throttle_ms)
             return encode_response(version, [], NONE, throttle_ms)
+    if broker.metrics is not None:
+        broker.metrics.fetched(results, from_follower)
     return response
 
 

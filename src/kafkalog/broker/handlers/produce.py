@@ -76,6 +76,8 @@ async def handle(broker, header, request):
                 continue
             entries[tp] = bytes(records)
     results = broker.replica_manager.append_records(entries, acks) if entries else {}
+    if broker.metrics is not None:
+        broker.metrics.produced(entries, results)
     cluster = getattr(broker, "cluster", None)
     if cluster is not None and results:
         for tp, result in results.items():

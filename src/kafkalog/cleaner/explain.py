@@ -1,6 +1,6 @@
 """Explaining compaction: is this log dirty enough to clean, what holds the cleaner back, what would be left.
 
-``explain_compaction`` applies the log cleaner's own selection rules (``storage.cleaner.cleanable_offsets``,
+``explain_compaction`` applies the log cleaner's own selection rules (``policy.cleanable_offsets``,
 ``LogToClean``, ``max_compaction_delay``) to one partition, says which bound ends the dirty section, and
 estimates the size after one clean by running the clean dry (the offset map is built, nothing is written).
 """
@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..layout import CLEANER_OFFSET_CHECKPOINT
+from .cleaner import Cleaner
 from .log_cleaner import LogCleaner, LogCleaningStatus
-from .storage.cleaner import Cleaner, LogToClean, cleanable_offsets, max_compaction_delay
-from .storage.offset_map import SkimpyOffsetMap
+from .offset_map import SkimpyOffsetMap
+from .policy import LogToClean, cleanable_offsets, max_compaction_delay
 
 
 @dataclass(frozen=True)
@@ -75,7 +77,7 @@ def _first_dirty_source(log_obj, checkpoint: int | None) -> str:
         return f"log start offset (checkpoint {checkpoint} is below it and will be reset)"
     if checkpoint > log_obj.log_end_offset:
         return f"log start offset (checkpoint {checkpoint} is past the log end and will be reset)"
-    return "cleaner-offset-checkpoint"
+    return CLEANER_OFFSET_CHECKPOINT
 
 
 def _uncleanable_bound(log_obj, first_dirty: int, first_uncleanable: int, now: int) -> str:
@@ -143,12 +145,7 @@ def explain_compaction(cleaner: LogCleaner, tp, log_obj, *, estimate: bool = Tru
             f"max.compaction.lag.ms={config.max_compaction_lag_ms} passed {delay} ms ago for the oldest dirty "
             "segment, which forces a clean"
         )
-    eligible = (
-        config.compact
-        and state == "idle"
-        and to_clean.total_bytes > 0
-        and ((delay > 0 and to_clean.cleanable_bytes > 0) or ratio > threshold)
-    )
+    eligible = config.compact and state == "idle" and to_clean.total_bytes > 0 and to_clean.eligible(threshold)
     explanation = CompactionExplanation(
         topic=tp.topic,
         partition=tp.partition,
