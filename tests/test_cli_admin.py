@@ -265,3 +265,56 @@ def test_dump_print_data_log_replaces_malformed_utf8_as_kafka(tmp_path: Path) ->
     records = [line for line in result.stdout.splitlines() if line.startswith("| ")]
     assert records[0].endswith(" key: k\ufffdz payload: a\ufffd\ufffdb")
     assert records[1].endswith(" key: ok payload: fine")
+
+
+# ----- spark jobs: one line, and only real commands recommended ----------------------------------------------
+
+
+def test_spark_ingest_into_a_missing_topic_is_one_line_naming_the_real_command(tmp_path: Path) -> None:
+    pytest.importorskip("pyspark")
+    logs = tmp_path / "logs"
+    run("topics", "--log-dir", str(logs), "--create", "--topic", "other")
+    (tmp_path / "in.json").write_text('{"a": 1}\n')
+    result = run("spark", "ingest", str(tmp_path / "in.json"), "--log-dir", str(logs), "--topic", "nope")
+    assert result.exit_code == 1, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.output, result.output
+    assert lines[0].startswith("Error: Topic 'nope' does not exist in ")
+    assert f"kafkalog topics --log-dir {logs} --create --topic nope" in lines[0]
+    assert "topics create" not in result.output
+    # the command it recommends is a real one: run it, then the ingest's topic check passes
+    assert run("topics", "--log-dir", str(logs), "--create", "--topic", "nope").exit_code == 0
+
+
+def test_spark_errors_from_a_worker_or_from_spark_become_one_line() -> None:
+    from kafkalog.cli.spark_jobs import spark_error_line
+
+    class JavaError(Exception):  # what py4j raises: the JVM's exception, whose text carries the worker's traceback
+        def __init__(self, text: str) -> None:
+            super().__init__("An error occurred while calling o51.save.")
+            self.java_exception = type("J", (), {"toString": lambda _self: text})()
+
+    worker = JavaError(
+        "org.apache.spark.SparkException: Job aborted due to stage failure: Task 0 in stage 3.0 failed 1 times\n"
+        "org.apache.spark.api.python.PythonException: Traceback (most recent call last):\n"
+        '  File "/x/kafkalog/spark/writer.py", line 470, in _load\n'
+        "kafkalog.errors.UnknownTopicOrPartitionError: Topic nope not present in the log dirs /d\n"
+        "\tat org.apache.spark.api.python.BasePythonRunner$ReaderIterator.handlePythonException(...)\n"
+    )
+    assert spark_error_line(worker) == "UnknownTopicOrPartitionError: Topic nope not present in the log dirs /d"
+    analysis = Exception("[PATH_NOT_FOUND] Path does not exist: file:/nowhere. SQLSTATE: 42K03\n\nJVM stacktrace:\n...")
+    assert spark_error_line(analysis) == "[PATH_NOT_FOUND] Path does not exist: file:/nowhere. SQLSTATE: 42K03"
+
+
+def test_a_spark_job_error_is_one_line_unless_debug(spark, tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    run("topics", "--log-dir", str(logs), "--create", "--topic", "t")
+    args = ["spark", "ingest", str(tmp_path / "missing.json"), "--log-dir", str(logs), "--topic", "t"]
+    result = run(*args)
+    assert result.exit_code == 1, result.output
+    assert (
+        result.output.startswith("Error: [PATH_NOT_FOUND] Path does not exist")
+        and len(result.output.strip().splitlines()) == 1
+    ), result.output
+    debug = run("--debug", *args)
+    assert debug.exit_code == 1 and debug.exception is not None and "PATH_NOT_FOUND" in str(debug.exception)

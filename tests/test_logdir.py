@@ -18,9 +18,9 @@ import pytest
 
 from conftest import fixture_path
 from kafkalog.errors import InvalidPartitionsError, InvalidTopicError, KafkaStorageError
+from kafkalog.layout import TOPICS_FILE
 from kafkalog.logdir import (
     ONE_UUID,
-    TOPICS_FILE,
     ZERO_UUID,
     CleanShutdownFile,
     LogDirLock,

@@ -36,18 +36,22 @@ from .errors import (
     InvalidTopicError,
     KafkaStorageError,
 )
+from .layout import (
+    CLEAN_SHUTDOWN_FILE,
+    INT32_MAX,
+    INT32_MIN,
+    LOCK_FILE,
+    META_PROPERTIES_FILE,
+    PARTITION_METADATA_FILE,
+    TOPICS_FILE,
+)
 from .storage.config import parse_properties
 from .storage.files import atomic_write, fsync_dir
 
 log = logging.getLogger(__name__)
 
 __all__ = [
-    "CLEAN_SHUTDOWN_FILE",
-    "LOCK_FILE",
-    "META_PROPERTIES_FILE",
     "ONE_UUID",
-    "PARTITION_METADATA_FILE",
-    "TOPICS_FILE",
     "ZERO_UUID",
     "CleanShutdownFile",
     "LogDirLock",
@@ -63,11 +67,6 @@ __all__ = [
     "verify_meta_properties",
 ]
 
-LOCK_FILE = ".lock"
-CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
-META_PROPERTIES_FILE = "meta.properties"
-PARTITION_METADATA_FILE = "partition.metadata"
-TOPICS_FILE = "kafkalog-topics.json"
 
 # ---------------------------------------------------------------------------------------------------------------
 # Kafka's Uuid
@@ -286,7 +285,7 @@ def _utf16_units(ch: str) -> list[int]:
 
 
 def _parse_int(key: str, value: str) -> int:
-    if not re.fullmatch(r"[+-]?[0-9]+", value) or not -(2**31) <= int(value) < 2**31:
+    if not re.fullmatch(r"[+-]?[0-9]+", value) or not INT32_MIN <= int(value) <= INT32_MAX:
         raise ValueError(f"Unable to read {key} as a base-10 number.")
     return int(value)
 
@@ -333,7 +332,7 @@ class MetaProperties:
             raise ValueError("node.id was not found.")
         if self.version == 2 and self.directory_id is None:
             raise ValueError("directory.id was not found.")
-        if self.node_id is not None and not -(2**31) <= self.node_id < 2**31:
+        if self.node_id is not None and not INT32_MIN <= self.node_id <= INT32_MAX:
             raise ValueError(f"node id {self.node_id} does not fit a 32-bit integer")
         if self.directory_id is not None:
             try:

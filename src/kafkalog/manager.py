@@ -34,6 +34,18 @@ from .errors import (
     TopicExistsError,
     UnknownTopicOrPartitionError,
 )
+from .layout import (
+    DELETE_DIR_SUFFIX,
+    FUTURE_DIR_SUFFIX,
+    INT64_MAX,
+    LOG_START_OFFSET_CHECKPOINT,
+    METADATA_PARTITION_DIR,
+    RECOVERY_POINT_CHECKPOINT,
+    REPLICATION_OFFSET_CHECKPOINT,
+    STRAY_DIR_SUFFIX,
+    deleted_dir_name,
+    parse_partition_dir,
+)
 from .logdir import (
     ORIGIN_KAFKALOG,
     ORIGIN_UNKNOWN,
@@ -59,18 +71,10 @@ from .scheduler import KafkaScheduler
 from .storage.checkpoints import CheckpointError, OffsetCheckpointFile
 from .storage.cluster_metadata import ClusterMetadataImage
 from .storage.config import BrokerConfig, LogConfig
-from .storage.files import DELETE_DIR_SUFFIX, FUTURE_DIR_SUFFIX, STRAY_DIR_SUFFIX, deleted_dir_name, parse_partition_dir
 from .storage.log import Log
 from .topic_origins import INTERNAL_TOPIC_CONFIGS, internal_topic_configs, read_cluster_metadata, resolve_topic
 
 log = logging.getLogger(__name__)
-
-RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
-LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
-REPLICATION_OFFSET_CHECKPOINT = "replication-offset-checkpoint"
-
-LONG_MAX = (1 << 63) - 1
-METADATA_TOPIC_DIR = "__cluster_metadata-0"
 
 
 @dataclass(frozen=True)
@@ -229,7 +233,7 @@ class LogManager:
                 continue  # _load_dir meets the same error and takes the dir offline
             for child in children:
                 name = child.name
-                if name.startswith(".") or name == METADATA_TOPIC_DIR:
+                if name.startswith(".") or name == METADATA_PARTITION_DIR:
                     continue
                 if name.endswith((DELETE_DIR_SUFFIX, FUTURE_DIR_SUFFIX, STRAY_DIR_SUFFIX)):
                     continue
@@ -262,7 +266,7 @@ class LogManager:
             log.warning(
                 "The configs of %d topics in these log dirs are unknown to kafkalog (%s): %s. Their retention, "
                 "which deletes segments, does not run until their configs are confirmed: set them (kafkalog topics "
-                "alter) or, if the broker defaults are right for them, set "
+                "--log-dir DIR --alter --topic NAME --config k=v) or, if the broker defaults are right for them, set "
                 "kafkalog.adopted.topics.retention.enable=true.",
                 len(self._unconfirmed),
                 "; ".join(sorted(set(self._unconfirmed.values()))),
@@ -306,7 +310,7 @@ class LogManager:
             if name.endswith(DELETE_DIR_SUFFIX):
                 self._schedule_dir_removal(child, 0)
                 continue
-            if name.endswith((FUTURE_DIR_SUFFIX, STRAY_DIR_SUFFIX)) or name == METADATA_TOPIC_DIR:
+            if name.endswith((FUTURE_DIR_SUFFIX, STRAY_DIR_SUFFIX)) or name == METADATA_PARTITION_DIR:
                 continue
             try:
                 tp = TopicPartition(*parse_partition_dir(name))
@@ -393,7 +397,7 @@ class LogManager:
             ),
         ]
         for name, fn, period in tasks:
-            if period >= LONG_MAX // 2:
+            if period >= INT64_MAX // 2:
                 continue  # Kafka's Long.MAX default: the task never comes due
             self._tasks.append(self.scheduler.schedule(name, fn, delay, period))
 

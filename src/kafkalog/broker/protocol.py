@@ -47,6 +47,8 @@ from kafka.protocol.admin import (
     DescribeLogDirsResponse,
     DescribeUserScramCredentialsRequest,
     DescribeUserScramCredentialsResponse,
+    ElectLeadersRequest,
+    ElectLeadersResponse,
     IncrementalAlterConfigsRequest,
     IncrementalAlterConfigsResponse,
     ListGroupsRequest,
@@ -97,6 +99,10 @@ from .messages import (
     ConsumerGroupDescribeResponse,
     ConsumerGroupHeartbeatRequest,
     ConsumerGroupHeartbeatResponse,
+    ControlledShutdownRequest,
+    ControlledShutdownResponse,
+    StopReplicaRequest,
+    StopReplicaResponse,
 )
 
 # ----- error codes (Kafka's org.apache.kafka.common.protocol.Errors) ---------------------------------------
@@ -137,6 +143,15 @@ CLUSTER_AUTHORIZATION_FAILED = 31
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
 COORDINATOR_NOT_AVAILABLE = 15
 UNKNOWN_TOPIC_ID = 100
+BROKER_NOT_AVAILABLE = 8
+STALE_CONTROLLER_EPOCH = 11
+INVALID_REPLICA_ASSIGNMENT = 39
+NOT_CONTROLLER = 41
+TOPIC_DELETION_DISABLED = 73
+STALE_BROKER_EPOCH = 77
+PREFERRED_LEADER_NOT_AVAILABLE = 80
+ELIGIBLE_LEADERS_NOT_AVAILABLE = 83
+ELECTION_NOT_NEEDED = 84
 
 # kafkalog's exception class names (Kafka's exception names) -> Kafka's error code. Looked up along the MRO,
 # by name so that a layer's new error class (e.g. the partition layer's) needs no import here.
@@ -173,6 +188,15 @@ _ERROR_CODES = {
     "GroupAuthorizationFailedError": 30,
     "ClusterAuthorizationFailedError": 31,
     "TransactionalIdAuthorizationFailedError": 53,
+    "BrokerNotAvailableError": BROKER_NOT_AVAILABLE,
+    "StaleControllerEpochError": STALE_CONTROLLER_EPOCH,
+    "InvalidReplicaAssignmentError": INVALID_REPLICA_ASSIGNMENT,
+    "NotControllerError": NOT_CONTROLLER,
+    "TopicDeletionDisabledError": TOPIC_DELETION_DISABLED,
+    "StaleBrokerEpochError": STALE_BROKER_EPOCH,
+    "PreferredLeaderNotAvailableError": PREFERRED_LEADER_NOT_AVAILABLE,
+    "EligibleLeadersNotAvailableError": ELIGIBLE_LEADERS_NOT_AVAILABLE,
+    "ElectionNotNeededError": ELECTION_NOT_NEEDED,
 }
 
 
@@ -233,6 +257,11 @@ APIS: dict[int, ApiSpec] = {
         ApiSpec(37, "CreatePartitions", 0, 3, CreatePartitionsRequest, CreatePartitionsResponse),
         ApiSpec(44, "IncrementalAlterConfigs", 0, 1, IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse),
         ApiSpec(60, "DescribeCluster", 0, 1, DescribeClusterRequest, DescribeClusterResponse),
+        # The controller's APIs of a ZooKeeper cluster (broker/cluster/, handlers/controller.py); v0 of
+        # ControlledShutdown has a request header without a client id, which no broker since Kafka 0.9 sends.
+        ApiSpec(5, "StopReplica", 0, 1, StopReplicaRequest, StopReplicaResponse),
+        ApiSpec(7, "ControlledShutdown", 1, 3, ControlledShutdownRequest, ControlledShutdownResponse),
+        ApiSpec(43, "ElectLeaders", 0, 2, ElectLeadersRequest, ElectLeadersResponse),
         # KIP-664's hanging-transaction tooling (handlers/producers.py).
         ApiSpec(61, "DescribeProducers", 0, 0, DescribeProducersRequest, DescribeProducersResponse),
         # The group coordinator's APIs (kafkalog.coordinator.group, handlers/group.py).

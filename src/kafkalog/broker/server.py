@@ -100,6 +100,7 @@ class KafkaServer:
         self.metrics = BrokerMetrics()
         self.metrics_endpoint: MetricsEndpoint | None = None
         self.stopping = False
+        self._shutdown_started = False
         self._stopped = asyncio.Event()
 
     # ----- lifecycle --------------------------------------------------------------------------------
@@ -185,10 +186,14 @@ class KafkaServer:
         log.info("[KafkaServer id=%d] started (cluster id %s)", self.node_id, self.cluster_id)
 
     async def shutdown(self) -> None:
-        if self.stopping:
+        if self.stopping or self._shutdown_started:
             return
-        self.stopping = True
+        self._shutdown_started = True
         log.info("[KafkaServer id=%d] shutting down", self.node_id)
+        if self.cluster is not None:
+            # Kafka's controlled shutdown: leadership moves to other replicas while requests are still served.
+            await self.cluster.controlled_shutdown()
+        self.stopping = True
         if self.purgatory is not None:
             self.purgatory.wake_all()  # long polls answer now rather than at their max wait
         if self.group_coordinator is not None:

@@ -11,15 +11,9 @@ from typing import Any
 
 import click
 
+from ..layout import CLEAN_SHUTDOWN_FILE, LOG_DIR_ROOT_FILES, METADATA_PARTITION_DIR, METADATA_TOPIC
 from ..manager import LogManager
-from ..partition.readonly import (
-    CLEAN_SHUTDOWN_MARKER,
-    LOG_DIR_ROOT_FILES,
-    METADATA_TOPIC,
-    ReadOnlyLogDir,
-    log_dir_problem,
-)
-from ..storage.cluster_metadata import METADATA_PARTITION_DIR
+from ..partition.readonly import ReadOnlyLogDir, log_dir_problem
 from ..storage.config import load_properties
 
 log_dir_option = click.option(
@@ -120,7 +114,7 @@ def private_copy_manager(
     with tempfile.TemporaryDirectory(prefix="kafkalog-readonly-") as scratch:
         copy = Path(scratch) / "log-dir"
         copy.mkdir()
-        for name in (*LOG_DIR_ROOT_FILES, CLEAN_SHUTDOWN_MARKER):
+        for name in (*LOG_DIR_ROOT_FILES, CLEAN_SHUTDOWN_FILE):
             if (log_dir / name).is_file():
                 shutil.copy2(log_dir / name, copy / name)
         # The KRaft metadata partition travels too: a KRaft broker's topic configs live there.

@@ -45,6 +45,7 @@ import pyarrow.compute as pc
 
 from ..coordinator.group.records import UnknownRecordType, decode_offsets_record
 from ..errors import CorruptSnapshotError, KafkaLogError, MetadataParseError
+from ..layout import INT32_MAX
 from ..record.batch import RecordBatch, increment_sequence
 from ..record.checksums import crc32
 from ..record.columnar import batches_to_arrow
@@ -58,7 +59,6 @@ from ..storage.index import OffsetIndex, TimeIndex
 from ..storage.producer_state import read_snapshot
 from ..storage.txn_index import ABORTED_TXN_SIZE, AbortedTxn
 
-INT32_MAX = 2**31 - 1
 DEFAULT_MAX_MESSAGE_SIZE = 5 * 1024 * 1024
 EXIT_ERROR = 1
 RECORD_INDENT = "|"

@@ -33,6 +33,21 @@ from pathlib import Path
 import click
 
 from ..errors import CorruptRecordError, CorruptSnapshotError, KafkaLogError
+from ..layout import (
+    CLEAN_SHUTDOWN_FILE,
+    CLEANED_SUFFIX,
+    DELETED_SUFFIX,
+    INDEX_SUFFIX,
+    INT32_MAX,
+    LEADER_EPOCH_CHECKPOINT,
+    LOG_SUFFIX,
+    ROOT_CHECKPOINTS,
+    SNAPSHOT_SUFFIX,
+    SWAP_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
+    parse_partition_dir,
+)
 from ..partition.readonly import log_dir_problem
 from ..storage.checkpoints import (
     CheckpointError,
@@ -41,33 +56,13 @@ from ..storage.checkpoints import (
     OffsetFormatter,
 )
 from ..storage.file_records import FileRecords
-from ..storage.files import (
-    CLEANED_SUFFIX,
-    DELETED_SUFFIX,
-    INDEX_SUFFIX,
-    LOG_SUFFIX,
-    SNAPSHOT_SUFFIX,
-    SWAP_SUFFIX,
-    TIME_INDEX_SUFFIX,
-    TXN_INDEX_SUFFIX,
-    parse_partition_dir,
-)
 from ..storage.index import OffsetIndex, TimeIndex
 from ..storage.producer_state import read_snapshot
 from ..storage.txn_index import ABORTED_TXN_SIZE, AbortedTxn
 from . import EXIT_ERROR
 
-INT32_MAX = (1 << 31) - 1
 DEFAULT_INDEX_INTERVAL = 4096
 DEFAULT_SEGMENT_INDEX_BYTES = 10 * 1024 * 1024
-CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
-ROOT_CHECKPOINTS = (
-    "recovery-point-offset-checkpoint",
-    "log-start-offset-checkpoint",
-    "replication-offset-checkpoint",
-    "cleaner-offset-checkpoint",
-)
-LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
 PROGRESS_MIN_BYTES = 64 * 1024 * 1024  # show a progress bar only for scans at least this large
 _PROGRESS_STEP = 1 << 20
 

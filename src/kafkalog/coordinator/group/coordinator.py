@@ -166,13 +166,80 @@ class GroupCoordinator(ConsumerProtocolMixin):
         self.consumer_groups: dict[str, ConsumerGroup] = {}  # KIP-848 groups (their offsets are in ``groups``)
         self._retention_task = None
         self._active = False
+        # The offsets-topic partitions this broker coordinates: None = all of them (a single node); in a cluster,
+        # those whose leader it is (on_election / on_resignation), minus those still loading.
+        self.owned: set[int] | None = None
+        self.loading: set[int] = set()
+        # In a cluster, the offsets topic's partition count as ZooKeeper has it (this broker may not host all).
+        self.cluster_partition_count: int | None = None
 
     # ================================================================ lifecycle
-    def startup(self) -> None:
-        """Load the groups and offsets of every offsets-topic partition, then start the expiry checks."""
-        self.load()
+    def startup(self, *, clustered: bool = False) -> None:
+        """Load the groups and offsets of every offsets-topic partition, then start the expiry checks. In a cluster
+        nothing is loaded here: each partition is loaded when this broker becomes its leader (``on_election``)."""
+        if clustered:
+            self.owned = set()
+        else:
+            self.load()
         self._active = True
         self._schedule_retention()
+
+    # ================================================================ partitions coordinated here (a cluster)
+    def group_status(self, group_id: str) -> Errors:
+        """Kafka's validateGroupStatus: NOT_COORDINATOR when another broker leads the group's partition,
+        COORDINATOR_LOAD_IN_PROGRESS while this one loads it (both send the client to FindCoordinator again)."""
+        if self.owned is None:
+            return Errors.NONE
+        partition = self.partition_for(group_id)
+        if partition in self.loading:
+            return Errors.COORDINATOR_LOAD_IN_PROGRESS
+        if partition not in self.owned:
+            return Errors.NOT_COORDINATOR
+        return Errors.NONE
+
+    def begin_loading(self, partition: int) -> None:
+        """This broker became the leader of ``partition``: its groups answer COORDINATOR_LOAD_IN_PROGRESS until
+        ``on_election`` loads them."""
+        if self.owned is not None and partition not in self.owned:
+            self.loading.add(partition)
+
+    def on_election(self, partition: int) -> None:
+        """Kafka's onElection: load the groups and offsets of ``partition`` and coordinate them from now on."""
+        if self.owned is None:
+            return
+        self._drop_groups_of(partition)
+        try:
+            self._load_partition(partition)
+        finally:
+            self.loading.discard(partition)
+        self.owned.add(partition)
+
+    def on_resignation(self, partition: int) -> None:
+        """Kafka's onResignation: another broker leads ``partition`` now; its groups leave this coordinator (their
+        waiting members are answered NOT_COORDINATOR and find the new coordinator)."""
+        if self.owned is None:
+            return
+        self.loading.discard(partition)
+        if partition in self.owned:
+            self.owned.discard(partition)
+            self._drop_groups_of(partition)
+            log.info("Unloaded the groups of %s-%d", GROUP_METADATA_TOPIC_NAME, partition)
+
+    def _drop_groups_of(self, partition: int) -> None:
+        for group_id in [g for g in self.groups if self.partition_for(g) == partition]:
+            group = self.groups.pop(group_id)
+            self._cancel(group.join_task)
+            for task in group.pending_members.values():
+                self._cancel(task)
+            for member in group.members.values():
+                self._cancel(member.heartbeat_task)
+                self._answer_join(member, JoinResult(Errors.NOT_COORDINATOR, member.member_id))
+                self._answer_sync(member, SyncResult(Errors.NOT_COORDINATOR))
+        for group_id in [g for g in self.consumer_groups if self.partition_for(g) == partition]:
+            self._drop_consumer_group(group_id)
+
+    def _owns(self, group_id: str) -> bool:
+        return self.owned is None or self.partition_for(group_id) in self.owned
 
     def shutdown(self) -> None:
         """Cancel every timer and answer every waiting JoinGroup / SyncGroup with NOT_COORDINATOR (as Kafka does
@@ -209,6 +276,8 @@ class GroupCoordinator(ConsumerProtocolMixin):
     def partition_count(self) -> int:
         """The topic's partition count: its partitions when they are 0..n-1, else offsets.topic.num.partitions
         (a copied broker log dir may hold only the partitions that had data, as the fixtures do)."""
+        if self.cluster_partition_count is not None:
+            return self.cluster_partition_count
         present = self.offsets_topic_partitions()
         if present and sorted(present) == list(range(len(present))):
             return len(present)
@@ -464,6 +533,8 @@ class GroupCoordinator(ConsumerProtocolMixin):
 
         if not group_id:
             return fail(Errors.INVALID_GROUP_ID)
+        if (status := self.group_status(group_id)) is not Errors.NONE:
+            return fail(status)
         if self.offsets_topic_partitions() is None:
             return fail(Errors.COORDINATOR_NOT_AVAILABLE)
         if not (
@@ -775,6 +846,8 @@ class GroupCoordinator(ConsumerProtocolMixin):
         assignments: dict[str, bytes],
         callback: Callable[[SyncResult], None],
     ) -> None:
+        if (status := self.group_status(group_id)) is not Errors.NONE:
+            return callback(SyncResult(status))
         group = self.groups.get(group_id)
         if group is None:
             return callback(SyncResult(Errors.UNKNOWN_MEMBER_ID))
@@ -823,6 +896,8 @@ class GroupCoordinator(ConsumerProtocolMixin):
 
     # ================================================================ Heartbeat / LeaveGroup
     def heartbeat(self, group_id: str, member_id: str, group_instance_id: str | None, generation_id: int) -> Errors:
+        if (status := self.group_status(group_id)) is not Errors.NONE:
+            return status
         group = self.groups.get(group_id)
         if group is None or group.is_in(EMPTY):
             return Errors.UNKNOWN_MEMBER_ID
@@ -843,6 +918,8 @@ class GroupCoordinator(ConsumerProtocolMixin):
         self, group_id: str, leaving: list[tuple[str, str | None]]
     ) -> tuple[Errors, list[tuple[str, str | None, Errors]]]:
         """Remove each (member id, instance id); a static member may leave by instance id alone (KIP-345)."""
+        if (status := self.group_status(group_id)) is not Errors.NONE:
+            return status, []
         group = self.groups.get(group_id)
         if group is None:
             return Errors.NONE, [(m, i, Errors.UNKNOWN_MEMBER_ID) for m, i in leaving]
@@ -891,6 +968,8 @@ class GroupCoordinator(ConsumerProtocolMixin):
 
         if not group_id:
             return all_fail(Errors.INVALID_GROUP_ID)
+        if (status := self.group_status(group_id)) is not Errors.NONE:
+            return all_fail(status)
         if self.offsets_topic_partitions() is None:
             return all_fail(Errors.COORDINATOR_NOT_AVAILABLE)
         consumer_check = self._validate_consumer_commit(group_id, member_id, generation_id)
@@ -967,6 +1046,8 @@ class GroupCoordinator(ConsumerProtocolMixin):
         self, group_id: str, partitions: Iterable[tuple[str, int]] | None
     ) -> tuple[Errors, dict[tuple[str, int], OffsetAndMetadata | None]]:
         """OffsetFetch: the committed offset of each partition (None: nothing committed); all of them for None."""
+        if (status := self.group_status(group_id)) is not Errors.NONE:
+            return status, {}
         if self.offsets_topic_partitions() is None:
             return Errors.COORDINATOR_NOT_AVAILABLE, {}
         group = self.groups.get(group_id)
@@ -982,6 +1063,8 @@ class GroupCoordinator(ConsumerProtocolMixin):
         self, group_id: str, partitions: list[tuple[str, int]]
     ) -> tuple[Errors, dict[tuple[str, int], Errors]]:
         """OffsetDelete: remove committed offsets of partitions whose topic the group does not consume."""
+        if (status := self.group_status(group_id)) is not Errors.NONE:
+            return status, {}
         group = self.groups.get(group_id)
         if group is None or group.is_in(DEAD):
             return Errors.GROUP_ID_NOT_FOUND, {}
@@ -1061,9 +1144,13 @@ class GroupCoordinator(ConsumerProtocolMixin):
         found = [
             GroupOverview(g.group_id, g.protocol_type or "", g.state.value)
             for g in self.groups.values()
-            if g.group_id not in self.consumer_groups
+            if g.group_id not in self.consumer_groups and self._owns(g.group_id)
         ]
-        found += [GroupOverview(g.group_id, "consumer", g.state, "consumer") for g in self.consumer_groups.values()]
+        found += [
+            GroupOverview(g.group_id, "consumer", g.state, "consumer")
+            for g in self.consumer_groups.values()
+            if self._owns(g.group_id)
+        ]
         return [
             g
             for g in found
@@ -1072,6 +1159,8 @@ class GroupCoordinator(ConsumerProtocolMixin):
         ]
 
     def describe_group(self, group_id: str) -> tuple[Errors, GroupDescription | None]:
+        if (status := self.group_status(group_id)) is not Errors.NONE:
+            return status, None
         group = self.groups.get(group_id)
         if group is None or group_id in self.consumer_groups:  # as Kafka's classicGroup(): KIP-848 groups are not
             return Errors.GROUP_ID_NOT_FOUND, None
@@ -1098,6 +1187,9 @@ class GroupCoordinator(ConsumerProtocolMixin):
     def delete_groups(self, group_ids: list[str]) -> dict[str, Errors]:
         results: dict[str, Errors] = {}
         for group_id in group_ids:
+            if (status := self.group_status(group_id)) is not Errors.NONE:
+                results[group_id] = status
+                continue
             consumer_group = self.consumer_groups.get(group_id)
             if consumer_group is not None:
                 if consumer_group.members:
