@@ -11,12 +11,14 @@ import asyncio
 import dataclasses
 import logging
 import signal
+import threading
 from pathlib import Path
 
 from ..coordinator.group import GroupCoordinator
 from ..errors import InconsistentClusterIdError, KafkaStorageError
 from ..logdir import MetaProperties
 from ..manager import LogManager
+from ..storage.validator import warm_up
 from .apis import RequestRouter
 from .cluster.node import ClusterNode, ClusterSettings
 from .cluster.producer_ids import ZkProducerIdManager
@@ -127,6 +129,9 @@ class KafkaServer:
 
     async def startup(self) -> None:
         log.info("[KafkaServer id=%d] starting", self.node_id)
+        # The record kernel's one-off load (about a second) overlaps the log loading, not the first produce.
+        warming = threading.Thread(target=warm_up, name="kafkalog-warm-up", daemon=True)
+        warming.start()
         security = self._socket_security()
         # ACLs and SCRAM credentials live in the first log dir (Kafka keeps them in ZooKeeper or the metadata log).
         self.authorizer = Authorizer.from_config(self.config.props, self.config.log_dirs[0])
@@ -164,6 +169,7 @@ class KafkaServer:
             LoopScheduler(asyncio.get_running_loop()),
         )
         self.group_coordinator.startup()  # loads the groups and offsets of __consumer_offsets
+        await asyncio.get_running_loop().run_in_executor(None, warming.join)
         self.socket_server = SocketServer(
             self.config.listeners,
             RequestRouter(self),
