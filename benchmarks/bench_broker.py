@@ -10,12 +10,33 @@ A ``kafkalog serve`` subprocess on a fresh log dir in the scratch dir; the clien
 - request latency: ApiVersions and a one-record acks=1 Produce, each sent alone on one connection and
   answered, many times: median and 99th percentile.
 
-The performance issue sets the goals; this module records what the broker gives now.
+The issue's load shapes (issue 23, modelled on the OpenMessaging Benchmark) run after these on the same
+broker, every client in a process of its own (benchmarks/broker_load.py), with a peer and a limit measured
+in the same run, so that ratios compare like with like on a shared, noisy machine:
+
+- produce: a throughput-tuned producer (linger.ms=10, batch.size=1 MiB) at acks=1 and acks=all, codecs none
+  and lz4, 1 KiB and 100-byte values, 1 and 16 partitions; against kafkalog serve and against librdkafka's
+  mock cluster (C, in memory); the limit is the same bytes from a plain sender over loopback into a receiver
+  that writes them to a file.
+- consume: a topic already on disk (1 GiB; 16 MiB in --quick) drained by a consumer, against the limit of
+  sendfile of the same segment files over loopback into a discarding receiver; and a shape the mock can hold
+  (it keeps at most 5 MiB per partition: many partitions of 4 MiB) read from both.
+- latency: produce-to-consume p50/p99/p99.9 at 10,000 msg/s of 1 KiB, send times taken from the schedule
+  (no coordinated omission), then higher rates until one is not sustained.
+- cost: the broker process's CPU seconds (/proc/PID/stat) per GB produced and consumed, its RSS.
+
+Goals (the issue's): produce >= 0.5 of the limit with 1 KiB values and >= 1.0 of the mock; consume >= 0.7
+of sendfile and >= 1.0 of the mock; p99 <= 5 ms at 10,000 msg/s. The JSON has every ratio ("ratios").
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
 import statistics
+import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -137,6 +158,490 @@ def _latency(bootstrap: str, rounds: int) -> dict[str, dict[str, float]]:
     return out
 
 
+# ----- the issue's workloads: separate processes, limits and librdkafka's mock cluster in the same run -----
+MiB = 1 << 20
+
+
+@dataclass(frozen=True)
+class LoadParams:
+    """Sizes of the load shapes (payload bytes per produce shape, the consume topic, latency steps)."""
+
+    produce_bytes_1k: int  # payload per produce shape with 1 KiB values
+    produce_bytes_100: int  # payload per produce shape with 100-byte values
+    matrix: tuple[tuple[int, int, str, str], ...]  # (partitions, value bytes, acks, codec)
+    consume_bytes: int  # the topic already on disk that the consumer drains
+    mock_consume_partitions: int  # the consume shape the mock can hold (5 MiB per partition at most)
+    mock_consume_bytes_per_partition: int
+    latency_seconds: float  # at the goal's 10,000 msg/s
+    ladder: tuple[int, ...]  # the rates tried after it, for the highest sustained one
+    ladder_seconds: float
+
+
+FULL_MATRIX = tuple(
+    (parts, size, acks, codec)
+    for parts in (1, 16)
+    for size in (1024, 100)
+    for acks in ("1", "all")
+    for codec in ("none", "lz4")
+)
+LOAD_FULL = LoadParams(
+    produce_bytes_1k=128 * MiB,
+    produce_bytes_100=32 * MiB,
+    matrix=FULL_MATRIX,
+    consume_bytes=1024 * MiB,
+    mock_consume_partitions=32,
+    mock_consume_bytes_per_partition=4 * MiB,
+    latency_seconds=10.0,
+    ladder=(20_000, 30_000, 40_000, 60_000, 80_000),
+    ladder_seconds=4.0,
+)
+LOAD_QUICK = LoadParams(
+    produce_bytes_1k=8 * MiB,
+    produce_bytes_100=2 * MiB,
+    matrix=((1, 1024, "1", "none"), (16, 100, "all", "lz4")),
+    consume_bytes=16 * MiB,
+    mock_consume_partitions=4,
+    mock_consume_bytes_per_partition=2 * MiB,
+    latency_seconds=1.0,
+    ladder=(),
+    ladder_seconds=1.0,
+)
+LATENCY_RATE = 10_000
+LATENCY_VALUE = 1024
+SUSTAINED_P99_MS = 100.0  # a rate is sustained when every record arrives and p99 stays under this
+
+
+def _worker(role: str, args: dict[str, Any], timeout: float = 600) -> dict[str, Any]:
+    """Run one benchmarks.broker_load role in its own process; its JSON answer (the last stdout line)."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.broker_load", role, json.dumps(args)],
+        cwd=common.REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode != 0 or not lines:
+        raise AssertionError(f"worker {role} failed ({proc.returncode}): {proc.stdout[-1000:]} {proc.stderr[-2000:]}")
+    return json.loads(lines[-1])
+
+
+class _Background:
+    """A worker role that announces itself on its first stdout line and answers later (sink, paced consumer)."""
+
+    def __init__(self, role: str, args: dict[str, Any]) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "benchmarks.broker_load", role, json.dumps(args)],
+            cwd=common.REPO,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        line = self.proc.stdout.readline() if self.proc.stdout else ""
+        if not line:
+            self.proc.kill()
+            raise AssertionError(f"worker {role} did not start: {self.proc.stderr.read() if self.proc.stderr else ''}")
+        self.hello: dict[str, Any] = json.loads(line)
+
+    def ask(self, line: str) -> dict[str, Any]:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(line + "\n")
+        self.proc.stdin.flush()
+        return json.loads(self.proc.stdout.readline())
+
+    def result(self, timeout: float = 600) -> dict[str, Any]:
+        out, err = self.proc.communicate(timeout=timeout)
+        lines = out.strip().splitlines()
+        if self.proc.returncode != 0 or not lines:
+            raise AssertionError(f"worker failed ({self.proc.returncode}): {out[-1000:]} {err[-2000:]}")
+        return json.loads(lines[-1])
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            with contextlib.suppress(Exception):
+                self.proc.communicate(timeout=10)
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process so far (/proc/PID/stat fields 14 and 15)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _memory(pid: int) -> dict[str, int]:
+    """Resident set size now and at its peak (VmRSS, VmHWM), in bytes."""
+    out = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmRSS", "VmHWM"):
+            out["rss" if key == "VmRSS" else "rss_peak"] = int(value.split()[0]) * 1024
+    return out
+
+
+def _create_topic(bootstrap: str, topic: str, partitions: int) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.create_topics([NewTopic(topic, partitions, 1)], operation_timeout=30).values():
+        future.result(60)
+
+
+class _Peers:
+    """kafkalog serve and librdkafka's mock cluster side by side: one topic call creates it on both."""
+
+    def __init__(self, server: Any, mock: _Background) -> None:
+        self.server = server
+        self.mock = mock
+
+    @property
+    def mock_bootstrap(self) -> str:
+        return str(self.mock.hello["bootstrap"])
+
+    def create(self, topic: str, partitions: int) -> None:
+        _create_topic(self.server.bootstrap, topic, partitions)
+        answer = self.mock.ask(f"create {topic} {partitions}")
+        if answer.get("error"):
+            raise AssertionError(f"mock cluster could not create {topic}: {answer}")
+
+
+def _measured(pid: int, fn: Any, *args: Any) -> tuple[dict[str, Any], float]:
+    """(fn(*args)'s answer, CPU seconds the process ``pid`` spent meanwhile)."""
+    before = _cpu_seconds(pid)
+    answer = fn(*args)
+    return answer, _cpu_seconds(pid) - before
+
+
+def _produce_limit(scratch: Path, total: int) -> dict[str, Any]:
+    """The produce limit: ``total`` bytes from a plain sender over loopback into a receiver writing a file."""
+    path = scratch / "limit-produce.bin"
+    sink = _Background("sink", {"path": str(path)})
+    try:
+        _worker("send", {"port": sink.hello["port"], "total": total, "chunk": MiB})
+        got = sink.result()
+    finally:
+        sink.close()
+        path.unlink(missing_ok=True)
+    if got["bytes"] != total:
+        raise AssertionError(f"the limit's receiver got {got['bytes']} of {total} bytes")
+    return {"bytes": total, "seconds": got["seconds"], "mb_per_s": total / got["seconds"] / 1e6}
+
+
+def _sendfile_limit(files: list[str]) -> dict[str, Any]:
+    """The consume limit: sendfile of the topic's segment files over loopback into a discarding receiver."""
+    sink = _Background("sink", {})
+    try:
+        sent = _worker("sendfile", {"port": sink.hello["port"], "files": files})
+        got = sink.result()
+    finally:
+        sink.close()
+    if got["bytes"] != sent["bytes"]:
+        raise AssertionError(f"the sendfile receiver got {got['bytes']} of {sent['bytes']} bytes")
+    return {"bytes": got["bytes"], "seconds": got["seconds"], "mb_per_s": got["bytes"] / got["seconds"] / 1e6}
+
+
+def _load_produce(bootstrap: str, topic: str, records: int, size: int, acks: str, codec: str, **extra: Any) -> dict:
+    answer = _worker(
+        "produce",
+        {"bootstrap": bootstrap, "topic": topic, "records": records, "value_bytes": size, "acks": acks, "codec": codec}
+        | extra,
+    )
+    if answer["left"] or answer["errors"] or answer["delivered"] != records:
+        raise AssertionError(f"produce to {topic} at {bootstrap} failed: {answer}")
+    return answer
+
+
+def _load_consume(bootstrap: str, topic: str, records: int, partitions: int) -> dict:
+    answer = _worker("consume", {"bootstrap": bootstrap, "topic": topic, "records": records, "partitions": partitions})
+    if answer["records"] != records or answer["bytes"] != records * 1024:
+        raise AssertionError(f"consume of {records} 1 KiB records of {topic} at {bootstrap} failed: {answer}")
+    return answer
+
+
+def _produce_matrix(peers: _Peers, p: LoadParams, pid: int, scratch: Path) -> tuple[list[dict], dict[int, dict]]:
+    """Every produce shape on kafkalog and on the mock, and the loopback limit for each payload total."""
+    limits: dict[int, dict] = {}
+    rows = []
+    for parts, size, acks, codec in p.matrix:
+        total = p.produce_bytes_1k if size >= 1024 else p.produce_bytes_100
+        records = total // size
+        if size not in limits:
+            limits[size] = _produce_limit(scratch, records * size)
+        topic = f"produce-{parts}p-{size}b-acks{acks}-{codec}"
+        peers.create(topic, parts)
+        ours, cpu = _measured(pid, _load_produce, peers.server.bootstrap, topic, records, size, acks, codec)
+        mock = _load_produce(peers.mock_bootstrap, topic, records, size, acks, codec)
+        nbytes = records * size
+        row = {
+            "partitions": parts,
+            "value_bytes": size,
+            "acks": acks,
+            "codec": codec,
+            "records": records,
+            "payload_bytes": nbytes,
+            "kafkalog_mb_per_s": nbytes / ours["seconds"] / 1e6,
+            "mock_mb_per_s": nbytes / mock["seconds"] / 1e6,
+            "limit_mb_per_s": limits[size]["mb_per_s"],
+            "broker_cpu_s": cpu,
+            "broker_cpu_s_per_gb": cpu / (nbytes / 1e9),
+        }
+        row["ratio_vs_limit"] = row["kafkalog_mb_per_s"] / row["limit_mb_per_s"]
+        row["ratio_vs_mock"] = row["kafkalog_mb_per_s"] / row["mock_mb_per_s"]
+        rows.append(row)
+    return rows, limits
+
+
+def _consume_shapes(peers: _Peers, p: LoadParams, pid: int, log_dir: Path) -> dict[str, Any]:
+    """The consumer on a topic already on disk vs sendfile of its segments, and vs the mock on a shape it holds."""
+    server = peers.server
+    records = p.consume_bytes // 1024
+    _create_topic(server.bootstrap, "consume", 1)
+    fill = _load_produce(server.bootstrap, "consume", records, 1024, "1", "none")
+    files = sorted(str(f) for f in (log_dir / "consume-0").glob("*.log"))
+    segment_bytes = sum(os.path.getsize(f) for f in files)
+    limit = _sendfile_limit(files)
+    ours, cpu = _measured(pid, _load_consume, server.bootstrap, "consume", records, 1)
+    disk = {
+        "records": records,
+        "payload_bytes": records * 1024,
+        "segment_bytes": segment_bytes,
+        "fill_mb_per_s": records * 1024 / fill["seconds"] / 1e6,
+        "kafkalog_seconds": ours["seconds"],
+        "kafkalog_mb_per_s": segment_bytes / ours["seconds"] / 1e6,
+        "sendfile_mb_per_s": limit["mb_per_s"],
+        "ratio_vs_sendfile": limit["seconds"] / ours["seconds"],
+        "broker_cpu_s": cpu,
+        "broker_cpu_s_per_gb": cpu / (segment_bytes / 1e9),
+    }
+    # The mock keeps at most 5 MiB per partition (rdkafka_mock.c), so its shape is many small partitions,
+    # filled round-robin so that none overflows; the same shape is read from kafkalog.
+    parts, per_part = p.mock_consume_partitions, p.mock_consume_bytes_per_partition
+    m_records = parts * (per_part // 1024)
+    peers.create("consume-mock-shape", parts)
+    for bootstrap in (server.bootstrap, peers.mock_bootstrap):
+        _load_produce(bootstrap, "consume-mock-shape", m_records, 1024, "1", "none", partitioned=parts)
+    ours_m = _load_consume(server.bootstrap, "consume-mock-shape", m_records, parts)
+    mock_m = _load_consume(peers.mock_bootstrap, "consume-mock-shape", m_records, parts)
+    nbytes = m_records * 1024
+    versus_mock = {
+        "partitions": parts,
+        "records": m_records,
+        "payload_bytes": nbytes,
+        "kafkalog_mb_per_s": nbytes / ours_m["seconds"] / 1e6,
+        "mock_mb_per_s": nbytes / mock_m["seconds"] / 1e6,
+    }
+    versus_mock["ratio_vs_mock"] = versus_mock["kafkalog_mb_per_s"] / versus_mock["mock_mb_per_s"]
+    return {"on_disk": disk, "versus_mock": versus_mock}
+
+
+def _e2e_latency_at(bootstrap: str, topic: str, rate: int, seconds: float) -> dict[str, Any]:
+    """Produce-to-consume latency at ``rate`` msg/s of 1 KiB for ``seconds`` (send times from the schedule)."""
+    records = int(rate * seconds)
+    consumer = _Background(
+        "paced-consume", {"bootstrap": bootstrap, "topic": topic, "records": records, "timeout": seconds + 30}
+    )
+    try:
+        sent = _worker(
+            "paced-produce",
+            {"bootstrap": bootstrap, "topic": topic, "rate": rate, "seconds": seconds, "value_bytes": LATENCY_VALUE},
+        )
+        got = consumer.result(seconds + 60)
+    finally:
+        consumer.close()
+    sustained = got["records"] == records and not sent["left"] and got["p99_ms"] <= SUSTAINED_P99_MS
+    return {
+        "rate": rate,
+        "seconds": seconds,
+        "sent": records,
+        **got,
+        "producer_max_behind_ms": sent["max_behind_ms"],
+        "sustained": sustained,
+    }
+
+
+def _e2e_latency(server: Any, p: LoadParams) -> dict[str, Any]:
+    at_goal = None
+    steps = []
+    for rate, seconds in [(LATENCY_RATE, p.latency_seconds)] + [(r, p.ladder_seconds) for r in p.ladder]:
+        topic = f"latency-{rate}"
+        _create_topic(server.bootstrap, topic, 1)
+        step = _e2e_latency_at(server.bootstrap, topic, rate, seconds)
+        steps.append(step)
+        if rate == LATENCY_RATE:
+            at_goal = step
+        elif not step["sustained"]:
+            break
+    sustained = [s["rate"] for s in steps if s["sustained"]]
+    return {"at_10k": at_goal, "steps": steps, "highest_sustained_rate": max(sustained) if sustained else None}
+
+
+def run_load(server: Any, log_dir: Path, scratch: Path, quick: bool) -> dict[str, Any]:
+    """The issue's load shapes against a running ``kafkalog serve`` (``server``), with their limits and the mock."""
+    p = LOAD_QUICK if quick else LOAD_FULL
+    pid = server.proc.pid
+    mock = _Background("mock", {})
+    try:
+        peers = _Peers(server, mock)
+        produce, limits = _produce_matrix(peers, p, pid, scratch)
+        consume = _consume_shapes(peers, p, pid, log_dir)
+    finally:
+        mock.close()
+    latency = _e2e_latency(server, p)
+    memory = _memory(pid)
+    produced = sum(r["payload_bytes"] for r in produce)
+    cost = {
+        "produce_cpu_s_per_gb": sum(r["broker_cpu_s"] for r in produce) / (produced / 1e9),
+        "consume_cpu_s_per_gb": consume["on_disk"]["broker_cpu_s_per_gb"],
+        "broker_rss_bytes": memory.get("rss"),
+        "broker_rss_peak_bytes": memory.get("rss_peak"),
+    }
+    return {
+        "produce": produce,
+        "produce_limits": {str(k): v for k, v in limits.items()},
+        "consume": consume,
+        "latency": latency,
+        "cost": cost,
+    }
+
+
+GOALS = {
+    "produce_vs_limit_1k": 0.5,
+    "produce_vs_mock": 1.0,
+    "consume_vs_sendfile": 0.7,
+    "consume_vs_mock": 1.0,
+    "p99_ms_at_10k": 5.0,
+}
+
+
+def _shape(r: dict[str, Any]) -> str:
+    return f"{r['partitions']}p {r['value_bytes']}B acks={r['acks']} {r['codec']}"
+
+
+def load_ratios(load: dict[str, Any]) -> dict[str, float]:
+    """Every ratio of the run, flat: per produce shape vs the limit and vs the mock, consume, latency."""
+    ratios: dict[str, float] = {}
+    for r in load["produce"]:
+        key = _shape(r).replace(" ", "_")
+        ratios[f"produce_vs_limit[{key}]"] = r["ratio_vs_limit"]
+        ratios[f"produce_vs_mock[{key}]"] = r["ratio_vs_mock"]
+    ratios["consume_vs_sendfile"] = load["consume"]["on_disk"]["ratio_vs_sendfile"]
+    ratios["consume_vs_mock"] = load["consume"]["versus_mock"]["ratio_vs_mock"]
+    return ratios
+
+
+def load_goals(load: dict[str, Any]) -> list[dict[str, Any]]:
+    """The issue's goals with the figure that decides each: the worst shape it covers."""
+    one_k = [r for r in load["produce"] if r["value_bytes"] >= 1024]
+    worst_limit = min((r["ratio_vs_limit"] for r in one_k), default=None)
+    worst_mock = min(r["ratio_vs_mock"] for r in load["produce"])
+    p99 = load["latency"]["at_10k"]["p99_ms"]
+    consume = load["consume"]
+    return [
+        {
+            "goal": "produce >= 0.5 of the loopback limit (1 KiB records, every shape)",
+            "measured": worst_limit,
+            "met": worst_limit is not None and worst_limit >= GOALS["produce_vs_limit_1k"],
+        },
+        {
+            "goal": "produce >= 1.0 of the mock cluster (every shape)",
+            "measured": worst_mock,
+            "met": worst_mock >= GOALS["produce_vs_mock"],
+        },
+        {
+            "goal": "consume >= 0.7 of sendfile of the same segments",
+            "measured": consume["on_disk"]["ratio_vs_sendfile"],
+            "met": consume["on_disk"]["ratio_vs_sendfile"] >= GOALS["consume_vs_sendfile"],
+        },
+        {
+            "goal": "consume >= 1.0 of the mock cluster",
+            "measured": consume["versus_mock"]["ratio_vs_mock"],
+            "met": consume["versus_mock"]["ratio_vs_mock"] >= GOALS["consume_vs_mock"],
+        },
+        {
+            "goal": "p99 <= 5 ms at 10,000 msg/s of 1 KiB",
+            "measured": p99,
+            "met": p99 <= GOALS["p99_ms_at_10k"],
+        },
+    ]
+
+
+def print_load(console: Console, load: dict[str, Any], goals: list[dict[str, Any]]) -> None:
+    limits = ", ".join(f"{size} B values {v['mb_per_s']:.0f} MB/s" for size, v in load["produce_limits"].items())
+    table = Table(
+        title="Produce (separate processes, confluent-kafka; MB/s of values acknowledged)",
+        caption=f"limit = the same bytes by a plain sender over loopback into a file writer: {limits}",
+    )
+    for col in ("shape", "records", "kafkalog MB/s", "mock MB/s", "limit MB/s", "vs limit", "vs mock", "CPU s/GB"):
+        table.add_column(col, justify="right")
+    for r in load["produce"]:
+        table.add_row(
+            _shape(r),
+            f"{r['records']:,}",
+            f"{r['kafkalog_mb_per_s']:.1f}",
+            f"{r['mock_mb_per_s']:.1f}",
+            f"{r['limit_mb_per_s']:.0f}",
+            f"{r['ratio_vs_limit']:.3f}",
+            f"{r['ratio_vs_mock']:.3f}",
+            f"{r['broker_cpu_s_per_gb']:.1f}",
+        )
+    console.print(table)
+    disk, vm = load["consume"]["on_disk"], load["consume"]["versus_mock"]
+    table = Table(title="Consume (separate process, confluent-kafka, from offset 0 of a topic already written)")
+    for col in ("shape", "kafkalog MB/s", "peer", "peer MB/s", "ratio", "CPU s/GB"):
+        table.add_column(col, justify="right")
+    table.add_row(
+        f"1p, {disk['segment_bytes'] / MiB:,.0f} MiB of segments",
+        f"{disk['kafkalog_mb_per_s']:.1f}",
+        "sendfile of the segments",
+        f"{disk['sendfile_mb_per_s']:.0f}",
+        f"{disk['ratio_vs_sendfile']:.3f}",
+        f"{disk['broker_cpu_s_per_gb']:.1f}",
+    )
+    table.add_row(
+        f"{vm['partitions']}p x {vm['payload_bytes'] // vm['partitions'] // MiB} MiB",
+        f"{vm['kafkalog_mb_per_s']:.1f}",
+        "librdkafka mock",
+        f"{vm['mock_mb_per_s']:.1f}",
+        f"{vm['ratio_vs_mock']:.3f}",
+        "",
+    )
+    console.print(table)
+    lat = load["latency"]
+    table = Table(
+        title="Produce-to-consume latency, 1 KiB, acks=all, linger.ms=1 (send times from the schedule)",
+        caption=f"highest sustained rate: {lat['highest_sustained_rate'] or 'none'} msg/s "
+        f"(all records arrive, p99 <= {SUSTAINED_P99_MS:.0f} ms)",
+    )
+    for col in ("msg/s", "seconds", "p50 ms", "p99 ms", "p99.9 ms", "max ms", "sustained"):
+        table.add_column(col, justify="right")
+    for s in lat["steps"]:
+        table.add_row(
+            f"{s['rate']:,}",
+            f"{s['seconds']:.0f}",
+            f"{s['p50_ms']:.2f}",
+            f"{s['p99_ms']:.2f}",
+            f"{s['p999_ms']:.2f}",
+            f"{s['max_ms']:.2f}",
+            "yes" if s["sustained"] else "no",
+        )
+    console.print(table)
+    cost = load["cost"]
+    console.print(
+        f"Cost: broker CPU {cost['produce_cpu_s_per_gb']:.1f} s per GB produced, "
+        f"{cost['consume_cpu_s_per_gb']:.1f} s per GB consumed; RSS {(cost['broker_rss_bytes'] or 0) / MiB:.0f} MiB "
+        f"(peak {(cost['broker_rss_peak_bytes'] or 0) / MiB:.0f} MiB). 2 cores shared with other work: compare "
+        "ratios within one run, not absolute MB/s across runs."
+    )
+    table = common.goals_table()
+    for g in goals:
+        measured = g["measured"]
+        table.add_row(g["goal"], "n/a" if measured is None else f"{measured:.3f}", common.ok_mark(g["met"]))
+    console.print(table)
+
+
 def run(*, quick: bool = False, results_dir: Path, console: Console | None = None) -> dict[str, Any]:
     """Run the broker benchmark, write ``results_dir/broker.json``, print the tables; return the result."""
     from tests.brokertools import BrokerProcess
@@ -166,6 +671,7 @@ def run(*, quick: bool = False, results_dir: Path, console: Console | None = Non
                     }
                 )
             latency = _latency(server.bootstrap, p.latency_rounds)
+            load = run_load(server, scratch.root / "logs", scratch.root, quick)
             code = server.stop()
             if code != 0:
                 raise AssertionError(f"kafkalog serve exited {code}:\n{server.log[-2000:]}")
@@ -189,15 +695,17 @@ def run(*, quick: bool = False, results_dir: Path, console: Console | None = Non
     for name, figures in latency.items():
         lat.add_row(name, f"{figures['p50_ms']:.3f}", f"{figures['p99_ms']:.3f}")
     console.print(lat)
-    goals = common.goals_table()
-    goals.add_row("set by the performance issue", "see the tables", common.ok_mark(None))
-    console.print(goals)
+    goals = load_goals(load)
+    print_load(console, load, goals)
     result = {
         "benchmark": "broker",
         "quick": quick,
         "platform": common.platform_info(),
         "throughput": rows,
         "latency": latency,
+        "load": load,
+        "ratios": load_ratios(load),
+        "goals": goals,
     }
     common.save_result(results_dir, "broker", result)
     return result

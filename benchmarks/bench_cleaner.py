@@ -349,9 +349,10 @@ def _open_log(directory: Path, segment_bytes: int, leo: int):
 
 def _warm_up(scratch: Path, codec: str) -> None:
     """Build and clean a tiny log: loads every numba kernel the real clean uses (from numba's cache)."""
+    from kafkalog.cleaner.cleaner import Cleaner
+    from kafkalog.cleaner.offset_map import SkimpyOffsetMap
+    from kafkalog.cleaner.policy import LogToClean
     from kafkalog.clock import SYSTEM_TIME
-    from kafkalog.storage.cleaner import Cleaner, LogToClean
-    from kafkalog.storage.offset_map import SkimpyOffsetMap
 
     directory = scratch / LOG_DIR_NAME
     try:
@@ -369,8 +370,8 @@ def _warm_up(scratch: Path, codec: str) -> None:
 
 def _whole_dirty_range(log):
     """(cleanable offsets, LogToClean) for a clean of ``log``'s whole dirty range, as the cleaner would pick."""
+    from kafkalog.cleaner.policy import LogToClean, cleanable_offsets
     from kafkalog.clock import SYSTEM_TIME
-    from kafkalog.storage.cleaner import LogToClean, cleanable_offsets
 
     offsets = cleanable_offsets(log, None, SYSTEM_TIME.milliseconds())
     return offsets, LogToClean(None, log, offsets.first_dirty_offset, offsets.first_uncleanable_dirty_offset)
@@ -398,9 +399,9 @@ def _process_cpu() -> float:
 
 def clean_child(spec: dict[str, Any]) -> dict[str, Any]:
     """One clean of the log in spec["dir"], in this (fresh) process: stats, map geometry, RSS, profile."""
+    from kafkalog.cleaner.cleaner import Cleaner
+    from kafkalog.cleaner.offset_map import SkimpyOffsetMap
     from kafkalog.clock import SYSTEM_TIME
-    from kafkalog.storage.cleaner import Cleaner
-    from kafkalog.storage.offset_map import SkimpyOffsetMap
 
     _warm_up(Path(spec["warm_dir"]), spec["codec"])
     log = _open_log(Path(spec["dir"]), spec["segment_bytes"], spec["leo"])

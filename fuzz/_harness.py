@@ -10,8 +10,10 @@ import atheris
 # numba compiles these modules' kernels from their bytecode, which atheris's instrumentation would break.
 _NUMBA_MODULES = [
     "kafkalog.record._kernels",
-    "kafkalog.storage._cleaner_kernels",
-    "kafkalog.storage.offset_map",
+    "kafkalog.cleaner._kernels",
+    "kafkalog.cleaner._intrinsics",
+    "kafkalog.cleaner.md5",
+    "kafkalog.cleaner.offset_map",
     "kafkalog.spark.writer",
 ]
 

@@ -28,3 +28,20 @@ def test_quick_broker_bench_writes_well_formed_results(tmp_path):
             assert math.isfinite(row[key]) and row[key] > 0, (key, row)
     for figures in data["latency"].values():
         assert 0 < figures["p50_ms"] <= figures["p99_ms"]
+    # The load shapes (separate processes): every ratio finite, every goal judged.
+    load = data["load"]
+    assert {(r["partitions"], r["value_bytes"], r["acks"], r["codec"]) for r in load["produce"]} == {
+        (1, 1024, "1", "none"),
+        (16, 100, "all", "lz4"),
+    }
+    for row in load["produce"]:
+        assert row["records"] * row["value_bytes"] == row["payload_bytes"]
+        for key in ("kafkalog_mb_per_s", "mock_mb_per_s", "limit_mb_per_s", "broker_cpu_s_per_gb"):
+            assert math.isfinite(row[key]) and row[key] >= 0, (key, row)
+    assert data["ratios"] and all(math.isfinite(v) and v > 0 for v in data["ratios"].values()), data["ratios"]
+    assert "consume_vs_sendfile" in data["ratios"] and "consume_vs_mock" in data["ratios"]
+    at_10k = load["latency"]["at_10k"]
+    assert at_10k["records"] == at_10k["sent"] == 10_000
+    assert 0 < at_10k["p50_ms"] <= at_10k["p99_ms"] <= at_10k["p999_ms"] <= at_10k["max_ms"]
+    assert len(data["goals"]) == 5 and all(isinstance(g["met"], bool) for g in data["goals"])
+    assert load["cost"]["broker_rss_bytes"] > 0 and load["cost"]["consume_cpu_s_per_gb"] >= 0

@@ -17,19 +17,16 @@ from pathlib import Path
 
 import pytest
 
+from kafkalog.cleaner.cleaner import Cleaner
+from kafkalog.cleaner.offset_map import SkimpyOffsetMap
+from kafkalog.cleaner.policy import LogToClean, group_segments_by_size
+from kafkalog.cleaner.stats import CleanerStats
 from kafkalog.errors import CorruptRecordError, KafkaStorageError, LogCleaningAbortedError
+from kafkalog.layout import INT32_MAX
 from kafkalog.manager import TopicPartition
 from kafkalog.record import ControlRecordType, RecordBatchBuilder, iter_batches, iter_file_batches
 from kafkalog.storage import Log
-from kafkalog.storage.cleaner import (
-    INT32_MAX,
-    Cleaner,
-    CleanerStats,
-    LogToClean,
-    group_segments_by_size,
-)
 from kafkalog.storage.config import LogConfig
-from kafkalog.storage.offset_map import SkimpyOffsetMap
 from kafkalog.testing import MockTime
 from oracles import (
     CODECS,
@@ -1556,7 +1553,7 @@ def test_append_in_parts_writes_what_one_append_per_part_writes(tmp_path):
 
 def test_a_clean_maps_each_segment_once_and_lets_the_maps_go(tmp_path, monkeypatch):
     """The copy pass reads the segments through the maps the map pass made, and the clean ends holding none."""
-    from kafkalog.storage import cleaner as cleaner_module
+    from kafkalog.cleaner import pipeline as cleaner_module
 
     mapped: list[str] = []
     real = cleaner_module.map_file

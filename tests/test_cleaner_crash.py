@@ -30,9 +30,9 @@ import pytest
 import kafkalog
 from batchtools import fold, read_committed
 from kafkalog import LogManager
+from kafkalog.cleaner.cleaner import Cleaner
 from kafkalog.manager import TopicPartition
 from kafkalog.record import ControlRecordType, RecordBatchBuilder
-from kafkalog.storage.cleaner import Cleaner
 from kafkalog.testing import MockTime
 
 T0 = 1_700_000_000_000

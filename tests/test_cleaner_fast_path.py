@@ -21,14 +21,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from kafkalog.cleaner import _kernels as kernels
+from kafkalog.cleaner import pipeline as cleaner_module
+from kafkalog.cleaner.cleaner import Cleaner
+from kafkalog.cleaner.offset_map import SkimpyOffsetMap
+from kafkalog.cleaner.policy import LogToClean
 from kafkalog.manager import TopicPartition
 from kafkalog.record import ControlRecordType, RecordBatchBuilder
 from kafkalog.record.batch import RECORDS_OFFSET
 from kafkalog.storage import Log
-from kafkalog.storage import _cleaner_kernels as kernels
-from kafkalog.storage import cleaner as cleaner_module
-from kafkalog.storage.cleaner import Cleaner, LogToClean
-from kafkalog.storage.offset_map import SkimpyOffsetMap
 from kafkalog.testing import MockTime
 
 TP = TopicPartition("t", 0)
@@ -222,7 +223,7 @@ def test_a_transactional_log_falls_back_to_the_reference_path(tmp_path, monkeypa
 def test_read_ahead_workers_yield_to_the_cleaning_thread():
     """The workers run at a lower priority than the cleaning thread (Linux sets it per thread); the cleaning
     thread's own priority is unchanged."""
-    runs = cleaner_module._PlainRuns()
+    runs = cleaner_module.PlainRuns()
     mine = os.getpriority(os.PRIO_PROCESS, 0)
     try:
         theirs = runs._workers().submit(os.getpriority, os.PRIO_PROCESS, 0).result()

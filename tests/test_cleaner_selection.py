@@ -14,10 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from kafkalog.cleaner.policy import LogToClean, cleanable_offsets, max_compaction_delay
+from kafkalog.cleaner.stats import Throttler
 from kafkalog.manager import LogManager, TopicPartition
 from kafkalog.record import ControlRecordType, RecordBatchBuilder
 from kafkalog.storage import Log
-from kafkalog.storage.cleaner import LogToClean, Throttler, cleanable_offsets, max_compaction_delay
 from kafkalog.testing import MockTime
 
 START = 1_700_000_000_000

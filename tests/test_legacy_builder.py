@@ -32,6 +32,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import oracles
+from kafkalog.cleaner.cleaner import Cleaner
+from kafkalog.cleaner.offset_map import SkimpyOffsetMap
+from kafkalog.cleaner.policy import LogToClean
 from kafkalog.errors import UnsupportedCompressionTypeError
 from kafkalog.manager import TopicPartition
 from kafkalog.record import compression as codecs
@@ -40,8 +43,6 @@ from kafkalog.record.legacy_builder import build_legacy
 from kafkalog.record.scan import iter_batches
 from kafkalog.record.types import NO_TIMESTAMP, TimestampType
 from kafkalog.storage import Log
-from kafkalog.storage.cleaner import Cleaner, LogToClean
-from kafkalog.storage.offset_map import SkimpyOffsetMap
 from kafkalog.testing import MockTime
 from oracles import CODECS, KAFKA_PYTHON, ORACLES
 

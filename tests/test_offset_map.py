@@ -17,16 +17,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kafkalog.storage import offset_map as offset_map_module
-from kafkalog.storage.offset_map import (
+from kafkalog.cleaner import offset_map as offset_map_module
+from kafkalog.cleaner.offset_map import (
     ENTRY_BYTES,
     OffsetMapFullError,
-    ReferenceOffsetMap,
     SkimpyOffsetMap,
     _slot_of,
     md5_digests,
     probe_slot,
 )
+from reference_offset_map import ReferenceOffsetMap
 
 MAPS = [SkimpyOffsetMap, ReferenceOffsetMap]
 

@@ -24,15 +24,15 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .cleaner.explain import CompactionExplanation, explain_compaction
+from .cleaner.log_cleaner import CleanerPassStats, LogCleaner
 from .clock import SYSTEM_TIME, Time
-from .compaction import CompactionExplanation, explain_compaction
 from .errors import (
     InvalidPartitionsError,
     KafkaStorageError,
     TopicExistsError,
     UnknownTopicOrPartitionError,
 )
-from .log_cleaner import CleanerPassStats, LogCleaner
 from .logdir import (
     ORIGIN_KAFKALOG,
     ORIGIN_UNKNOWN,
@@ -806,7 +806,7 @@ class LogManager:
 
     def explain_compaction(self, topic: str, partition: int = 0, *, estimate: bool = True) -> CompactionExplanation:
         """The cleaner's view of one partition: dirty ratio, why it is or is not eligible now, and (with
-        ``estimate``) the size one clean would leave, from a dry run (see kafkalog.compaction)."""
+        ``estimate``) the size one clean would leave, from a dry run (see kafkalog.cleaner.explain)."""
         self._check_started()
         log_obj = self.get_log(topic, partition)
         return explain_compaction(self.cleaner, TopicPartition(topic, partition), log_obj, estimate=estimate)

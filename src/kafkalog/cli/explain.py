@@ -21,7 +21,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from ..compaction import CompactionExplanation
+from ..cleaner.explain import CompactionExplanation
 from ..retention import RetentionExplanation
 from .common import broker_config_option, private_copy_manager
 

@@ -24,7 +24,7 @@ from ..record._kernels import (
     _zz32,
     _zz64,
 )
-from .offset_map import MD5_LANES, MD5_ONE_BLOCK, md5_hash_lanes, md5_load_block, md5_long
+from .md5 import MD5_LANES, MD5_ONE_BLOCK, md5_hash_lanes, md5_load_block, md5_long
 
 
 @njit(cache=True, nogil=True)

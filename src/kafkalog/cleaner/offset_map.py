@@ -19,8 +19,9 @@ Two implementations with one behaviour and one table layout, byte for byte:
   the cache misses of a large table overlap one another instead of adding up. Gets are answered by those passes;
   for puts the passes only read, bringing the slots into the cache, and the checks and puts then happen one
   record at a time, in order.
-* :class:`ReferenceOffsetMap`, a plain transcription of Kafka's class over ``hashlib.md5`` and a
-  ``bytearray``; the tests hold the fast map to it (same results, same counters, same table bytes).
+* ``ReferenceOffsetMap`` (in the tests, ``tests/reference_offset_map.py``), a plain transcription of Kafka's class
+  over ``hashlib.md5`` and a ``bytearray``; the tests hold the fast map to it (same results, same counters, same
+  table bytes).
 
 Kafka behaviour kept on purpose:
 
@@ -48,20 +49,19 @@ import hashlib
 import math
 import mmap
 import operator
-import sys
 import threading
 
 import numpy as np
-from llvmlite import ir
-from numba import njit, types
-from numba.core import cgutils
-from numba.extending import intrinsic
+from numba import njit
+
+from ..layout import INT32_MAX, INT64_MAX, INT64_MIN
+from ._intrinsics import load_i64, prefetch, store_i64, swap_be64
+from .md5 import md5_records
 
 __all__ = [
     "ENTRY_BYTES",
     "HASH_BYTES",
     "OffsetMapFullError",
-    "ReferenceOffsetMap",
     "SkimpyOffsetMap",
     "md5_digests",
     "probe_slot",
@@ -73,9 +73,6 @@ ENTRY_BYTES = HASH_BYTES + 8
 """Bytes per entry: the digest and a big-endian int64 offset (Kafka's ``bytesPerEntry``)."""
 
 _LINEAR_FROM = HASH_BYTES - 4  # 12: the last attempt that reads a fresh window of the digest
-_INT32_MAX = 2**31 - 1
-_INT64_MIN = -(2**63)
-_INT64_MAX = 2**63 - 1
 
 # Indices into SkimpyOffsetMap._state (one int64 array the kernels update in place).
 _ENTRIES = 0
@@ -101,8 +98,8 @@ def _full_message(entries: int, slots: int) -> str:
 def _check_geometry(memory: int, load_factor: float) -> tuple[int, int, int, float]:
     """Validate the constructor arguments; return (memory, slots, max_entries, load_factor)."""
     memory = operator.index(memory)
-    if memory > _INT32_MAX:
-        raise ValueError(f"offset map memory {memory} exceeds Integer.MAX_VALUE ({_INT32_MAX}), Kafka's limit")
+    if memory > INT32_MAX:
+        raise ValueError(f"offset map memory {memory} exceeds Integer.MAX_VALUE ({INT32_MAX}), Kafka's limit")
     slots = memory // ENTRY_BYTES
     if slots < 1:
         raise ValueError(f"offset map memory {memory} holds no {ENTRY_BYTES}-byte entry")
@@ -110,13 +107,13 @@ def _check_geometry(memory: int, load_factor: float) -> tuple[int, int, int, flo
     if not math.isfinite(load_factor) or load_factor <= 0.0:
         raise ValueError(f"offset map load factor must be a positive finite number, not {load_factor}")
     # Kafka: (map.slots * this.dupBufferLoadFactor).toInt, a double product truncated toward zero.
-    max_entries = min(int(slots * load_factor), _INT32_MAX)
+    max_entries = min(int(slots * load_factor), INT32_MAX)
     return memory, slots, max_entries, load_factor
 
 
 def _check_offset(offset: int) -> int:
     offset = operator.index(offset)
-    if not _INT64_MIN <= offset <= _INT64_MAX:
+    if not INT64_MIN <= offset <= INT64_MAX:
         raise ValueError(f"offset {offset} is outside int64")
     return offset
 
@@ -159,328 +156,6 @@ def probe_slot(digest: bytes, attempt: int, slots: int) -> int:
 
 
 # --------------------------------------------------------------------------------------------------------------
-# Raw loads and stores. The table and the digests stay uint8 arrays in Kafka's byte layout; these read and write
-# several of their bytes as one machine word (any alignment, native byte order), which numba cannot express.
-
-_LITTLE_ENDIAN = sys.byteorder == "little"
-
-
-def _is_u8_array(array) -> bool:
-    return isinstance(array, types.Array) and array.dtype == types.uint8
-
-
-def _byte_ptr(context, builder, array_type, array, index, width):
-    ary = context.make_array(array_type)(context, builder, array)
-    return builder.bitcast(builder.gep(ary.data, [index]), ir.IntType(width).as_pointer())
-
-
-@intrinsic
-def _load_u32le(typingctx, array, index):
-    """The little-endian uint32 at bytes ``array[index:index+4]`` of a uint8 array (no bounds check)."""
-    if not (_is_u8_array(array) and isinstance(index, types.Integer)):
-        return None
-
-    def codegen(context, builder, signature, args):
-        value = builder.load(_byte_ptr(context, builder, signature.args[0], args[0], args[1], 32), align=1)
-        return value if _LITTLE_ENDIAN else builder.bswap(value)
-
-    return types.uint32(array, index), codegen
-
-
-@intrinsic
-def _store_u32le(typingctx, array, index, value):
-    """Store the uint32 ``value`` little-endian at bytes ``array[index:index+4]`` of a uint8 array."""
-    if not (_is_u8_array(array) and isinstance(index, types.Integer) and value == types.uint32):
-        return None
-
-    def codegen(context, builder, signature, args):
-        value = args[2] if _LITTLE_ENDIAN else builder.bswap(args[2])
-        builder.store(value, _byte_ptr(context, builder, signature.args[0], args[0], args[1], 32), align=1)
-        return context.get_dummy_value()
-
-    return types.void(array, index, value), codegen
-
-
-@intrinsic
-def _load_i64(typingctx, array, index):
-    """The native-order int64 at bytes ``array[index:index+8]`` of a uint8 array (no bounds check)."""
-    if not (_is_u8_array(array) and isinstance(index, types.Integer)):
-        return None
-
-    def codegen(context, builder, signature, args):
-        return builder.load(_byte_ptr(context, builder, signature.args[0], args[0], args[1], 64), align=1)
-
-    return types.int64(array, index), codegen
-
-
-@intrinsic
-def _store_i64(typingctx, array, index, value):
-    """Store the int64 ``value`` in native order at bytes ``array[index:index+8]`` of a uint8 array."""
-    if not (_is_u8_array(array) and isinstance(index, types.Integer) and value == types.int64):
-        return None
-
-    def codegen(context, builder, signature, args):
-        builder.store(args[2], _byte_ptr(context, builder, signature.args[0], args[0], args[1], 64), align=1)
-        return context.get_dummy_value()
-
-    return types.void(array, index, value), codegen
-
-
-@intrinsic
-def _swap_be64(typingctx, value):
-    """int64 to or from its big-endian representation: a byte swap on a little-endian host, else nothing."""
-    if value != types.int64:
-        return None
-
-    def codegen(context, builder, signature, args):
-        return builder.bswap(args[0]) if _LITTLE_ENDIAN else args[0]
-
-    return types.int64(value), codegen
-
-
-@intrinsic
-def _prefetch(typingctx, array, index):
-    """Prefetch the cache line of the uint8 ``array[index]`` (llvm.prefetch: a hint that never faults)."""
-    if not (_is_u8_array(array) and isinstance(index, types.Integer)):
-        return None
-
-    def codegen(context, builder, signature, args):
-        ary = context.make_array(signature.args[0])(context, builder, args[0])
-        i8p = ir.IntType(8).as_pointer()
-        i32 = ir.IntType(32)
-        ptr = builder.bitcast(builder.gep(ary.data, [args[1]]), i8p)
-        # LLVM auto-upgrades the unsuffixed name to the overload for the pointer type, typed or opaque.
-        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]),
-                                            "llvm.prefetch")  # fmt: skip
-        builder.call(fn, [ptr, i32(0), i32(3), i32(1)])  # read, keep in all levels, data cache
-        return context.get_dummy_value()
-
-    return types.void(array, index), codegen
-
-
-# --------------------------------------------------------------------------------------------------------------
-# MD5 (RFC 1321), sixteen messages at a time. MD5 is a chain of 64 dependent steps per block, so one message at a
-# time leaves most of the core idle; :func:`_md5_lanes` runs the steps of one block of 16 independent messages as
-# operations on 16-lane vectors of uint32 (LLVM IR written here, which LLVM lowers to the host's SIMD: two AVX2
-# registers per vector, or four SSE2 ones), and :func:`_md5_records` keeps its lanes fed: a lane whose message has
-# no block left takes the next record, so keys of any mix of lengths share the vectors.
-
-_MD5_K = (
-    0xD76AA478, 0xE8C7B756, 0x242070DB, 0xC1BDCEEE, 0xF57C0FAF, 0x4787C62A, 0xA8304613, 0xFD469501,
-    0x698098D8, 0x8B44F7AF, 0xFFFF5BB1, 0x895CD7BE, 0x6B901122, 0xFD987193, 0xA679438E, 0x49B40821,
-    0xF61E2562, 0xC040B340, 0x265E5A51, 0xE9B6C7AA, 0xD62F105D, 0x02441453, 0xD8A1E681, 0xE7D3FBC8,
-    0x21E1CDE6, 0xC33707D6, 0xF4D50D87, 0x455A14ED, 0xA9E3E905, 0xFCEFA3F8, 0x676F02D9, 0x8D2A4C8A,
-    0xFFFA3942, 0x8771F681, 0x6D9D6122, 0xFDE5380C, 0xA4BEEA44, 0x4BDECFA9, 0xF6BB4B60, 0xBEBFBC70,
-    0x289B7EC6, 0xEAA127FA, 0xD4EF3085, 0x04881D05, 0xD9D4D039, 0xE6DB99E5, 0x1FA27CF8, 0xC4AC5665,
-    0xF4292244, 0x432AFF97, 0xAB9423A7, 0xFC93A039, 0x655B59C3, 0x8F0CCC92, 0xFFEFF47D, 0x85845DD1,
-    0x6FA87E4F, 0xFE2CE6E0, 0xA3014314, 0x4E0811A1, 0xF7537E82, 0xBD3AF235, 0x2AD7D2BB, 0xEB86D391,
-)  # fmt: skip
-"""The sine table T[1..64] of RFC 1321, section 3.4."""
-_MD5_S = (7, 12, 17, 22) * 4 + (5, 9, 14, 20) * 4 + (4, 11, 16, 23) * 4 + (6, 10, 15, 21) * 4
-"""The left-rotation amount of each of the 64 steps."""
-_MD5_IV = (0x67452301, 0xEFCDAB89, 0x98BADCFE, 0x10325476)
-"""The initial state (A, B, C, D)."""
-
-_LANES = 16
-"""Messages hashed together (16 measured ~1.7 times the throughput of 8, and 32 no better than 16). Also the number
-of words in a block, which the transposition in :func:`_md5_lanes` relies on."""
-assert _LANES == 16, "the transposition in _md5_lanes is 16 x 16"
-
-
-MD5_LANES = _LANES
-"""Keys a call of :func:`md5_hash_lanes` hashes at once."""
-MD5_ONE_BLOCK = 56
-"""Keys shorter than this take one MD5 block (with the 0x80 byte and the 8 length bytes)."""
-
-
-def _is_u32_vector(array) -> bool:
-    return isinstance(array, types.Array) and array.dtype == types.uint32 and array.ndim == 1 and array.layout == "C"
-
-
-@intrinsic
-def _md5_lanes(typingctx, words, state):
-    """MD5Transform on ``_LANES`` messages at once, in place.
-
-    ``words`` is uint32[_LANES * 16], the 16 little-endian words of lane l's block at ``16 * l``; ``state`` is
-    uint32[4 * _LANES], the rows A, B, C, D (A of lane l at ``l``, B at ``_LANES + l``...). The blocks are loaded
-    one lane per vector and transposed with shuffles, so that vector j holds word j of every lane.
-    """
-    if not (_is_u32_vector(words) and _is_u32_vector(state)):
-        return None
-
-    def codegen(context, builder, signature, args):
-        i32 = ir.IntType(32)
-        vector = ir.VectorType(i32, _LANES)
-
-        def splat(value):  # a constant vector; i32 literals are written signed
-            return ir.Constant(vector, [ir.Constant(i32, value - (1 << 32) if value >= 1 << 31 else value)] * _LANES)
-
-        def row(array_type, array, k):
-            data = context.make_array(array_type)(context, builder, array).data
-            return builder.bitcast(builder.gep(data, [ir.Constant(ir.IntType(64), k * _LANES)]), vector.as_pointer())
-
-        x = [builder.load(row(signature.args[0], args[0], lane), align=4) for lane in range(_LANES)]
-        for k in (1, 2, 4, 8):  # transpose 16 x 16: swap the off-diagonal k x k blocks at every scale
-            first = ir.Constant(vector, [c if not c & k else _LANES + (c ^ k) for c in range(_LANES)])
-            second = ir.Constant(vector, [_LANES + c if c & k else c ^ k for c in range(_LANES)])
-            for i in range(_LANES):
-                if not i & k:
-                    x[i], x[i | k] = (
-                        builder.shuffle_vector(x[i], x[i | k], first),
-                        builder.shuffle_vector(x[i], x[i | k], second),
-                    )
-        initial = [builder.load(row(signature.args[1], args[1], k), align=4) for k in range(4)]
-        ones = splat(0xFFFFFFFF)
-        a, b, c, d = initial
-        for i in range(64):
-            if i < 16:
-                f, g = builder.or_(builder.and_(b, c), builder.and_(builder.xor(b, ones), d)), i
-            elif i < 32:
-                f, g = builder.or_(builder.and_(b, d), builder.and_(c, builder.xor(d, ones))), (5 * i + 1) & 15
-            elif i < 48:
-                f, g = builder.xor(builder.xor(b, c), d), (3 * i + 5) & 15
-            else:
-                f, g = builder.xor(c, builder.or_(b, builder.xor(d, ones))), (7 * i) & 15
-            t = builder.add(builder.add(a, f), builder.add(splat(_MD5_K[i]), x[g]))
-            rotated = builder.or_(builder.shl(t, splat(_MD5_S[i])), builder.lshr(t, splat(32 - _MD5_S[i])))
-            a, b, c, d = d, builder.add(b, rotated), b, c
-        for k, value in enumerate((a, b, c, d)):
-            builder.store(builder.add(initial[k], value), row(signature.args[1], args[1], k), align=4)
-        return context.get_dummy_value()
-
-    return types.void(words, state), codegen
-
-
-@njit(cache=True, nogil=True)
-def _md5_compress(words, state):
-    """:func:`_md5_lanes` as a function: its code (long, vector) is compiled once rather than at every call site."""
-    _md5_lanes(words, state)
-
-
-@njit(cache=True, nogil=True, inline="always")
-def md5_load_block(arena, pos, length, block, words, lane):
-    """Block ``block`` of the padded message ``arena[pos:pos+length]`` into lane ``lane`` of ``words``.
-
-    Whole words of the message are loaded straight from the arena; the bytes of a partial last word one at a time,
-    so nothing past the key is read.
-    """
-    o = lane * 16
-    start = 64 * block
-    p = pos + start
-    if start + 64 <= length:
-        for j in range(16):
-            words[o + j] = _load_u32le(arena, p + 4 * j)
-        return
-    for j in range(16):
-        words[o + j] = 0
-    rest = length - start
-    if rest >= 0:
-        n = rest >> 2
-        for j in range(n):
-            words[o + j] = _load_u32le(arena, p + 4 * j)
-        q = p + 4 * n
-        last = np.uint32(0x80) << np.uint32(8 * (rest & 3))  # the 0x80 padding byte after the message
-        for j in range(rest & 3):
-            last |= np.uint32(arena[q + j]) << np.uint32(8 * j)
-        words[o + n] = last
-    if rest < MD5_ONE_BLOCK:  # the last block: the length in bits, mod 2**64, as two little-endian words
-        bits = np.uint64(length) << np.uint64(3)
-        words[o + 14] = np.uint32(bits & np.uint64(0xFFFFFFFF))
-        words[o + 15] = np.uint32(bits >> np.uint64(32))
-
-
-@njit(cache=True, nogil=True)
-def _md5_records(arena, key_pos, key_len, take, lo, hi, out):
-    """MD5 of the keys of records lo..hi-1 with ``take[i - lo]`` set, into ``out[16 * (i - lo):]`` (uint8).
-
-    Keys of up to 55 bytes (one block with the padding and the length: the usual case) are hashed 16 at a time as
-    they come; longer keys go through lanes that each take the next long key when their message is done.
-    """
-    words = np.empty(16 * _LANES, np.uint32)
-    state = np.empty(4 * _LANES, np.uint32)
-    short = np.empty(_LANES, np.int64)
-    longer = np.empty(hi - lo, np.int64)
-    n_short = 0
-    n_long = 0
-    for i in range(lo, hi + 1):
-        if n_short == _LANES or (i == hi and n_short > 0):
-            for lane in range(_LANES):
-                for k in range(4):
-                    state[k * _LANES + lane] = _MD5_IV[k]
-            _md5_compress(words, state)  # lanes past n_short hash leftovers; nothing reads them
-            for lane in range(n_short):
-                _store_digest(out, 16 * (short[lane] - lo), state, lane)
-            n_short = 0
-        if i == hi:
-            break
-        if take[i - lo]:
-            if key_len[i] < MD5_ONE_BLOCK:
-                md5_load_block(arena, key_pos[i], key_len[i], 0, words, n_short)
-                short[n_short] = i
-                n_short += 1
-            else:
-                longer[n_long] = i
-                n_long += 1
-    if n_long:
-        md5_long(arena, key_pos, key_len, longer[:n_long], lo, out, words, state)
-
-
-@njit(cache=True, nogil=True)
-def md5_hash_lanes(words, state, queued, n_queued, out):
-    """MD5 of the one-block keys loaded in lanes 0..n_queued-1 of ``words`` (:func:`md5_load_block`), record
-    ``queued[l]``'s into ``out[16 * queued[l]:]``."""
-    for lane in range(_LANES):
-        for k in range(4):
-            state[k * _LANES + lane] = _MD5_IV[k]
-    _md5_compress(words, state)  # lanes past n_queued hash leftovers; nothing reads them
-    for lane in range(n_queued):
-        _store_digest(out, 16 * queued[lane], state, lane)
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _store_digest(out, o, state, lane):
-    _store_u32le(out, o, state[lane])
-    _store_u32le(out, o + 4, state[_LANES + lane])
-    _store_u32le(out, o + 8, state[2 * _LANES + lane])
-    _store_u32le(out, o + 12, state[3 * _LANES + lane])
-
-
-@njit(cache=True, nogil=True)
-def md5_long(arena, key_pos, key_len, records, lo, out, words, state):
-    """MD5 of the keys of ``records`` (indices of records of any length) into ``out[16 * (i - lo):]``."""
-    record = np.full(_LANES, -1, np.int64)  # each lane's record, -1: idle
-    block = np.zeros(_LANES, np.int64)
-    blocks = np.zeros(_LANES, np.int64)
-    nxt = 0
-    busy = 0
-    while True:
-        for lane in range(_LANES):
-            if record[lane] < 0:
-                if nxt == records.shape[0]:
-                    continue
-                i = records[nxt]
-                nxt += 1
-                record[lane] = i
-                block[lane] = 0
-                blocks[lane] = (key_len[i] + 72) >> 6  # the message, 0x80 and 8 length bytes, in 64-byte blocks
-                for k in range(4):
-                    state[k * _LANES + lane] = _MD5_IV[k]
-                busy += 1
-            i = record[lane]
-            md5_load_block(arena, key_pos[i], key_len[i], block[lane], words, lane)
-        if busy == 0:
-            return
-        _md5_compress(words, state)  # idle lanes hash leftovers; nothing reads them
-        for lane in range(_LANES):
-            if record[lane] >= 0:
-                block[lane] += 1
-                if block[lane] == blocks[lane]:
-                    _store_digest(out, 16 * (record[lane] - lo), state, lane)
-                    record[lane] = -1
-                    busy -= 1
-
-
-# --------------------------------------------------------------------------------------------------------------
 # The table kernels. ``table`` is uint8[slots * 24]: slot s is the 16 digest bytes at 24 * s and the big-endian
 # offset after them. A slot is read as three 8-byte words (the digest's two, compared with the digest's own two words
 # as loaded from its bytes, and the offset's); an empty slot is three zero words. The helpers run per probe are
@@ -505,8 +180,8 @@ def _slot_of(h, hoff, attempt, slots):
 def _prefetch_slot(table, slots, h, hoff, attempt):
     """Prefetch the slot of probe ``attempt`` of ``h`` (both cache lines: a slot can straddle two)."""
     base = _slot_of(h, hoff, attempt, slots) * 24
-    _prefetch(table, base)
-    _prefetch(table, base + 23)
+    prefetch(table, base)
+    prefetch(table, base + 23)
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -515,21 +190,21 @@ def _put_slot(table, slots, h, hoff, offset_be):
 
     ``offset_be`` is the offset already in big-endian order. Returns (probes, 1 if a slot was taken else 0).
     """
-    h0 = _load_i64(h, hoff)
-    h1 = _load_i64(h, hoff + 8)
+    h0 = load_i64(h, hoff)
+    h1 = load_i64(h, hoff + 8)
     attempt = 0
     while True:
         base = _slot_of(h, hoff, attempt, slots) * 24
         attempt += 1
-        t0 = _load_i64(table, base)
-        t1 = _load_i64(table, base + 8)
-        if (t0 | t1 | _load_i64(table, base + 16)) == 0:
-            _store_i64(table, base, h0)
-            _store_i64(table, base + 8, h1)
-            _store_i64(table, base + 16, offset_be)
+        t0 = load_i64(table, base)
+        t1 = load_i64(table, base + 8)
+        if (t0 | t1 | load_i64(table, base + 16)) == 0:
+            store_i64(table, base, h0)
+            store_i64(table, base + 8, h1)
+            store_i64(table, base + 16, offset_be)
             return attempt, 1
         if t0 == h0 and t1 == h1:
-            _store_i64(table, base + 16, offset_be)
+            store_i64(table, base + 16, offset_be)
             return attempt, 0
 
 
@@ -537,26 +212,26 @@ def _put_slot(table, slots, h, hoff, offset_be):
 def _get_slot(table, slots, h, hoff, attempt):
     """Kafka's get from probe ``attempt`` on: (the offset stored for ``h``, or -1 at an empty slot or once
     ``slots + 12`` probes in all were made; the number of probes made here)."""
-    h0 = _load_i64(h, hoff)
-    h1 = _load_i64(h, hoff + 8)
+    h0 = load_i64(h, hoff)
+    h1 = load_i64(h, hoff + 8)
     first = attempt
     while attempt < slots + 12:
         base = _slot_of(h, hoff, attempt, slots) * 24
         attempt += 1
-        t0 = _load_i64(table, base)
-        t1 = _load_i64(table, base + 8)
-        t2 = _load_i64(table, base + 16)
+        t0 = load_i64(table, base)
+        t1 = load_i64(table, base + 8)
+        t2 = load_i64(table, base + 16)
         if (t0 | t1 | t2) == 0:
             return np.int64(-1), attempt - first
         if t0 == h0 and t1 == h1:
-            return _swap_be64(t2), attempt - first
+            return swap_be64(t2), attempt - first
     return np.int64(-1), attempt - first
 
 
 @njit(cache=True, nogil=True)
 def _put_hash(table, slots, h, hoff, offset, state):
     """A single put of the digest ``h[hoff:hoff+16]`` (after the full check), updating ``state``."""
-    probes, taken = _put_slot(table, slots, h, hoff, _swap_be64(offset))
+    probes, taken = _put_slot(table, slots, h, hoff, swap_be64(offset))
     state[_ENTRIES] += taken
     state[_LOOKUPS] += 1
     state[_PROBES] += probes
@@ -618,14 +293,14 @@ def _probe_passes(table, slots, digests, going, count, out, lo, ended_at):
             k = going[j]
             hoff = 16 * k
             base = _slot_of(digests, hoff, attempt, slots) * 24
-            t0 = _load_i64(table, base)
-            t1 = _load_i64(table, base + 8)
-            t2 = _load_i64(table, base + 16)
+            t0 = load_i64(table, base)
+            t1 = load_i64(table, base + 8)
+            t2 = load_i64(table, base + 16)
             if (t0 | t1 | t2) == 0:
                 out[lo + k] = -1
                 ended_at[k] = base * 16 + attempt + 1
-            elif t0 == _load_i64(digests, hoff) and t1 == _load_i64(digests, hoff + 8):
-                out[lo + k] = _swap_be64(t2)
+            elif t0 == load_i64(digests, hoff) and t1 == load_i64(digests, hoff + 8):
+                out[lo + k] = swap_be64(t2)
                 ended_at[k] = base * 16 + attempt + 1
             else:
                 going[left] = k  # left <= j: that entry was read already
@@ -657,12 +332,12 @@ def _put_known(table, slots, h, hoff, offset_be, ended_at, found):
     if ended_at >= 0:
         base = ended_at >> 4
         if found >= 0:
-            _store_i64(table, base + 16, offset_be)
+            store_i64(table, base + 16, offset_be)
             return ended_at & 15, 0
-        if (_load_i64(table, base) | _load_i64(table, base + 8) | _load_i64(table, base + 16)) == 0:
-            _store_i64(table, base, _load_i64(h, hoff))
-            _store_i64(table, base + 8, _load_i64(h, hoff + 8))
-            _store_i64(table, base + 16, offset_be)
+        if (load_i64(table, base) | load_i64(table, base + 8) | load_i64(table, base + 16)) == 0:
+            store_i64(table, base, load_i64(h, hoff))
+            store_i64(table, base + 8, load_i64(h, hoff + 8))
+            store_i64(table, base + 16, offset_be)
             return ended_at & 15, 1
     return _put_slot(table, slots, h, hoff, offset_be)
 
@@ -681,7 +356,7 @@ def _put_chunk(table, slots, max_entries, digests, take, going, count, found, en
             if counters[_ENTRIES] >= slots:
                 return _NO_SLOT, lo + k
             offset = offsets[lo + k]
-            used, taken = _put_known(table, slots, digests, 16 * k, _swap_be64(offset), ended_at[k], found[k])
+            used, taken = _put_known(table, slots, digests, 16 * k, swap_be64(offset), ended_at[k], found[k])
             counters[_ENTRIES] += taken
             counters[_LOOKUPS] += 1
             counters[_PROBES] += used
@@ -711,7 +386,7 @@ def _put_records(table, slots, state, max_entries, arena, key_pos, key_len, offs
     for lo in range(0, n, _CHUNK):
         hi = min(lo + _CHUNK, n)
         count = _chunk_takes(key_len, offsets, start_offset, lo, hi, take, going)
-        _md5_records(arena, key_pos, key_len, take, lo, hi, digests)
+        md5_records(arena, key_pos, key_len, take, lo, hi, digests)
         status, stop = _put_chunk(table, slots, max_entries, digests, take, going, count, found, ended_at, offsets,
                                   lo, hi, counters)  # fmt: skip
         if status != _DONE:
@@ -733,7 +408,7 @@ def _digest_records(arena, key_pos, key_len, offsets, start_offset, out):
     for lo in range(0, n, _CHUNK):
         hi = min(lo + _CHUNK, n)
         _chunk_takes(key_len, offsets, start_offset, lo, hi, take, going)
-        _md5_records(arena, key_pos, key_len, take, lo, hi, out[16 * lo : 16 * hi])
+        md5_records(arena, key_pos, key_len, take, lo, hi, out[16 * lo : 16 * hi])
     return np.int64(-1)
 
 
@@ -786,7 +461,7 @@ def _get_records(table, slots, state, arena, key_pos, key_len, out):
                 going[count] = k
                 count += 1
         lookups += count
-        _md5_records(arena, key_pos, key_len, take, lo, hi, digests)
+        md5_records(arena, key_pos, key_len, take, lo, hi, digests)
         count, used = _probe_passes(table, slots, digests, going, count, out, lo, ended_at)
         probes += used
         for j in range(count):
@@ -804,10 +479,10 @@ def _mark_held(table, lo, hi, marks, base, from_mark, to_mark):
     cap = marks.shape[0]
     for s in range(lo, hi):
         p = 24 * s
-        t2 = _load_i64(table, p + 16)
-        if (_load_i64(table, p) | _load_i64(table, p + 8) | t2) == 0:
+        t2 = load_i64(table, p + 16)
+        if (load_i64(table, p) | load_i64(table, p + 8) | t2) == 0:
             continue
-        rel = _swap_be64(t2) - base
+        rel = swap_be64(t2) - base
         if 0 <= rel < cap and marks[rel] == from_mark:
             marks[rel] = to_mark
 
@@ -823,7 +498,7 @@ def _as_int64(name: str, values: np.ndarray, n: int | None = None) -> np.ndarray
     values = np.asarray(values)
     if values.ndim != 1 or (values.size and values.dtype.kind not in "iu"):
         raise TypeError(f"{name} must be a 1-D integer array")
-    if values.dtype.kind == "u" and values.dtype.itemsize == 8 and values.size and values.max() > _INT64_MAX:
+    if values.dtype.kind == "u" and values.dtype.itemsize == 8 and values.size and values.max() > INT64_MAX:
         raise ValueError(f"{name} has values outside int64")
     if n is not None and values.shape[0] != n:
         raise ValueError(f"{name} has {values.shape[0]} entries, expected {n}")
@@ -857,7 +532,7 @@ def md5_digests(arena: np.ndarray, key_pos: np.ndarray, key_len: np.ndarray) -> 
         raise _bad_key_error(bad, key_pos, key_len, arena.shape[0])
     n = key_len.shape[0]
     out = np.empty(n * HASH_BYTES, np.uint8)
-    _md5_records(arena, key_pos, key_len, np.ones(n, np.bool_), 0, n, out)
+    md5_records(arena, key_pos, key_len, np.ones(n, np.bool_), 0, n, out)
     return out.reshape(-1, HASH_BYTES)
 
 
@@ -1042,133 +717,4 @@ class SkimpyOffsetMap:
         bad = _get_records(self._table, self.slots, self._state, arena, key_pos, key_len, out)
         if bad >= 0:
             raise _bad_key_error(bad, key_pos, key_len, arena.shape[0])
-        return out
-
-
-_EMPTY_ENTRY = bytes(ENTRY_BYTES)
-
-
-class ReferenceOffsetMap:
-    """Kafka's ``SkimpyOffsetMap`` line by line, over ``hashlib.md5`` and a ``bytearray``: the test oracle."""
-
-    def __init__(self, memory: int, load_factor: float = 0.9) -> None:
-        self.memory, self.slots, self.max_entries, self.load_factor = _check_geometry(memory, load_factor)
-        self._bytes = bytearray(self.slots * ENTRY_BYTES)
-        self.memory_bytes = len(self._bytes)
-        self._entries = 0
-        self.lookups = 0
-        self.probes = 0
-        self._last_offset = -1
-
-    @property
-    def size(self) -> int:
-        return self._entries
-
-    @property
-    def latest_offset(self) -> int:
-        return self._last_offset
-
-    @property
-    def utilization(self) -> float:
-        return self._entries / self.slots
-
-    @property
-    def collision_rate(self) -> float:
-        return (self.probes - self.lookups) / self.lookups if self.lookups else 0.0
-
-    def clear(self) -> None:
-        self._entries = 0
-        self.lookups = 0
-        self.probes = 0
-        self._last_offset = -1
-        self._bytes[:] = bytes(len(self._bytes))
-
-    def update_latest_offset(self, offset: int) -> None:
-        self._last_offset = _check_offset(offset)
-
-    def table_bytes(self) -> bytes:
-        return bytes(self._bytes)
-
-    def _position_of(self, digest: bytes, attempt: int) -> int:
-        self.probes += 1
-        return probe_slot(digest, attempt, self.slots) * ENTRY_BYTES
-
-    def _is_empty(self, pos: int) -> bool:
-        return self._bytes[pos : pos + ENTRY_BYTES] == _EMPTY_ENTRY
-
-    def put(self, key: bytes, offset: int) -> None:
-        self._put_digest(hashlib.md5(key).digest(), offset)
-
-    def get(self, key: bytes) -> int:
-        return self._get_digest(hashlib.md5(key).digest())
-
-    def _put_digest(self, digest: bytes, offset: int) -> None:
-        offset = _check_offset(offset)
-        if self._entries >= self.slots:
-            raise OffsetMapFullError(_full_message(self._entries, self.slots))
-        self.lookups += 1
-        attempt = 0
-        pos = self._position_of(digest, attempt)
-        while not self._is_empty(pos):
-            if self._bytes[pos : pos + HASH_BYTES] == digest:
-                self._bytes[pos + HASH_BYTES : pos + ENTRY_BYTES] = offset.to_bytes(8, "big", signed=True)
-                self._last_offset = offset
-                return
-            attempt += 1
-            pos = self._position_of(digest, attempt)
-        self._bytes[pos : pos + ENTRY_BYTES] = digest + offset.to_bytes(8, "big", signed=True)
-        self._last_offset = offset
-        self._entries += 1
-
-    def _get_digest(self, digest: bytes) -> int:
-        self.lookups += 1
-        max_attempts = self.slots + HASH_BYTES - 4
-        attempt = 0
-        while True:
-            if attempt >= max_attempts:
-                return -1
-            pos = self._position_of(digest, attempt)
-            if self._is_empty(pos):
-                return -1
-            attempt += 1
-            if self._bytes[pos : pos + HASH_BYTES] == digest:
-                return int.from_bytes(self._bytes[pos + HASH_BYTES : pos + ENTRY_BYTES], "big", signed=True)
-
-    @staticmethod
-    def _checked_arena(arena, key_pos, key_len) -> bytes:
-        data = bytes(np.asarray(arena, dtype=np.uint8))
-        for i in range(len(key_len)):
-            n, p = int(key_len[i]), int(key_pos[i])
-            if n >= 0 and (p < 0 or p + n > len(data)):
-                raise ValueError(f"key {i} at [{p}, {p + n}) is outside the {len(data)}-byte arena")
-        return data
-
-    def mark_held(self, marks: np.ndarray, base: int, from_mark: int, to_mark: int) -> None:
-        for pos in range(0, len(self._bytes), ENTRY_BYTES):
-            if not self._is_empty(pos):
-                rel = int.from_bytes(self._bytes[pos + HASH_BYTES : pos + ENTRY_BYTES], "big", signed=True) - base
-                if 0 <= rel < len(marks) and marks[rel] == from_mark:
-                    marks[rel] = to_mark
-
-    def put_records(self, arena, key_pos, key_len, offsets, start_offset: int) -> int:
-        data = self._checked_arena(arena, key_pos, key_len)
-        for i in range(len(offsets)):
-            n = int(key_len[i])
-            offset = int(offsets[i])
-            if n < 0 or offset < start_offset:
-                continue
-            if self._entries >= self.max_entries:
-                return i
-            p = int(key_pos[i])
-            self.put(data[p : p + n], offset)
-        return len(offsets)
-
-    def get_records(self, arena, key_pos, key_len) -> np.ndarray:
-        data = self._checked_arena(arena, key_pos, key_len)
-        out = np.full(len(key_len), -1, dtype=np.int64)
-        for i in range(len(key_len)):
-            n = int(key_len[i])
-            if n >= 0:
-                p = int(key_pos[i])
-                out[i] = self.get(data[p : p + n])
         return out

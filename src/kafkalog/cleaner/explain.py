@@ -1,6 +1,6 @@
 """Explaining compaction: is this log dirty enough to clean, what holds the cleaner back, what would be left.
 
-``explain_compaction`` applies the log cleaner's own selection rules (``storage.cleaner.cleanable_offsets``,
+``explain_compaction`` applies the log cleaner's own selection rules (``policy.cleanable_offsets``,
 ``LogToClean``, ``max_compaction_delay``) to one partition, says which bound ends the dirty section, and
 estimates the size after one clean by running the clean dry (the offset map is built, nothing is written).
 """
@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .cleaner import Cleaner
 from .log_cleaner import LogCleaner, LogCleaningStatus
-from .storage.cleaner import Cleaner, LogToClean, cleanable_offsets, max_compaction_delay
-from .storage.offset_map import SkimpyOffsetMap
+from .offset_map import SkimpyOffsetMap
+from .policy import LogToClean, cleanable_offsets, max_compaction_delay
 
 
 @dataclass(frozen=True)
@@ -143,12 +144,7 @@ def explain_compaction(cleaner: LogCleaner, tp, log_obj, *, estimate: bool = Tru
             f"max.compaction.lag.ms={config.max_compaction_lag_ms} passed {delay} ms ago for the oldest dirty "
             "segment, which forces a clean"
         )
-    eligible = (
-        config.compact
-        and state == "idle"
-        and to_clean.total_bytes > 0
-        and ((delay > 0 and to_clean.cleanable_bytes > 0) or ratio > threshold)
-    )
+    eligible = config.compact and state == "idle" and to_clean.total_bytes > 0 and to_clean.eligible(threshold)
     explanation = CompactionExplanation(
         topic=tp.topic,
         partition=tp.partition,
