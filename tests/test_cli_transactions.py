@@ -344,9 +344,9 @@ def test_list_and_describe_an_ongoing_then_committed_transaction(broker) -> None
     ]
     assert row[:3] == ["0", "lister", producer_id] and row[4:6] == ["Ongoing", "50000"]
     assert before - 5000 <= int(row[6]) <= int(time.time() * 1000) and int(row[7]) >= 0
-    # The Java client's HashSet order, by hand: "ledger".hashCode() = 0xbe09ad89; TopicPartition.hashCode() =
-    # 31 * (31 + p) + that = 0xbe09b12a (p=0), 0xbe09b149 (p=1); HashMap spreads h ^ (h >>> 16) -> low 4 bits
-    # 0x12a ^ 0xbe09 = ...3 (bucket 3) and 0x149 ^ 0xbe09 = ...0 (bucket 0): ledger-1 is listed first.
+    # The Java client's HashSet order, by hand: "ledger".hashCode() = 0xbe09ad69; TopicPartition.hashCode() =
+    # 31 * (31 + p) + that = 0xbe09b12a (p=0), 0xbe09b149 (p=1); HashMap spreads h ^ (h >>> 16), whose low 16 bits
+    # are 0xb12a ^ 0xbe09 = 0x0f23 (bucket 3 of 16) and 0xb149 ^ 0xbe09 = 0x0f40 (bucket 0): ledger-1 comes first.
     assert row[8] == "ledger-1,ledger-0"
     producer.commit_transaction(30)
     after = kafkalog("transactions", "--bootstrap-server", broker.bootstrap, "describe", "--transactional-id", "lister")
