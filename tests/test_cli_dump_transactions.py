@@ -120,6 +120,24 @@ def test_states_partitions_tombstones_and_unknown_versions(tmp_path: Path) -> No
     ]
 
 
+def test_partition_order_matches_real_kafka_dumps(tmp_path: Path) -> None:
+    """Two lines printed by real Kafka 3.x brokers' kafka-dump-log.sh for consume-transform-produce applications
+    (published in public write-ups of Kafka transactions): the same two kinds of partitions, in opposite orders,
+    ``partitions=[output-topic-0,__consumer_offsets-12]`` and ``partitions=[__consumer_offsets-12,wc-output-0]``.
+    The order is the Scala HashSet's, whatever order the record lists the topics in."""
+    for output_topic, expected in (
+        ("output-topic", "[output-topic-0,__consumer_offsets-12]"),
+        ("wc-output", "[__consumer_offsets-12,wc-output-0]"),
+    ):
+        for topics in (
+            [(output_topic, [0]), ("__consumer_offsets", [12])],
+            [("__consumer_offsets", [12]), (output_topic, [0])],
+        ):
+            path = _segment(tmp_path, [(_key("kafka-txn-0"), _value_v0(0, 0, 60_000, 1, topics, 1, 1))])
+            (line,) = record_lines(run("--transaction-log-decoder", "--files", str(path)).output)
+            assert f",partitions={expected}," in line
+
+
 def test_json_output(tmp_path: Path) -> None:
     path = _segment(
         tmp_path,
