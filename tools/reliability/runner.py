@@ -23,6 +23,9 @@
 - exactly-once (full runs; the quick form is tests/test_eos_loop.py): a confluent-kafka consume-transform-produce
   program against ``kafkalog serve``, SIGKILLed at random moments and restarted until it has consumed its input;
   every input's output exactly once in the read_committed output (``tools.reliability.eos``; 50 runs).
+- kill -9 of ``kafkalog serve`` (full runs, or ``--broker-only``): an idempotent acks=all librdkafka producer and
+  a consumer group under 200 broker SIGKILLs per flush policy; nothing acknowledged lost or duplicated, the group
+  resumes at its committed offsets (``tools.reliability.broker_kill9``).
 - replication (full runs, or ``--replication-only``): three brokers and ZooKeeper, acks=all under broker SIGKILLs
   and a ZooKeeper restart, every replica checked; records/s with acks=1 and acks=all; failover time
   (``tools.reliability.replication``).
@@ -56,6 +59,7 @@ from kafkalog.testing import MockTime
 
 TOPIC = "acks"
 MAX_BATCH = 5
+BROKER_KILL9_RUNS = 200  # per flush policy
 
 
 @dataclass(frozen=True)
@@ -508,16 +512,26 @@ def run(quick: bool = False, iterations: int | None = None, seed: int = 1, root:
         rows.append(other_fault_case(root, "EIO", "shutdown"))
         rows.append(rlimit_fsize(root))
         rows.append(load_row(quick, root))
-        if not quick:  # the quick forms are tests/test_replication.py and tests/test_eos_loop.py
+        if not quick:  # the quick forms are tests/test_replication.py, test_broker_kill9.py and test_eos_loop.py
             from .eos import eos_row
             from .replication import replication_rows
 
             rows += replication_rows(False, root, seed + 4)
-            rows.append(eos_row(50, root, seed + 5))
+            rows += broker_rows(False, root, seed + 5)
+            rows.append(eos_row(50, root, seed + 6))
         return rows
     finally:
         if own_root:
             shutil.rmtree(root, ignore_errors=True)
+
+
+def broker_rows(quick: bool, root: Path, seed: int) -> list[Row]:
+    """kill -9 of ``kafkalog serve`` under librdkafka clients, both flush policies (tools.reliability.broker_kill9):
+    BROKER_KILL9_RUNS rounds each (4 with ``quick``)."""
+    from .broker_kill9 import broker_kill9
+
+    runs = 4 if quick else BROKER_KILL9_RUNS
+    return [broker_kill9(runs, 1, root, seed), broker_kill9(runs, None, root, seed + 1)]
 
 
 def checks(quick: bool) -> list[Row]:
@@ -568,9 +582,20 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="only the replication rows: 3 brokers + ZooKeeper under kills, and the throughput/failover figures",
     )
+    parser.add_argument(
+        "--broker-only",
+        action="store_true",
+        help="only the broker rows: kill -9 of kafkalog serve under librdkafka clients, both flush policies",
+    )
     args = parser.parse_args(argv)
     start = time.monotonic()
-    if args.replication_only:
+    if args.broker_only:
+        root = Path(tempfile.mkdtemp(prefix="kafkalog-broker-reliability-"))
+        try:
+            rows = broker_rows(args.quick, root, args.seed)
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+    elif args.replication_only:
         from .replication import replication_rows
 
         root = Path(tempfile.mkdtemp(prefix="kafkalog-replication-"))
