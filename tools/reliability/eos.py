@@ -150,6 +150,7 @@ def process(
     transactional_id: str,
     batch: int,
     subscribe: bool,
+    pace_ms: int = 0,
 ) -> int:
     """Run the consume-transform-produce loop until killed; report ``R`` when ready, ``C n`` after each commit
     of n records, ``D`` once it has committed everything up to the input's end, ``E ...`` on an error."""
@@ -197,21 +198,20 @@ def process(
                         partition=m.partition(),
                         headers=[(SRC_HEADER, f"{m.partition()}:{m.offset()}".encode())],
                     )
+                if pace_ms:  # "work" inside the open transaction: where most kills land
+                    time.sleep(random.uniform(0, pace_ms / 1000))
                 positions = [tp for tp in consumer.position(consumer.assignment()) if tp.offset >= 0]
                 producer.send_offsets_to_transaction(positions, consumer.consumer_group_metadata(), 30)
                 producer.commit_transaction(30)
                 _say(f"C {len(messages)}")
                 continue
-            if not done and consumer.assignment():
-                positions = {tp.partition: tp.offset for tp in consumer.position(consumer.assignment())}
+            if not done:  # idle: has everything up to the input's end been committed (by us or a predecessor)?
                 ends = {
                     p: consumer.get_watermark_offsets(TopicPartition(input_topic, p), timeout=10)[1] for p in partitions
                 }
-                if len(positions) == len(partitions) and all(positions[p] >= ends[p] for p in partitions):
-                    committed_now = consumer.committed(tps, timeout=30)
-                    if all(c.offset >= ends[c.partition] for c in committed_now):
-                        done = True
-                        _say("D")
+                if all(c.offset >= ends[c.partition] for c in consumer.committed(tps, timeout=30)):
+                    done = True
+                    _say("D")
     except KafkaException as e:
         _say(f"E {type(e).__name__}: {e}")
         return 1
@@ -288,6 +288,7 @@ class RunResult:
     incarnations: int = 0
     aborted_outputs: int = 0  # output records in the log that read_committed does not show
     errors: list[str] = field(default_factory=list)
+    history: list[str] = field(default_factory=list)  # per incarnation: its batch size, commits, how it ended
 
 
 def _create_topics(bootstrap: str, names: list[str], partitions: int) -> None:
@@ -345,7 +346,7 @@ def read_topic(bootstrap: str, topic: str, isolation: str, timeout: float = 60.0
         consumer.close()
 
 
-def _spawn(bootstrap: str, run_tag: str, subscribe: bool, batch: int) -> subprocess.Popen[str]:
+def _spawn(bootstrap: str, run_tag: str, subscribe: bool, batch: int, pace_ms: int) -> subprocess.Popen[str]:
     args = [
         sys.executable,
         "-m",
@@ -363,6 +364,8 @@ def _spawn(bootstrap: str, run_tag: str, subscribe: bool, batch: int) -> subproc
         f"{run_tag}-txn",
         "--batch",
         str(batch),
+        "--pace-ms",
+        str(pace_ms),
     ]
     if subscribe:
         args.append("--subscribe")
@@ -371,9 +374,12 @@ def _spawn(bootstrap: str, run_tag: str, subscribe: bool, batch: int) -> subproc
     )
 
 
-def _watch(child: subprocess.Popen[str], until: float, stop_on_ready_plus: float | None) -> tuple[str, list[str]]:
-    """Read the child's lines until ``until`` (monotonic), its end, ``D``, or ``stop_on_ready_plus`` seconds after
-    it said ``R`` (a random kill moment measured from when it began work). Return (why, lines)."""
+def _watch(
+    child: subprocess.Popen[str], until: float, kill_after: float | None, counted_from: str
+) -> tuple[str, list[str]]:
+    """Read the child's lines until ``until`` (monotonic), its end, or ``D``; or kill it ``kill_after`` seconds
+    after its first line starting with ``counted_from`` (``R``: ready; ``C``: its first commit). Return (why, lines).
+    """
     assert child.stdout is not None
     fd = child.stdout.fileno()
     os.set_blocking(fd, False)
@@ -395,8 +401,8 @@ def _watch(child: subprocess.Popen[str], until: float, stop_on_ready_plus: float
         for raw in complete:
             line = raw.decode(errors="replace")
             lines.append(line)
-            if line == "R" and stop_on_ready_plus is not None and kill_at is None:
-                kill_at = time.monotonic() + stop_on_ready_plus
+            if kill_after is not None and kill_at is None and line.startswith(counted_from):
+                kill_at = time.monotonic() + kill_after
             if line == "D":
                 return "done", lines
 
@@ -410,6 +416,7 @@ def eos_run(
     partitions: int = 3,
     max_kills: int = 4,
     subscribe: bool = False,
+    pace_ms: int = 150,
     run_timeout: float = 180.0,
 ) -> RunResult:
     """One run: fresh topics, the program killed 1..max_kills times at random moments, then run to the end."""
@@ -421,11 +428,15 @@ def eos_run(
     deadline = time.monotonic() + run_timeout
     finished = False
     while not finished and time.monotonic() < deadline:
-        batch = rng.choice((1, 5, 20, 50))
-        child = _spawn(bootstrap, tag, subscribe, batch)
+        batch = rng.choice((5, 20, 50))
+        child = _spawn(bootstrap, tag, subscribe, batch, pace_ms)
         result.incarnations += 1
-        delay = rng.uniform(0.05, 2.0) if kills_left > 0 else None
-        why, lines = _watch(child, deadline, delay)
+        # The kill moment: mostly while it works (from its first commit, within about the time its share of the
+        # input takes), sometimes early (from ready: before or during its first transaction).
+        work = records / batch * (pace_ms / 2000 + 0.03)
+        counted_from = "R" if rng.random() < 0.25 else "C"
+        delay = rng.uniform(0.0, 1.0 if counted_from == "R" else max(0.2, work)) if kills_left > 0 else None
+        why, lines = _watch(child, deadline, delay, counted_from)
         if why == "kill":
             child.kill()
             result.kills += 1
@@ -441,6 +452,8 @@ def eos_run(
             child.kill()
             child.wait()
         stderr = child.stderr.read() if child.stderr is not None else ""
+        commits = [int(line.split()[1]) for line in lines if line.startswith("C ")]
+        result.history.append(f"batch {batch}: {len(commits)} commits ({sum(commits)} records), {why}")
         if why == "exited":
             errors = [line for line in lines if line.startswith("E ")]
             result.errors.append(f"incarnation {result.incarnations} exited: {errors or stderr.strip()[-500:]}")
@@ -511,6 +524,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--transactional-id", required=True)
     p.add_argument("--batch", type=int, default=20)
     p.add_argument("--subscribe", action="store_true")
+    p.add_argument("--pace-ms", type=int, default=0, help="sleep up to this long inside each transaction")
     r = commands.add_parser("run", help="the harness alone: N runs against a fresh kafkalog serve")
     r.add_argument("--runs", type=int, default=3)
     r.add_argument("--seed", type=int, default=1)
