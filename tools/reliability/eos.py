@@ -437,7 +437,7 @@ def eos_run(
         counted_from = "R" if rng.random() < 0.25 else "C"
         delay = rng.uniform(0.0, 1.0 if counted_from == "R" else max(0.2, work)) if kills_left > 0 else None
         why, lines = _watch(child, deadline, delay, counted_from)
-        if why == "kill":
+        if why == "kill" or (why == "done" and kills_left > 0):  # done before its kill moment: killed idle
             child.kill()
             result.kills += 1
             kills_left -= 1
