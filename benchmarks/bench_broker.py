@@ -285,7 +285,7 @@ def _memory(pid: int) -> dict[str, int]:
 def _create_topic(bootstrap: str, topic: str, partitions: int) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 4})  # no info line at its teardown
     for future in admin.create_topics([NewTopic(topic, partitions, 1)], operation_timeout=30).values():
         future.result(60)
 

@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 
 from conftest import fixture_path
+from kafkalog.layout import parse_partition_dir
 from kafkalog.manager import LogManager, TopicPartition
 from kafkalog.record import iter_batches
-from kafkalog.storage.files import parse_partition_dir
 from kafkalog.testing import MockTime
 from oracles import KAFKA_PYTHON, oracle_read_all
 

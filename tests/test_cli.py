@@ -69,7 +69,8 @@ def test_topics_errors_are_one_clear_line(tmp_path: Path) -> None:
     assert result.output.startswith("Error: ") and "Traceback" not in result.output
     result = run("topics", "--log-dir", d, "--create", "--topic", "t", "--config", "segment.bytes=13")
     assert result.exit_code == 1 and "segment.bytes" in result.output
-    assert run("topics", "--log-dir", str(tmp_path / "missing"), "--list").exit_code == 2
+    # a missing log dir is a data error (exit 1), not a usage error: the command line itself is well formed
+    assert run("topics", "--log-dir", str(tmp_path / "missing"), "--list").exit_code == 1
     assert run("topics", "--log-dir", d).exit_code == 2  # no action
 
 

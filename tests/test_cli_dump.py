@@ -293,7 +293,7 @@ def test_trailing_bytes_are_reported(tmp_path: Path) -> None:
     # A partial batch: the first 40 bytes of the first batch appended again.
     log.write_bytes(data + data[:40])
     result = run("--files", str(log))
-    assert result.exit_code == 0
+    assert result.exit_code == 1  # Kafka's text, then exit 1: a damaged file (Kafka's tool exits 0)
     lines = result.stdout.splitlines()
     assert lines[2:-1] == [batch_line(b) for b in batches]
     assert lines[-1] == f"Found 40 invalid bytes at the end of {SEG0}.log"
@@ -566,12 +566,13 @@ def test_corrupted_index_entries_are_reported_as_mismatches(tmp_path: Path) -> N
     struct.pack_into(">i", data, 5 * 8, 5)  # entry 5: wrong relative offset
     index.write_bytes(bytes(data))
     result = run("--files", str(index))
-    assert result.exit_code == 0
+    assert result.exit_code == 1  # Kafka's text, then exit 1: a damaged file (Kafka's tool exits 0)
     lines = result.stdout.splitlines()
     assert lines[4] == f"offset: 999 position: {entries[3]['position']}"
     log_offsets = [_last_offset_of_batch_at(files[".log"], int(entries[i]["position"])) for i in (3, 5)]
     assert log_offsets == [int(entries[3]["offset"]), int(entries[5]["offset"])]
-    assert result.stderr.splitlines() == [
+    assert result.stderr.splitlines()[-1].startswith("Error: 1 damaged file: ")
+    assert result.stderr.splitlines()[:-1] == [
         f"Mismatches in :{index}",
         f"  Index offset: 5, log offset: {log_offsets[1]}",  # newest first, as Kafka's list prepends
         f"  Index offset: 999, log offset: {log_offsets[0]}",
@@ -634,9 +635,10 @@ def test_time_index_errors(tmp_path: Path) -> None:
     wanted = int(entries[4]["offset"]) - 1
     found = min(int(b["lastOffset"]) for b in batches if int(b["lastOffset"]) >= wanted)
     result = run("--files", str(tindex))
-    assert result.exit_code == 0
+    assert result.exit_code == 1  # Kafka's text, then exit 1: a damaged file (Kafka's tool exits 0)
     assert result.stdout.splitlines()[3] == f"timestamp: {int(e1['timestamp']) - 1} offset: {e2['offset']}"
-    assert result.stderr.splitlines() == [
+    assert result.stderr.splitlines()[-1].startswith("Error: 1 damaged file: ")
+    assert result.stderr.splitlines()[:-1] == [
         f"Found timestamp mismatch in :{tindex}",
         f"  Index timestamp: {int(e1['timestamp']) - 1}, log timestamp: {max_ts[int(e2['offset'])]}",
         f"Found out of order timestamp in :{tindex}",
@@ -683,10 +685,11 @@ def test_snapshot_without_batch_metadata_and_corrupt_snapshot(tmp_path: Path) ->
     snap.write_bytes(bytes(bad))
     computed = crc32c.crc32c(bytes(bad[6:]))
     result = run("--files", str(snap))
-    assert result.exit_code == 0
+    assert result.exit_code == 1  # Kafka's text, then exit 1: a damaged file (Kafka's tool exits 0)
     assert result.stdout.splitlines() == [f"Dumping {snap}"]
     stored = struct.unpack_from(">I", bad, 2)[0]
-    assert result.stderr.splitlines() == [
+    assert result.stderr.splitlines()[-1].startswith("Error: 1 damaged file: ")
+    assert result.stderr.splitlines()[:-1] == [
         f"Snapshot is corrupt (CRC is no longer valid). Stored crc: {stored}. Computed crc: {computed}"
     ]
 

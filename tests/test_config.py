@@ -9,8 +9,8 @@ import pytest
 
 from conftest import fixture_path
 from kafkalog.errors import InvalidConfigurationError
+from kafkalog.layout import INT64_MAX as LONG_MAX
 from kafkalog.storage.config import (
-    LONG_MAX,
     TOPIC_KEYS,
     BrokerConfig,
     LogConfig,

@@ -18,9 +18,9 @@ import pytest
 
 from conftest import fixture_path
 from kafkalog.errors import InvalidPartitionsError, InvalidTopicError, KafkaStorageError
+from kafkalog.layout import TOPICS_FILE
 from kafkalog.logdir import (
     ONE_UUID,
-    TOPICS_FILE,
     ZERO_UUID,
     CleanShutdownFile,
     LogDirLock,
@@ -116,10 +116,11 @@ def test_lock_held_by_another_process(tmp_path):
         assert holder.stdout.readline().strip() == "locked"
         with pytest.raises(KafkaStorageError) as info:
             LogDirLock(tmp_path).acquire()
-        assert str(info.value) == (
+        assert str(info.value).startswith(
             f"Failed to acquire lock on file .lock in {tmp_path.absolute()}. "
             "A Kafka instance in another process or thread is using this directory."
         )
+        assert f" Held by process {holder.pid} (" in str(info.value)  # from /proc/locks
     finally:
         holder.stdin.close()  # the holder exits, and the kernel drops its lock
         holder.wait(timeout=10)

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from kafkalog.errors import CorruptSnapshotError, KafkaStorageError
-from kafkalog.logdir import CLEAN_SHUTDOWN_FILE
+from kafkalog.layout import CLEAN_SHUTDOWN_FILE
 from kafkalog.manager import LogManager
 from kafkalog.record import RecordBatchBuilder
 from kafkalog.record.types import ControlRecordType

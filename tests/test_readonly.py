@@ -180,12 +180,12 @@ def test_a_folder_that_is_not_a_log_dir_is_refused_and_left_alone(tmp_path: Path
             ["explain", "retention", str(folder), "--topic", "t"],
         ):
             result = run(*args)
-            assert result.exit_code == 2, (args, result.output)
+            assert result.exit_code == 1, (args, result.output)  # a data error (exit 1), not a usage error
             assert f"{folder} is not a Kafka log dir" in result.output, result.output
             assert "meta.properties" in result.output and "Traceback" not in result.output
         assert tree_state(folder) == before
     missing = run("consume", "--log-dir", str(tmp_path / "missing"), "--topic", "t")
-    assert missing.exit_code == 2 and "does not exist" in missing.output
+    assert missing.exit_code == 1 and "does not exist" in missing.output
     assert not (tmp_path / "missing").exists()
 
 

@@ -19,7 +19,8 @@ from click.testing import CliRunner
 
 from conftest import fixture_path
 from kafkalog.cli import main
-from kafkalog.logdir import TOPICS_FILE, PartitionMetadataFile, TopicConfigStore
+from kafkalog.layout import TOPICS_FILE
+from kafkalog.logdir import PartitionMetadataFile, TopicConfigStore
 from kafkalog.manager import LogManager
 from kafkalog.storage.checkpoints import OffsetCheckpointFile
 from kafkalog.storage.file_records import FileRecords

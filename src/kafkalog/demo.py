@@ -38,6 +38,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from .layout import CLEAN_SHUTDOWN_FILE
 from .manager import LogManager, TopicPartition
 from .record import CODEC_NAMES, build_batch, default_partition, to_arrow
 from .record.scan import map_file
@@ -188,7 +189,7 @@ def run_manager(console: Console, log_dir: Path, seed: int) -> int:
         profiles.check_and_print(console, manager)
     for clean in (True, False):  # restart after a clean shutdown, then as after a crash
         if not clean:
-            (log_dir / ".kafka_cleanshutdown").unlink()
+            (log_dir / CLEAN_SHUTDOWN_FILE).unlink()
         with LogManager(log_dir, broker, clock=clock) as manager:
             again = {(r.partition, r.offset): r.value for r in manager.consume("clicks")}
             if again != retained:

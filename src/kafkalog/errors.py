@@ -235,3 +235,39 @@ class ClusterAuthorizationFailedError(AuthorizationError):
 
 class TransactionalIdAuthorizationFailedError(AuthorizationError):
     pass
+
+
+class NotControllerError(KafkaLogError):
+    """Kafka's NotControllerException: a request only the controller serves reached another broker."""
+
+
+class StaleBrokerEpochError(KafkaLogError):
+    """Kafka's StaleBrokerEpochException: a broker's request carries the epoch of an earlier registration."""
+
+
+class BrokerNotAvailableError(KafkaLogError):
+    """Kafka's BrokerNotAvailableException: the broker named in a request is not registered."""
+
+
+class ElectionNotNeededError(KafkaLogError):
+    """Kafka's ElectionNotNeededException: the partition already has the leader the election would choose."""
+
+
+class PreferredLeaderNotAvailableError(KafkaLogError):
+    """Kafka's PreferredLeaderNotAvailableException: the preferred replica is offline or not in the ISR."""
+
+
+class EligibleLeadersNotAvailableError(KafkaLogError):
+    """Kafka's EligibleLeadersNotAvailableException: no live replica may become the leader."""
+
+
+class TopicDeletionDisabledError(KafkaLogError):
+    """Kafka's TopicDeletionDisabledException: ``delete.topic.enable`` is false."""
+
+
+class StaleControllerEpochError(KafkaLogError):
+    """Kafka's ControllerMovedException on a request from an older controller (STALE_CONTROLLER_EPOCH)."""
+
+
+class InvalidReplicaAssignmentError(KafkaLogError, ValueError):
+    """Kafka's InvalidReplicaAssignmentException: a replica assignment naming unknown brokers or of the wrong size."""

@@ -15,6 +15,7 @@ nothing of kafkalog, so every layer (the record layer's limits included) may use
 
 from __future__ import annotations
 
+import os
 import re
 import uuid
 from pathlib import Path
@@ -44,10 +45,21 @@ FUTURE_DIR_SUFFIX = "-future"
 STRAY_DIR_SUFFIX = "-stray"
 RENAMED_DIR_SUFFIXES = (DELETE_DIR_SUFFIX, FUTURE_DIR_SUFFIX, STRAY_DIR_SUFFIX)
 _RENAMED_DIR = re.compile(r"^(\S+)-(\S+)\.(\S+)(-delete|-future|-stray)$")
+SEGMENT_FILE = re.compile(r"^(\d{20,})\.log$")
+"""A segment's ``.log`` file name; group 1 is its base offset."""
+PARTITION_DIR_NAME = re.compile(r"^(.+)-(\d+)$")
+"""A partition directory's name, ``<topic>-<partition>``."""
 
 # ----- files of a log dir -------------------------------------------------------------------------------------
 META_PROPERTIES_FILE = "meta.properties"
 LOCK_FILE = ".lock"
+"""Held (flock) by the running LogManager or Kafka broker that owns the log dir."""
+CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
+"""Written at a clean shutdown, removed at startup: without it the next start recovers the logs."""
+TOPICS_FILE = "kafkalog-topics.json"
+"""kafkalog's topic configs of a log dir started without KRaft metadata (``logdir.TopicConfigStore``)."""
+WRITE_LOCK_FILE = ".kafkalog-write.lock"
+"""The Spark sink's lock: in a partition dir for its appends, in a log dir for its root checkpoints."""
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
 LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
 REPLICATION_OFFSET_CHECKPOINT = "replication-offset-checkpoint"
@@ -59,6 +71,8 @@ ROOT_CHECKPOINTS = (
     CLEANER_OFFSET_CHECKPOINT,
 )
 """The offset checkpoints at the root of a log dir, each ``version``, ``count``, then ``topic partition offset``."""
+LOG_DIR_ROOT_FILES = (META_PROPERTIES_FILE, *ROOT_CHECKPOINTS, TOPICS_FILE)
+"""The files a Kafka broker (or kafkalog) keeps at the root of every log dir it has started on."""
 
 # ----- files of a partition directory -------------------------------------------------------------------------
 LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
@@ -67,6 +81,8 @@ PARTITION_METADATA_FILE = "partition.metadata"
 # ----- the KRaft metadata partition ---------------------------------------------------------------------------
 METADATA_TOPIC = "__cluster_metadata"
 METADATA_PARTITION_DIR = f"{METADATA_TOPIC}-0"
+KRAFT_SNAPSHOT_SUFFIX = ".checkpoint"
+"""A KRaft snapshot, ``<20-digit end offset>-<10-digit epoch>.checkpoint`` (Kafka's ``Snapshots.SUFFIX``)."""
 
 
 def filename_prefix(offset: int) -> str:
@@ -74,7 +90,7 @@ def filename_prefix(offset: int) -> str:
     return f"{offset:020d}"
 
 
-def segment_file(directory: Path, offset: int, suffix: str, extra: str = "") -> Path:
+def segment_file(directory: str | os.PathLike[str], offset: int, suffix: str, extra: str = "") -> Path:
     """``<dir>/<20-digit offset><suffix><extra>``, e.g. extra='.swap'."""
     return Path(directory) / f"{filename_prefix(offset)}{suffix}{extra}"
 

@@ -21,6 +21,7 @@ import json
 import logging
 import os
 import re
+import struct
 import threading
 import time
 import uuid
@@ -35,18 +36,22 @@ from .errors import (
     InvalidTopicError,
     KafkaStorageError,
 )
+from .layout import (
+    CLEAN_SHUTDOWN_FILE,
+    INT32_MAX,
+    INT32_MIN,
+    LOCK_FILE,
+    META_PROPERTIES_FILE,
+    PARTITION_METADATA_FILE,
+    TOPICS_FILE,
+)
 from .storage.config import parse_properties
 from .storage.files import atomic_write, fsync_dir
 
 log = logging.getLogger(__name__)
 
 __all__ = [
-    "CLEAN_SHUTDOWN_FILE",
-    "LOCK_FILE",
-    "META_PROPERTIES_FILE",
     "ONE_UUID",
-    "PARTITION_METADATA_FILE",
-    "TOPICS_FILE",
     "ZERO_UUID",
     "CleanShutdownFile",
     "LogDirLock",
@@ -62,11 +67,6 @@ __all__ = [
     "verify_meta_properties",
 ]
 
-LOCK_FILE = ".lock"
-CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
-META_PROPERTIES_FILE = "meta.properties"
-PARTITION_METADATA_FILE = "partition.metadata"
-TOPICS_FILE = "kafkalog-topics.json"
 
 # ---------------------------------------------------------------------------------------------------------------
 # Kafka's Uuid
@@ -119,11 +119,63 @@ def _canonical_uuid(text: str) -> str:
 # ---------------------------------------------------------------------------------------------------------------
 
 
+def lock_holders(path: str | os.PathLike[str]) -> list[int]:
+    """The pids holding a lock on ``path``: a kafkalog LogManager's ``flock`` or a Kafka broker's POSIX lock (Java's
+    FileLock), read from ``/proc/locks`` (Linux), else from ``fcntl(F_GETLK)`` for a POSIX lock. Kafka's ``.lock``
+    file is empty and stays so (a broker and kafkalog share it), so the holder is found from the kernel's lock
+    table, not from the file. Empty when nobody holds it or the platform cannot tell."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return []
+    device = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    pids: list[int] = []
+    try:
+        with open("/proc/locks", encoding="ascii", errors="replace") as table:
+            for line in table:
+                fields = line.split()
+                # "1: FLOCK  ADVISORY  WRITE 1234 fe:00:5424588 0 EOF" (blocked waiters are marked "->")
+                if "->" in fields:
+                    continue
+                if len(fields) >= 6 and fields[5] == device and fields[4].isdigit():
+                    pids.append(int(fields[4]))
+        return sorted(set(pids))
+    except OSError:
+        pass
+    try:  # no /proc: ask for the POSIX lock that would block ours (struct flock: type, whence, start, len, pid)
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return []
+    try:
+        request = struct.pack("hhqqi", fcntl.F_WRLCK, 0, 0, 0, 0)
+        answer = fcntl.fcntl(fd, fcntl.F_GETLK, request)
+        kind, _, _, _, pid = struct.unpack("hhqqi", answer)
+        return [pid] if kind != fcntl.F_UNLCK and pid > 0 else []
+    except OSError:
+        return []
+    finally:
+        os.close(fd)
+
+
+def _command_line(pid: int) -> str:
+    """The command line of ``pid`` (its first 80 characters), or "" when it cannot be read."""
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return ""
+    text = " ".join(" ".join(part.decode("utf-8", "replace").split()) for part in raw.split(b"\0") if part)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
 class LogDirLock:
-    """An exclusive, non-blocking ``flock`` on ``<dir>/.lock``, held from ``acquire()`` to ``release()``.
+    """An exclusive, non-blocking ``flock`` and POSIX lock on ``<dir>/.lock``, held from ``acquire()`` to
+    ``release()``.
 
     flock locks belong to an open file, so a second handle conflicts whether it is in another process, another
-    thread, or the same thread. The ``.lock`` file stays after release, as Kafka leaves it.
+    thread, or the same thread. The POSIX lock (``lockf``) is the one a Kafka broker's ``FileLock`` takes, so a
+    broker and kafkalog exclude each other; POSIX locks belong to the process (another handle in the same process
+    does not conflict, and closing one drops it), which the flock covers. The ``.lock`` file stays after release,
+    empty, as Kafka leaves it; :func:`lock_holders` says who holds it.
     """
 
     def __init__(self, directory: str | os.PathLike[str]) -> None:
@@ -132,9 +184,17 @@ class LogDirLock:
         self._fd: int | None = None
 
     def _in_use(self) -> KafkaStorageError:
+        """Kafka's message (LogManager.lockLogDirs), then who holds the lock when the kernel says."""
+        holders = [pid for pid in lock_holders(self.path) if pid != os.getpid()]
+        held = ""
+        if holders:
+            held = " Held by " + ", ".join(
+                f"process {pid}" + (f" ({cmd})" if (cmd := _command_line(pid)) else "") for pid in holders
+            )
+            held += "."
         return KafkaStorageError(
             f"Failed to acquire lock on file {LOCK_FILE} in {self.directory.absolute()}. "
-            "A Kafka instance in another process or thread is using this directory."
+            f"A Kafka instance in another process or thread is using this directory.{held}"
         )
 
     @property
@@ -152,8 +212,11 @@ class LogDirLock:
             raise KafkaStorageError(f"Failed to create lock file {self.path}: {e}") from e
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
+            # Also the POSIX lock a Kafka broker takes (Java's FileLock is fcntl's), which on Linux does not
+            # conflict with flock: without it kafkalog would open a dir a running Kafka broker is using.
+            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except (BlockingIOError, PermissionError):
+            os.close(fd)  # drops the flock taken above, if it was
             raise self._in_use() from None
         except OSError as e:
             os.close(fd)
@@ -222,7 +285,7 @@ def _utf16_units(ch: str) -> list[int]:
 
 
 def _parse_int(key: str, value: str) -> int:
-    if not re.fullmatch(r"[+-]?[0-9]+", value) or not -(2**31) <= int(value) < 2**31:
+    if not re.fullmatch(r"[+-]?[0-9]+", value) or not INT32_MIN <= int(value) <= INT32_MAX:
         raise ValueError(f"Unable to read {key} as a base-10 number.")
     return int(value)
 
@@ -269,7 +332,7 @@ class MetaProperties:
             raise ValueError("node.id was not found.")
         if self.version == 2 and self.directory_id is None:
             raise ValueError("directory.id was not found.")
-        if self.node_id is not None and not -(2**31) <= self.node_id < 2**31:
+        if self.node_id is not None and not INT32_MIN <= self.node_id <= INT32_MAX:
             raise ValueError(f"node id {self.node_id} does not fit a 32-bit integer")
         if self.directory_id is not None:
             try:

@@ -29,9 +29,22 @@ from .cleaner.log_cleaner import CleanerPassStats, LogCleaner
 from .clock import SYSTEM_TIME, Time
 from .errors import (
     InvalidPartitionsError,
+    InvalidTopicError,
     KafkaStorageError,
     TopicExistsError,
     UnknownTopicOrPartitionError,
+)
+from .layout import (
+    DELETE_DIR_SUFFIX,
+    FUTURE_DIR_SUFFIX,
+    INT64_MAX,
+    LOG_START_OFFSET_CHECKPOINT,
+    METADATA_PARTITION_DIR,
+    RECOVERY_POINT_CHECKPOINT,
+    REPLICATION_OFFSET_CHECKPOINT,
+    STRAY_DIR_SUFFIX,
+    deleted_dir_name,
+    parse_partition_dir,
 )
 from .logdir import (
     ORIGIN_KAFKALOG,
@@ -42,8 +55,10 @@ from .logdir import (
     PartitionMetadataFile,
     TopicConfigStore,
     TopicState,
+    has_collision_chars,
     initial_meta_properties,
     new_uuid,
+    unify_collision_chars,
     validate_topic_name,
     verify_meta_properties,
 )
@@ -56,18 +71,10 @@ from .scheduler import KafkaScheduler
 from .storage.checkpoints import CheckpointError, OffsetCheckpointFile
 from .storage.cluster_metadata import ClusterMetadataImage
 from .storage.config import BrokerConfig, LogConfig
-from .storage.files import DELETE_DIR_SUFFIX, FUTURE_DIR_SUFFIX, STRAY_DIR_SUFFIX, deleted_dir_name, parse_partition_dir
 from .storage.log import Log
 from .topic_origins import INTERNAL_TOPIC_CONFIGS, internal_topic_configs, read_cluster_metadata, resolve_topic
 
 log = logging.getLogger(__name__)
-
-RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
-LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
-REPLICATION_OFFSET_CHECKPOINT = "replication-offset-checkpoint"
-
-LONG_MAX = (1 << 63) - 1
-METADATA_TOPIC_DIR = "__cluster_metadata-0"
 
 
 @dataclass(frozen=True)
@@ -226,7 +233,7 @@ class LogManager:
                 continue  # _load_dir meets the same error and takes the dir offline
             for child in children:
                 name = child.name
-                if name.startswith(".") or name == METADATA_TOPIC_DIR:
+                if name.startswith(".") or name == METADATA_PARTITION_DIR:
                     continue
                 if name.endswith((DELETE_DIR_SUFFIX, FUTURE_DIR_SUFFIX, STRAY_DIR_SUFFIX)):
                     continue
@@ -259,7 +266,7 @@ class LogManager:
             log.warning(
                 "The configs of %d topics in these log dirs are unknown to kafkalog (%s): %s. Their retention, "
                 "which deletes segments, does not run until their configs are confirmed: set them (kafkalog topics "
-                "alter) or, if the broker defaults are right for them, set "
+                "--log-dir DIR --alter --topic NAME --config k=v) or, if the broker defaults are right for them, set "
                 "kafkalog.adopted.topics.retention.enable=true.",
                 len(self._unconfirmed),
                 "; ".join(sorted(set(self._unconfirmed.values()))),
@@ -303,7 +310,7 @@ class LogManager:
             if name.endswith(DELETE_DIR_SUFFIX):
                 self._schedule_dir_removal(child, 0)
                 continue
-            if name.endswith((FUTURE_DIR_SUFFIX, STRAY_DIR_SUFFIX)) or name == METADATA_TOPIC_DIR:
+            if name.endswith((FUTURE_DIR_SUFFIX, STRAY_DIR_SUFFIX)) or name == METADATA_PARTITION_DIR:
                 continue
             try:
                 tp = TopicPartition(*parse_partition_dir(name))
@@ -390,7 +397,7 @@ class LogManager:
             ),
         ]
         for name, fn, period in tasks:
-            if period >= LONG_MAX // 2:
+            if period >= INT64_MAX // 2:
                 continue  # Kafka's Long.MAX default: the task never comes due
             self._tasks.append(self.scheduler.schedule(name, fn, delay, period))
 
@@ -569,6 +576,7 @@ class LogManager:
             self._check_started()
             if self._store.get(name) is not None:
                 raise TopicExistsError(f"Topic '{name}' already exists.")
+            self._check_collision(name)
             topic_id = new_uuid()
             counts = self._partitions_per_dir()
             for p in range(partitions):
@@ -581,6 +589,16 @@ class LogManager:
                 self._register_log(TopicPartition(name, p), log_obj, directory)
             self._store.put(name, TopicState(topic_id, partitions, overrides))
             return self.describe_topic(name)
+
+    def _check_collision(self, name: str) -> None:
+        """Kafka's controller refuses a name that differs from an existing topic's only by '.' versus '_'
+        (ReplicationControlManager.validateNewTopicNames): their metric names would be the same."""
+        if not has_collision_chars(name):
+            return
+        unified = unify_collision_chars(name)
+        for existing in sorted({tp.topic for tp in self._logs} | set(self._store.topics())):
+            if existing != name and unify_collision_chars(existing) == unified:
+                raise InvalidTopicError(f"Topic '{name}' collides with existing topic: {existing}")
 
     def get_or_create_log(self, tp: TopicPartition, topic_id: str, config: dict | None = None) -> Log:
         """The local log of ``tp``, created when missing (Kafka's LogManager.getOrCreateLog): a replica a cluster's

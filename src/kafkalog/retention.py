@@ -32,6 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from .layout import INT64_MIN
 from .storage.config import LogConfig
 from .storage.log import Log
 from .storage.segment import LogSegment
@@ -273,7 +274,7 @@ def explain_retention(
 
             _run_walk(state, RULE_SIZE, breaches_size)
         if retention_ms >= 0:
-            cumulative = [-(1 << 63)]
+            cumulative = [INT64_MIN]
 
             def breaches_time(seg: _Seg, _following: _Seg | None) -> bool:
                 ok = now_ms - seg.largest > retention_ms

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import InvalidConfigurationError, KafkaLogError, KafkaStorageError
+from .layout import METADATA_PARTITION_DIR
 from .logdir import (
     ORIGIN_CLUSTER_METADATA,
     ORIGIN_KAFKALOG,
@@ -35,12 +36,7 @@ from .logdir import (
     TopicState,
     new_uuid,
 )
-from .storage.cluster_metadata import (
-    BROKER_RESOURCE,
-    METADATA_PARTITION_DIR,
-    ClusterMetadataImage,
-    load_cluster_metadata,
-)
+from .storage.cluster_metadata import BROKER_RESOURCE, ClusterMetadataImage, load_cluster_metadata
 from .storage.config import BROKER_KEYS, TOPIC_KEYS, LogConfig
 
 log = logging.getLogger(__name__)

@@ -110,6 +110,9 @@ class LocalCluster:
             "zookeeper.session.timeout.ms": "4000",
             "replica.lag.time.max.ms": "3000",
             "replica.fetch.backoff.ms": "200",
+            # A broker whose partitions have no other in-sync replica retries its controlled shutdown (Kafka's
+            # 3 x 5 s): tests stop whole clusters, one broker after the other.
+            "controlled.shutdown.retry.backoff.ms": "500",
             "group.initial.rebalance.delay.ms": "0",
             **(overrides or {}),
         }

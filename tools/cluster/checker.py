@@ -23,7 +23,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kafkalog.partition.readonly import REPLICATION_OFFSET_CHECKPOINT, ReadOnlyLogDir, read_checkpoint
+from kafkalog.layout import REPLICATION_OFFSET_CHECKPOINT
+from kafkalog.partition.readonly import ReadOnlyLogDir, read_checkpoint
 
 _HEAD = struct.Struct(">qi")  # base offset, batch length
 _LAST_DELTA_AT = 23  # baseOffset(8) length(4) epoch(4) magic(1) crc(4) attributes(2) -> lastOffsetDelta

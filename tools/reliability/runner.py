@@ -25,7 +25,8 @@
   every input's output exactly once in the read_committed output (``tools.reliability.eos``; 50 runs).
 - kill -9 of ``kafkalog serve`` (full runs, or ``--broker-only``): an idempotent acks=all librdkafka producer and
   a consumer group under 200 broker SIGKILLs per flush policy; nothing acknowledged lost or duplicated, the group
-  resumes at its committed offsets (``tools.reliability.broker_kill9``).
+  resumes at its committed offsets (``tools.reliability.broker_kill9``); a tmpfs log dir that fills up under
+  librdkafka goes offline with KAFKA_STORAGE_ERROR while the other dir serves (``tools.reliability.broker_disk_full``).
 - replication (full runs, or ``--replication-only``): three brokers and ZooKeeper, acks=all under broker SIGKILLs
   and a ZooKeeper restart, every replica checked; records/s with acks=1 and acks=all; failover time
   (``tools.reliability.replication``).
@@ -527,11 +528,18 @@ def run(quick: bool = False, iterations: int | None = None, seed: int = 1, root:
 
 def broker_rows(quick: bool, root: Path, seed: int) -> list[Row]:
     """kill -9 of ``kafkalog serve`` under librdkafka clients, both flush policies (tools.reliability.broker_kill9):
-    BROKER_KILL9_RUNS rounds each (4 with ``quick``)."""
+    BROKER_KILL9_RUNS rounds each (4 with ``quick``); a log dir that fills up (tools.reliability.broker_disk_full,
+    which mounts a tmpfs: as root only)."""
+    from .broker_disk_full import MountNotPermitted, disk_full
     from .broker_kill9 import broker_kill9
 
     runs = 4 if quick else BROKER_KILL9_RUNS
-    return [broker_kill9(runs, 1, root, seed), broker_kill9(runs, None, root, seed + 1)]
+    rows = [broker_kill9(runs, 1, root, seed), broker_kill9(runs, None, root, seed + 1)]
+    try:
+        rows.append(disk_full(root))
+    except MountNotPermitted as e:  # not root: the row says why it did not run
+        rows.append(Row("a log dir fills up (tmpfs as one of two log.dirs)", note=f"not run: {e}"))
+    return rows
 
 
 def checks(quick: bool) -> list[Row]:
@@ -585,7 +593,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--broker-only",
         action="store_true",
-        help="only the broker rows: kill -9 of kafkalog serve under librdkafka clients, both flush policies",
+        help="only the broker rows: kill -9 of kafkalog serve under librdkafka clients, a log dir that fills up",
     )
     args = parser.parse_args(argv)
     start = time.monotonic()

@@ -47,12 +47,21 @@ from kafka.protocol.admin import (
     DescribeLogDirsResponse,
     DescribeUserScramCredentialsRequest,
     DescribeUserScramCredentialsResponse,
+    ElectLeadersRequest,
+    ElectLeadersResponse,
     IncrementalAlterConfigsRequest,
     IncrementalAlterConfigsResponse,
     ListGroupsRequest,
     ListGroupsResponse,
 )
-from kafka.protocol.admin.transactions import DescribeProducersRequest, DescribeProducersResponse
+from kafka.protocol.admin.transactions import (
+    DescribeProducersRequest,
+    DescribeProducersResponse,
+    DescribeTransactionsRequest,
+    DescribeTransactionsResponse,
+    ListTransactionsRequest,
+    ListTransactionsResponse,
+)
 from kafka.protocol.consumer import (
     FetchRequest,
     FetchResponse,
@@ -84,6 +93,18 @@ from kafka.protocol.metadata import (
     MetadataResponse,
 )
 from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdResponse, ProduceRequest, ProduceResponse
+from kafka.protocol.producer.transaction import (
+    AddOffsetsToTxnRequest,
+    AddOffsetsToTxnResponse,
+    AddPartitionsToTxnRequest,
+    AddPartitionsToTxnResponse,
+    EndTxnRequest,
+    EndTxnResponse,
+    TxnOffsetCommitRequest,
+    TxnOffsetCommitResponse,
+    WriteTxnMarkersRequest,
+    WriteTxnMarkersResponse,
+)
 from kafka.protocol.sasl import (
     SaslAuthenticateRequest,
     SaslAuthenticateResponse,
@@ -97,6 +118,10 @@ from .messages import (
     ConsumerGroupDescribeResponse,
     ConsumerGroupHeartbeatRequest,
     ConsumerGroupHeartbeatResponse,
+    ControlledShutdownRequest,
+    ControlledShutdownResponse,
+    StopReplicaRequest,
+    StopReplicaResponse,
 )
 
 # ----- error codes (Kafka's org.apache.kafka.common.protocol.Errors) ---------------------------------------
@@ -137,6 +162,15 @@ CLUSTER_AUTHORIZATION_FAILED = 31
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
 COORDINATOR_NOT_AVAILABLE = 15
 UNKNOWN_TOPIC_ID = 100
+BROKER_NOT_AVAILABLE = 8
+STALE_CONTROLLER_EPOCH = 11
+INVALID_REPLICA_ASSIGNMENT = 39
+NOT_CONTROLLER = 41
+TOPIC_DELETION_DISABLED = 73
+STALE_BROKER_EPOCH = 77
+PREFERRED_LEADER_NOT_AVAILABLE = 80
+ELIGIBLE_LEADERS_NOT_AVAILABLE = 83
+ELECTION_NOT_NEEDED = 84
 
 # kafkalog's exception class names (Kafka's exception names) -> Kafka's error code. Looked up along the MRO,
 # by name so that a layer's new error class (e.g. the partition layer's) needs no import here.
@@ -161,6 +195,7 @@ _ERROR_CODES = {
     "DuplicateSequenceError": DUPLICATE_SEQUENCE_NUMBER,
     "InvalidProducerEpochError": INVALID_PRODUCER_EPOCH,
     "InvalidTxnStateError": INVALID_TXN_STATE,
+    "TransactionCoordinatorFencedError": 52,
     "KafkaStorageError": KAFKA_STORAGE_ERROR,
     "FencedLeaderEpochError": FENCED_LEADER_EPOCH,
     "UnknownLeaderEpochError": UNKNOWN_LEADER_EPOCH,
@@ -173,6 +208,15 @@ _ERROR_CODES = {
     "GroupAuthorizationFailedError": 30,
     "ClusterAuthorizationFailedError": 31,
     "TransactionalIdAuthorizationFailedError": 53,
+    "BrokerNotAvailableError": BROKER_NOT_AVAILABLE,
+    "StaleControllerEpochError": STALE_CONTROLLER_EPOCH,
+    "InvalidReplicaAssignmentError": INVALID_REPLICA_ASSIGNMENT,
+    "NotControllerError": NOT_CONTROLLER,
+    "TopicDeletionDisabledError": TOPIC_DELETION_DISABLED,
+    "StaleBrokerEpochError": STALE_BROKER_EPOCH,
+    "PreferredLeaderNotAvailableError": PREFERRED_LEADER_NOT_AVAILABLE,
+    "EligibleLeadersNotAvailableError": ELIGIBLE_LEADERS_NOT_AVAILABLE,
+    "ElectionNotNeededError": ELECTION_NOT_NEEDED,
 }
 
 
@@ -233,6 +277,11 @@ APIS: dict[int, ApiSpec] = {
         ApiSpec(37, "CreatePartitions", 0, 3, CreatePartitionsRequest, CreatePartitionsResponse),
         ApiSpec(44, "IncrementalAlterConfigs", 0, 1, IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse),
         ApiSpec(60, "DescribeCluster", 0, 1, DescribeClusterRequest, DescribeClusterResponse),
+        # The controller's APIs of a ZooKeeper cluster (broker/cluster/, handlers/controller.py); v0 of
+        # ControlledShutdown has a request header without a client id, which no broker since Kafka 0.9 sends.
+        ApiSpec(5, "StopReplica", 0, 1, StopReplicaRequest, StopReplicaResponse),
+        ApiSpec(7, "ControlledShutdown", 1, 3, ControlledShutdownRequest, ControlledShutdownResponse),
+        ApiSpec(43, "ElectLeaders", 0, 2, ElectLeadersRequest, ElectLeadersResponse),
         # KIP-664's hanging-transaction tooling (handlers/producers.py).
         ApiSpec(61, "DescribeProducers", 0, 0, DescribeProducersRequest, DescribeProducersResponse),
         # The group coordinator's APIs (kafkalog.coordinator.group, handlers/group.py).
@@ -249,6 +298,16 @@ APIS: dict[int, ApiSpec] = {
         ApiSpec(47, "OffsetDelete", 0, 0, OffsetDeleteRequest, OffsetDeleteResponse),
         ApiSpec(68, "ConsumerGroupHeartbeat", 0, 1, ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse),
         ApiSpec(69, "ConsumerGroupDescribe", 0, 0, ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse),
+        # The transaction coordinator's APIs (kafkalog.coordinator.transaction, handlers/txn.py). Transactions v1:
+        # EndTxn stops at 4 and Produce at 11, so clients keep adding partitions with AddPartitionsToTxn (v0-3,
+        # the client path) and never expect KIP-890's epoch bump on every EndTxn (v5).
+        ApiSpec(24, "AddPartitionsToTxn", 0, 3, AddPartitionsToTxnRequest, AddPartitionsToTxnResponse),
+        ApiSpec(25, "AddOffsetsToTxn", 0, 3, AddOffsetsToTxnRequest, AddOffsetsToTxnResponse),
+        ApiSpec(26, "EndTxn", 0, 3, EndTxnRequest, EndTxnResponse),
+        ApiSpec(27, "WriteTxnMarkers", 1, 1, WriteTxnMarkersRequest, WriteTxnMarkersResponse),
+        ApiSpec(28, "TxnOffsetCommit", 0, 3, TxnOffsetCommitRequest, TxnOffsetCommitResponse),
+        ApiSpec(65, "DescribeTransactions", 0, 0, DescribeTransactionsRequest, DescribeTransactionsResponse),
+        ApiSpec(66, "ListTransactions", 0, 2, ListTransactionsRequest, ListTransactionsResponse),
         # Security (broker/security/, handlers/security.py).
         ApiSpec(29, "DescribeAcls", 1, 3, DescribeAclsRequest, DescribeAclsResponse),
         ApiSpec(30, "CreateAcls", 1, 3, CreateAclsRequest, CreateAclsResponse),

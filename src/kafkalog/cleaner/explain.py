@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..layout import CLEANER_OFFSET_CHECKPOINT
 from .cleaner import Cleaner
 from .log_cleaner import LogCleaner, LogCleaningStatus
 from .offset_map import SkimpyOffsetMap
@@ -76,7 +77,7 @@ def _first_dirty_source(log_obj, checkpoint: int | None) -> str:
         return f"log start offset (checkpoint {checkpoint} is below it and will be reset)"
     if checkpoint > log_obj.log_end_offset:
         return f"log start offset (checkpoint {checkpoint} is past the log end and will be reset)"
-    return "cleaner-offset-checkpoint"
+    return CLEANER_OFFSET_CHECKPOINT
 
 
 def _uncleanable_bound(log_obj, first_dirty: int, first_uncleanable: int, now: int) -> str:

@@ -20,6 +20,7 @@ COMMANDS = [
     ("consumer_groups", "consumer_groups_command"),
     ("configs", "configs_command"),
     ("acls", "acls_command"),
+    ("leader_election", "leader_election_command"),
     ("transactions", "transactions_command"),
 ]
 

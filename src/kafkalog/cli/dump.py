@@ -10,8 +10,9 @@ memory map, so memory stays flat whatever the segment size.
 
 Decoders (``--key-decoder-class`` / ``--value-decoder-class``), by Kafka's class names:
 
-* ``org.apache.kafka.tools.api.StringDecoder`` (default; ``kafka.serializer.StringDecoder`` too): UTF-8, bad
-  bytes replaced by U+FFFD, as Java's ``new String(bytes, UTF_8)``;
+* ``org.apache.kafka.tools.api.StringDecoder`` (default; ``kafka.serializer.StringDecoder`` too): UTF-8, each
+  malformed sequence replaced by one U+FFFD where Java's ``new String(bytes, UTF_8)`` puts one
+  (kafkalog.record.java_text);
 * ``...IntegerDecoder`` / ``...LongDecoder``: the first 4 / 8 bytes as a big-endian signed integer;
 * ``...DefaultDecoder``: Kafka prints the Java ``byte[]`` itself, i.e. ``[B@<identity hash>``; that is
   imitated (the hash is meaningless, as in Kafka);
@@ -44,10 +45,12 @@ import pyarrow.compute as pc
 
 from ..coordinator.group.records import UnknownRecordType, decode_offsets_record
 from ..errors import CorruptSnapshotError, KafkaLogError, MetadataParseError
+from ..layout import INT32_MAX
 from ..record.batch import RecordBatch, increment_sequence
 from ..record.checksums import crc32
 from ..record.columnar import batches_to_arrow
 from ..record.compression import decompress
+from ..record.java_text import java_utf8
 from ..record.kraft import decode_control_value, decode_metadata_record, to_json_text
 from ..record.legacy import COMPRESSION_MASK, LOG_OVERHEAD, LegacyBatch
 from ..record.types import ControlRecordType, Record, control_record_type, end_transaction_marker
@@ -56,7 +59,6 @@ from ..storage.index import OffsetIndex, TimeIndex
 from ..storage.producer_state import read_snapshot
 from ..storage.txn_index import ABORTED_TXN_SIZE, AbortedTxn
 
-INT32_MAX = 2**31 - 1
 DEFAULT_MAX_MESSAGE_SIZE = 5 * 1024 * 1024
 EXIT_ERROR = 1
 RECORD_INDENT = "|"
@@ -99,7 +101,7 @@ class DumpError(Exception):
 
 
 def _decode_string(data: bytes):
-    return data.decode("utf-8", "replace")
+    return java_utf8(data)  # Java's new String(bytes, UTF_8): one U+FFFD per malformed sequence, as Java counts
 
 
 def _decode_int(size: int, name: str) -> Callable[[bytes], int]:
@@ -236,6 +238,11 @@ class Dumper:
         self.time_out_of_order: dict[str, list[tuple[int, int]]] = {}
         self.time_not_found: dict[str, list[tuple[int, int]]] = {}
         self.non_consecutive: dict[str, list[tuple[int, int]]] = {}
+        # Files whose content is damaged (bytes that are no batch, a batch whose CRC fails, a snapshot that does
+        # not parse, an index that disagrees with its log): the dump still prints what Kafka's tool prints, then
+        # exits with status 1, whatever the kind of file. (Non-consecutive offsets are no damage: compaction.)
+        self.corrupt: dict[str, str] = {}
+        self.current = ""
 
     # ----- output helpers
     def line(self, text: str = "") -> None:
@@ -254,6 +261,7 @@ class Dumper:
     # ----- dispatch
     def dump(self, path: str) -> None:
         name = os.path.basename(path)
+        self.current = path
         if self.json:
             self.emit({"type": "file", "path": path})
         else:
@@ -371,6 +379,7 @@ class Dumper:
                     self.emit({"type": "invalidBytes", "file": name, "count": trailing})
                 else:
                     self.line(f"Found {trailing} invalid bytes at the end of {name}")
+                self.corrupt.setdefault(path, f"{trailing} invalid bytes at the end")
         finally:
             records.close_handlers()
 
@@ -495,6 +504,8 @@ class Dumper:
     def _print_batch(self, batch: RecordBatch | LegacyBatch, position: int) -> None:
         codec = batch.compression
         valid = batch.is_valid()
+        if not valid:
+            self.corrupt.setdefault(self.current, f"a batch at position {position} fails its CRC check")
         if self.json:
             obj = {"type": "batch"}
             if batch.magic >= 2:
@@ -691,6 +702,7 @@ class Dumper:
             entries = read_snapshot(path)
         except CorruptSnapshotError as e:
             self.err.write(e.reason + "\n")
+            self.corrupt.setdefault(path, "not a readable producer snapshot")
             return
         for entry in entries:
             meta = entry.batch_metadata[0] if entry.batch_metadata else None
@@ -757,6 +769,22 @@ class Dumper:
                         f"lastOffset: {txn.last_offset} lastStableOffset: {txn.last_stable_offset}"
                     )
                 position += ABORTED_TXN_SIZE
+
+    def damaged(self) -> dict[str, str]:
+        """Every damaged file with why: the files marked while dumping, and those the reports name (an index
+        or time index that disagrees with its log)."""
+        found = dict(self.corrupt)
+        for what, table in (
+            ("index entries that do not match the log", self.index_mismatches),
+            ("time index timestamps that do not match the log", self.time_mismatches),
+            ("time index timestamps out of order", self.time_out_of_order),
+        ):
+            for file in table:
+                found.setdefault(file, what)
+        if self.time_not_found:
+            for file in self.time_not_found:
+                found.setdefault(file, "time index offsets not found in the log")
+        return found
 
     # ----- reports (Kafka prints them to stderr once every file is dumped)
     def print_reports(self) -> None:
@@ -948,6 +976,10 @@ def dump_command(**opts) -> None:
             dumper.dump(path)
         dumper.print_reports()
         out.flush()
+        damaged = dumper.damaged()
+        if damaged:
+            what = "; ".join(f"{file}: {why}" for file, why in damaged.items())
+            raise DumpError(f"{len(damaged)} damaged file{'s' if len(damaged) > 1 else ''}: {what}")
     except BrokenPipeError:  # e.g. piped into head: stop quietly, as a Unix filter does
         with contextlib.suppress(OSError, ValueError, AttributeError):
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

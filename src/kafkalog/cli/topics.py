@@ -14,16 +14,20 @@ from .common import log_dir_or_broker_options, online_or_offline, open_manager, 
 DEFAULT_PARTITIONS = 1  # offline; a broker applies its num.partitions
 
 
+ACTIONS = ("create", "list", "describe", "alter", "delete")
+# Kafka's Topic.isInternal (clients/.../common/internals/Topic.java): what --exclude-internal leaves out.
+KAFKA_INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
+METADATA_TOPIC = "__cluster_metadata"
+
+
 @click.command("topics")
 @log_dir_or_broker_options
-@click.option("--create", "action", flag_value="create", help="Create a topic.")
-@click.option("--list", "action", flag_value="list", help="List the topics.")
-@click.option("--describe", "action", flag_value="describe", help="Describe topics and their partitions.")
-@click.option(
-    "--alter", "action", flag_value="alter", help="Change a topic's config overrides, or grow it (--partitions)."
-)
-@click.option("--delete", "action", flag_value="delete", help="Delete a topic.")
-@click.option("--topic", help="The topic (for --describe, all topics when left out).")
+@click.option("--create", is_flag=True, help="Create a topic.")
+@click.option("--list", "list_", is_flag=True, help="List the topics.")
+@click.option("--describe", is_flag=True, help="Describe topics and their partitions.")
+@click.option("--alter", is_flag=True, help="Change a topic's config overrides, or grow it (--partitions).")
+@click.option("--delete", is_flag=True, help="Delete a topic.")
+@click.option("--topic", help="The topic (for --list and --describe, all topics when left out).")
 @click.option(
     "--partitions",
     type=click.IntRange(min=1),
@@ -33,7 +37,7 @@ DEFAULT_PARTITIONS = 1  # offline; a broker applies its num.partitions
 )
 @click.option(
     "--replication-factor",
-    type=click.IntRange(min=1),
+    type=click.IntRange(min=1, max=32767),
     default=None,
     help="Replicas of each partition of a new topic (a log dir holds one replica: 1 offline).",
 )
@@ -45,55 +49,112 @@ DEFAULT_PARTITIONS = 1  # offline; a broker applies its num.partitions
     "broker server.properties.",
 )
 @click.option("--delete-config", "delete_configs", multiple=True, help="A topic config override to remove (--alter).")
+@click.option(
+    "--if-exists",
+    is_flag=True,
+    help="With --alter, --delete or --describe: do nothing when the topic is absent.",
+)
+@click.option("--if-not-exists", is_flag=True, help="With --create: do nothing if the topic exists already.")
+@click.option(
+    "--topics-with-overrides",
+    is_flag=True,
+    help="With --describe: only the topics that have config overrides, their summary line only.",
+)
+@click.option(
+    "--exclude-internal",
+    is_flag=True,
+    help="With --list or --describe: leave out Kafka's internal topics (__consumer_offsets, __transaction_state).",
+)
 def topics_command(
     log_dirs: tuple[Path, ...],
     bootstrap_server: str | None,
     command_config: Path | None,
-    action: str | None,
+    create: bool,
+    list_: bool,
+    describe: bool,
+    alter: bool,
+    delete: bool,
     topic: str | None,
     partitions: int | None,
     replication_factor: int | None,
     configs: tuple[str, ...],
     delete_configs: tuple[str, ...],
+    if_exists: bool,
+    if_not_exists: bool,
+    topics_with_overrides: bool,
+    exclude_internal: bool,
 ) -> None:
     """Create, list, describe, alter or delete topics in log dirs (--log-dir) or on a running broker
-    (--bootstrap-server), with kafka-topics.sh's conventions."""
-    online = online_or_offline(log_dirs, bootstrap_server, command_config)
-    if action is None:
+    (--bootstrap-server), with kafka-topics.sh's conventions (TopicCommand.java: its options, its checks, its
+    messages)."""
+    chosen = [name for name, on in zip(ACTIONS, (create, list_, describe, alter, delete), strict=True) if on]
+    if len(chosen) != 1:  # TopicCommandOptions.checkArgs
         raise click.UsageError(
             "Command must include exactly one action: --list, --describe, --create, --alter or --delete"
         )
+    action = chosen[0]
+    online = online_or_offline(log_dirs, bootstrap_server, command_config)
     overrides, broker_files = _split_configs(configs)
     if action in ("create", "alter", "delete") and not topic:
         raise click.UsageError(f"--topic is required with --{action}")
-    if replication_factor is not None and action != "create":
-        raise click.UsageError("--replication-factor is only valid with --create")
-    if partitions is not None and action not in ("create", "alter"):
-        raise click.UsageError("--partitions is only valid with --create or --alter")
+    _check_option_actions(
+        action,
+        {
+            "--replication-factor": (replication_factor is not None, ("create",)),
+            "--partitions": (partitions is not None, ("create", "alter")),
+            "--if-exists": (if_exists, ("alter", "delete", "describe")),
+            "--if-not-exists": (if_not_exists, ("create",)),
+            "--topics-with-overrides": (topics_with_overrides, ("describe",)),
+            "--exclude-internal": (exclude_internal, ("list", "describe")),
+            "--delete-config": (bool(delete_configs), ("alter",)),
+        },
+    )
     if online:
         if broker_files:
             raise click.UsageError("--config takes k=v with --bootstrap-server (a properties file is for --log-dir)")
-        from .online import topics_online
+        from .online import TopicsOptions, topics_online
 
         assert bootstrap_server is not None
         topics_online(
-            bootstrap_server, command_config, action, topic, partitions, replication_factor, overrides, delete_configs
+            bootstrap_server,
+            command_config,
+            action,
+            topic,
+            partitions,
+            replication_factor,
+            overrides,
+            delete_configs,
+            TopicsOptions(if_exists, if_not_exists, topics_with_overrides, exclude_internal),
         )
         return
     if replication_factor not in (None, 1):
         raise click.UsageError(f"--replication-factor {replication_factor}: a log dir holds one replica (use 1)")
     if action in ("list", "describe"):
-        _show(log_dirs, action, topic)
+        _show(log_dirs, action, topic, if_exists, topics_with_overrides, exclude_internal)
         return
+    if action == "create":
+        _refuse_internal(topic)
+        _create_missing_log_dirs(log_dirs)
     manager = open_manager(log_dirs, broker_files[0] if broker_files else None)
     try:
+        assert topic is not None
+        exists = topic in manager.topics()
         if action == "create":
+            if exists and if_not_exists:
+                return  # TopicCommand: a TopicExistsException with --if-not-exists is not an error
             manager.create_topic(topic, partitions or DEFAULT_PARTITIONS, overrides)
             click.echo(f"Created topic {topic}.")
-        elif action == "alter":
-            updates = {**overrides, **{key: None for key in delete_configs}}
+            return
+        if not exists:
+            if if_exists:
+                return
+            raise click.ClickException(f"Topic '{topic}' does not exist as expected")  # TopicCommand's message
+        if action == "alter":
+            updates: dict[str, str | None] = {**overrides, **{key: None for key in delete_configs}}
             if not updates and partitions is None:
                 raise click.UsageError("--alter needs --partitions N, --config k=v or --delete-config k")
+            current = manager.describe_topic(topic).config_overrides
+            _check_deletions(delete_configs, current)
             if partitions is not None:
                 manager.create_partitions(topic, partitions)
                 click.echo(f"Topic {topic} now has {partitions} partitions.")
@@ -107,6 +168,52 @@ def topics_command(
         manager.shutdown()
 
 
+def _check_option_actions(action: str, options: dict[str, tuple[bool, tuple[str, ...]]]) -> None:
+    """TopicCommandOptions.checkInvalidArgs: an option given with an action it does not apply to is a usage
+    error in CommandLineUtils.checkInvalidArgs' words (``Option "[partitions]" can't be used with option
+    "[list]"``), followed by the actions it applies to."""
+    for name, (given, valid) in options.items():
+        if given and action not in valid:
+            allowed = " or ".join(f"--{a}" for a in valid)
+            raise click.UsageError(
+                f'Option "[{name[2:]}]" can\'t be used with option "[{action}]" (it applies to {allowed})'
+            )
+
+
+def _check_deletions(delete_configs: tuple[str, ...], current: dict[str, str]) -> None:
+    """ConfigCommand.alterResourceConfig: deleting a config the topic does not override fails the whole command
+    (nothing is changed) with ``Invalid config(s): a,b``."""
+    invalid = [key for key in delete_configs if key not in current]
+    if invalid:
+        raise click.ClickException(f"Invalid config(s): {','.join(invalid)}")
+
+
+def _refuse_internal(topic: str | None) -> None:
+    """Kafka's internal topics are not created by hand offline: the group and transaction coordinators create
+    ``__consumer_offsets`` and ``__transaction_state`` on first use (offsets.topic.num.partitions /
+    transaction.state.log.num.partitions partitions, compacted), and a broker refuses to create
+    ``__cluster_metadata`` (KafkaApis, ControllerApis: "Creation of internal topic __cluster_metadata is
+    prohibited.")."""
+    if topic == METADATA_TOPIC:
+        raise click.ClickException(f"Creation of internal topic {METADATA_TOPIC} is prohibited.")
+    if topic in KAFKA_INTERNAL_TOPICS:
+        raise click.ClickException(
+            f"Topic '{topic}' is internal: its coordinator creates it on first use (with its partition count and "
+            "cleanup.policy=compact); it is not created with topics --create"
+        )
+
+
+def _create_missing_log_dirs(log_dirs: tuple[Path, ...]) -> None:
+    """A broker creates each missing log.dirs entry when it starts (LogManager.createAndValidateLogDirs), so
+    ``topics --create``, the one command that starts a log dir from nothing, does too; it says so on stderr.
+    A path that exists but is not a directory is refused. Reading commands never create a dir."""
+    for directory in log_dirs:
+        if directory.exists():
+            continue
+        directory.mkdir(parents=True)
+        click.echo(f"Created log dir {directory}", err=True)
+
+
 def _split_configs(configs: tuple[str, ...]) -> tuple[dict[str, str], list[Path]]:
     files = [Path(c) for c in configs if "=" not in c]
     for path in files:
@@ -116,27 +223,46 @@ def _split_configs(configs: tuple[str, ...]) -> tuple[dict[str, str], list[Path]
     return parse_key_values(tuple(c for c in configs if "=" in c), "--config"), files
 
 
-def _show(log_dirs: tuple[Path, ...], action: str, topic: str | None) -> None:
+def _show(
+    log_dirs: tuple[Path, ...],
+    action: str,
+    topic: str | None,
+    if_exists: bool = False,
+    with_overrides: bool = False,
+    exclude_internal: bool = False,
+) -> None:
     """--list and --describe, on the read-only view of the log dirs: no lock taken, nothing written."""
     view = open_readonly(log_dirs)
+    names = [n for n in view.topics() if not (exclude_internal and n in KAFKA_INTERNAL_TOPICS)]
+    if topic:
+        names = [n for n in names if n == topic]
+        if not names and not if_exists and action == "describe":
+            raise click.ClickException(f"Topic '{topic}' does not exist as expected")  # TopicCommand's message
     if action == "list":
-        for name in view.topics():
+        for name in names:
             click.echo(name)
         return
-    for name in [topic] if topic else view.topics():
+    for name in names:
+        if with_overrides:
+            if view.config_overrides(name):
+                _describe(view, name, partitions=False)
+            continue
         _describe(view, name)
 
 
-def _describe(view: ReadOnlyLogDir, name: str) -> None:
+def _describe(view: ReadOnlyLogDir, name: str, partitions: bool = True) -> None:
     """kafka-topics --describe's lines, with the storage facts a log dir has. A high watermark derived from
-    the log end because the replication-offset-checkpoint lags it is followed by why."""
-    partitions = view.partitions_of(name)
+    the log end because the replication-offset-checkpoint lags it is followed by why. Without ``partitions``
+    only the topic's summary line (--topics-with-overrides)."""
+    parts = view.partitions_of(name)
     configs = ",".join(f"{k}={v}" for k, v in sorted(view.config_overrides(name).items()))
     click.echo(
-        f"Topic: {name}\tTopicId: {view.topic_id(name)}\tPartitionCount: {len(partitions)}\t"
+        f"Topic: {name}\tTopicId: {view.topic_id(name)}\tPartitionCount: {len(parts)}\t"
         f"ReplicationFactor: 1\tConfigs: {configs}"
     )
-    for p in partitions:
+    if not partitions:
+        return
+    for p in parts:
         note = p.high_watermark_note
         hw = f"{p.high_watermark} ({note})" if note is not None and p.checkpointed_high_watermark is not None else ""
         click.echo(

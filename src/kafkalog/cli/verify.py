@@ -33,6 +33,21 @@ from pathlib import Path
 import click
 
 from ..errors import CorruptRecordError, CorruptSnapshotError, KafkaLogError
+from ..layout import (
+    CLEAN_SHUTDOWN_FILE,
+    CLEANED_SUFFIX,
+    DELETED_SUFFIX,
+    INDEX_SUFFIX,
+    INT32_MAX,
+    LEADER_EPOCH_CHECKPOINT,
+    LOG_SUFFIX,
+    ROOT_CHECKPOINTS,
+    SNAPSHOT_SUFFIX,
+    SWAP_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
+    parse_partition_dir,
+)
 from ..partition.readonly import log_dir_problem
 from ..storage.checkpoints import (
     CheckpointError,
@@ -41,33 +56,13 @@ from ..storage.checkpoints import (
     OffsetFormatter,
 )
 from ..storage.file_records import FileRecords
-from ..storage.files import (
-    CLEANED_SUFFIX,
-    DELETED_SUFFIX,
-    INDEX_SUFFIX,
-    LOG_SUFFIX,
-    SNAPSHOT_SUFFIX,
-    SWAP_SUFFIX,
-    TIME_INDEX_SUFFIX,
-    TXN_INDEX_SUFFIX,
-    parse_partition_dir,
-)
 from ..storage.index import OffsetIndex, TimeIndex
 from ..storage.producer_state import read_snapshot
 from ..storage.txn_index import ABORTED_TXN_SIZE, AbortedTxn
 from . import EXIT_ERROR
 
-INT32_MAX = (1 << 31) - 1
 DEFAULT_INDEX_INTERVAL = 4096
 DEFAULT_SEGMENT_INDEX_BYTES = 10 * 1024 * 1024
-CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
-ROOT_CHECKPOINTS = (
-    "recovery-point-offset-checkpoint",
-    "log-start-offset-checkpoint",
-    "replication-offset-checkpoint",
-    "cleaner-offset-checkpoint",
-)
-LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
 PROGRESS_MIN_BYTES = 64 * 1024 * 1024  # show a progress bar only for scans at least this large
 _PROGRESS_STEP = 1 << 20
 
@@ -1071,7 +1066,7 @@ def verify_command(path: Path, compacted: bool, partial: bool, index_interval_by
     .txnindex files, producer snapshots, partial tails, and the root checkpoints.
     """
     if not is_partition_dir(path) and (problem := log_dir_problem(path)) is not None:
-        raise click.UsageError(f"{problem}; verify takes a log dir or a partition directory")
+        raise click.ClickException(f"{problem}; verify takes a log dir or a partition directory")
     options = ScanOptions(index_interval_bytes=index_interval_bytes, compacted=compacted, partial=partial)
     result = _with_progress(path, lambda o: verify_path(path, o), options)
     _print_result(result)
@@ -1144,7 +1139,7 @@ def recover_command(partition_dir: Path, dry_run: bool, index_interval_bytes: in
     This is what a broker does after an unclean shutdown with a recovery point of 0. Stop the broker first.
     """
     if not is_partition_dir(partition_dir):
-        raise click.UsageError(f"{partition_dir} is not a partition directory (no segment files)")
+        raise click.ClickException(f"{partition_dir} is not a partition directory (no segment files)")
     options = ScanOptions(index_interval_bytes=index_interval_bytes)
     before = scan_partition(partition_dir, options)
     click.echo(

@@ -8,13 +8,14 @@ import heapq
 from collections.abc import Iterable
 
 from ..errors import KafkaLogError
+from ..layout import TXN_INDEX_SUFFIX
 from ..storage.txn_index import ABORTED_TXN_SIZE, AbortedTxn
 from .segment_files import segment_path
 
 
 def read_txn_index(directory: str, base: int) -> list[AbortedTxn]:
     """The aborted transactions in a segment's ``.txnindex``, read-only (absent file: none; partial tail ignored)."""
-    path = segment_path(directory, base, ".txnindex")
+    path = segment_path(directory, base, TXN_INDEX_SUFFIX)
     try:
         with open(path, "rb") as f:
             data = f.read()

@@ -26,7 +26,6 @@ from ..errors import (
 )
 from ..record.types import Record
 from ..storage.leader_epoch import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
-from ..storage.producer_state import ProducerStateEntry
 from ..storage.log import (
     DEFAULT_FETCH_BYTES,
     EARLIEST_LOCAL_TIMESTAMP,
@@ -35,6 +34,7 @@ from ..storage.log import (
     Log,
     consumer_records,
 )
+from ..storage.producer_state import ProducerStateEntry
 from ..storage.segment import FetchDataInfo, TimestampAndOffset
 from ..storage.txn_index import AbortedTxn
 from ..storage.validator import CLIENT, LogAppendInfo

@@ -19,18 +19,25 @@ from pathlib import Path
 import pyarrow as pa
 
 from ..errors import KafkaLogError, KafkaStorageError, OffsetOutOfRangeError, UnknownTopicOrPartitionError
+from ..layout import (
+    CLEAN_SHUTDOWN_FILE,
+    LOG_DIR_ROOT_FILES,
+    LOG_START_OFFSET_CHECKPOINT,
+    LOG_SUFFIX,
+    METADATA_PARTITION_DIR,
+    METADATA_TOPIC,
+    PARTITION_DIR_NAME,
+    REPLICATION_OFFSET_CHECKPOINT,
+    SEGMENT_FILE,
+)
 from ..logdir import PartitionMetadataFile, TopicConfigStore
-from ..storage.cluster_metadata import METADATA_PARTITION_DIR, ClusterMetadataImage, load_cluster_metadata
+from ..storage.cluster_metadata import ClusterMetadataImage, load_cluster_metadata
 from ..topic_origins import resolve_topic
 from .aborted import AbortedFilter, collect_aborted_txns, read_txn_index
 from .read_path import ReadRun, last_stable_offset, path_batches, read_path, read_range, runs_from
 from .segment_files import (
     INTERNAL_TOPICS,
-    LOG_START_OFFSET_CHECKPOINT,
-    PARTITION_DIR_NAME,
-    REPLICATION_OFFSET_CHECKPOINT,
     RUN_BYTES,
-    SEGMENT_FILE,
     CheckpointedOffsets,
     PartitionDir,
     PartitionOffsets,
@@ -64,9 +71,7 @@ __all__ = [
     "EARLIEST_TIMESTAMP",
     "INTERNAL_TOPICS",
     "LATEST_TIMESTAMP",
-    "LOG_START_OFFSET_CHECKPOINT",
     "MAX_TIMESTAMP",
-    "REPLICATION_OFFSET_CHECKPOINT",
     "RUN_BYTES",
     "SPECIAL_TIMESTAMPS",
     "AbortedFilter",
@@ -105,21 +110,6 @@ __all__ = [
 
 # ----- the read-only view of log dirs -----------------------------------------------------------------------
 
-META_PROPERTIES = "meta.properties"
-RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
-CLEANER_OFFSET_CHECKPOINT = "cleaner-offset-checkpoint"
-CLEAN_SHUTDOWN_MARKER = ".kafka_cleanshutdown"
-KAFKALOG_TOPICS_FILE = "kafkalog-topics.json"
-METADATA_TOPIC = "__cluster_metadata"
-# The files a Kafka broker (or kafkalog) keeps at the root of every log dir it has started on.
-LOG_DIR_ROOT_FILES = (
-    META_PROPERTIES,
-    RECOVERY_POINT_CHECKPOINT,
-    LOG_START_OFFSET_CHECKPOINT,
-    REPLICATION_OFFSET_CHECKPOINT,
-    CLEANER_OFFSET_CHECKPOINT,
-    KAFKALOG_TOPICS_FILE,
-)
 ISOLATION_LEVELS = ("read_uncommitted", "read_committed")
 
 
@@ -269,7 +259,7 @@ class ReadOnlyPartition:
         total = 0
         for base in self.segment_bases():
             with contextlib.suppress(FileNotFoundError):
-                total += os.stat(segment_path(self.directory, base, ".log")).st_size
+                total += os.stat(segment_path(self.directory, base, LOG_SUFFIX)).st_size
         return total
 
     @property
@@ -348,7 +338,7 @@ class ReadOnlyLogDir:
     @property
     def clean_shutdown(self) -> bool:
         """Whether every log dir holds Kafka's clean-shutdown marker (the broker stopped cleanly)."""
-        return all(os.path.exists(os.path.join(d, CLEAN_SHUTDOWN_MARKER)) for d in self.log_dirs)
+        return all(os.path.exists(os.path.join(d, CLEAN_SHUTDOWN_FILE)) for d in self.log_dirs)
 
     def topics(self) -> list[str]:
         """The topics with a partition directory, sorted (the KRaft metadata topic left out, as Kafka does)."""

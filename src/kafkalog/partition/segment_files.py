@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import bisect
 import os
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,15 +23,20 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import CorruptRecordError, KafkaStorageError
+from ..layout import (
+    INDEX_SUFFIX,
+    LOG_START_OFFSET_CHECKPOINT,
+    LOG_SUFFIX,
+    PARTITION_DIR_NAME,
+    REPLICATION_OFFSET_CHECKPOINT,
+    SEGMENT_FILE,
+    filename_prefix,
+)
 from ..storage.checkpoints import CheckpointError, OffsetCheckpointFile
 from ..storage.file_records import FileRecords
 
-LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
-REPLICATION_OFFSET_CHECKPOINT = "replication-offset-checkpoint"
 # Topics a Kafka admin client leaves out of listTopics(), so subscribePattern never matches them.
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__cluster_metadata"})
-SEGMENT_FILE = re.compile(r"^(\d{20,})\.log$")
-PARTITION_DIR_NAME = re.compile(r"^(.+)-(\d+)$")
 RUN_BYTES = 8 * 1024 * 1024  # batch bytes decoded per columnar call while reading
 
 
@@ -95,7 +99,7 @@ def segment_bases(directory: str) -> list[int]:
 
 
 def segment_path(directory: str, base: int, suffix: str) -> str:
-    return os.path.join(directory, f"{base:020d}{suffix}")
+    return os.path.join(directory, filename_prefix(base) + suffix)
 
 
 def read_checkpoint(log_dir: str, name: str) -> dict[tuple[str, int], int]:
@@ -155,7 +159,7 @@ def index_entries(directory: str, base: int) -> tuple[np.ndarray, np.ndarray]:
     order).
     """
     empty = np.empty(0, np.int64)
-    used = read_used_entries(segment_path(directory, base, ".index"), 8)
+    used = read_used_entries(segment_path(directory, base, INDEX_SUFFIX), 8)
     if not used:
         return empty, empty
     raw = np.frombuffer(used, dtype=">i4").astype(np.int64).reshape(-1, 2)
@@ -176,7 +180,7 @@ def start_position(directory: str, base: int, target: int) -> int:
 
 def open_segment(directory: str, base: int) -> FileRecords | None:
     """The segment's records file opened read-only, or None when it is gone (deleted under us)."""
-    path = segment_path(directory, base, ".log")
+    path = segment_path(directory, base, LOG_SUFFIX)
     try:
         return FileRecords.open(Path(path), file_already_exists=True, mutable=False)
     except KafkaStorageError:
@@ -314,7 +318,7 @@ def segment_last_offset(directory: str, base: int) -> int | None:
     Found from the last ``.index`` entry and a scan of the batch headers after it, and remembered while the
     file's size and mtime stay the same (a closed segment does not change), so planning a read path over
     many segments reads each one's tail once."""
-    path = segment_path(directory, base, ".log")
+    path = segment_path(directory, base, LOG_SUFFIX)
     try:
         st = os.stat(path)
     except FileNotFoundError:

@@ -11,6 +11,7 @@ import os
 import numpy as np
 import pyarrow as pa
 
+from ..layout import LOG_SUFFIX, TIME_INDEX_SUFFIX
 from .read_path import decode_run
 from .segment_files import (
     complete_headers,
@@ -35,7 +36,7 @@ def time_index_entries(directory: str, base: int) -> tuple[np.ndarray, np.ndarra
     zero-filled preallocated tail of an active segment's time index; an all-zero first slot is that tail.
     """
     empty = np.empty(0, np.int64)
-    used = read_used_entries(segment_path(directory, base, ".timeindex"), _TIME_ENTRY.itemsize)
+    used = read_used_entries(segment_path(directory, base, TIME_INDEX_SUFFIX), _TIME_ENTRY.itemsize)
     if not used:
         return empty, empty
     raw = np.frombuffer(used, dtype=_TIME_ENTRY)
@@ -98,7 +99,7 @@ def _largest_timestamp(directory: str, base: int, active: bool) -> int:
     if ts >= 0:
         return ts
     try:
-        return int(os.stat(segment_path(directory, base, ".log")).st_mtime * 1000)
+        return int(os.stat(segment_path(directory, base, LOG_SUFFIX)).st_mtime * 1000)
     except FileNotFoundError:
         return -1
 

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, cast
 
 from ..errors import InvalidRecordError, KafkaLogError
+from ..layout import INT32_MAX
 from . import compression
 from .checksums import crc32c
 from .types import (
@@ -43,7 +44,6 @@ TRANSACTIONAL_MASK = 0x10
 CONTROL_MASK = 0x20
 DELETE_HORIZON_MASK = 0x40
 
-INT32_MAX = 0x7FFFFFFF
 
 # baseOffset, batchLength, partitionLeaderEpoch, magic, crc, attributes, lastOffsetDelta,
 # baseTimestamp, maxTimestamp, producerId, producerEpoch, baseSequence, recordsCount

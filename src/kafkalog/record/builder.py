@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..errors import InvalidRecordError, InvalidTimestampError
+from ..layout import INT32_MAX
 from . import _kernels
 from . import compression as _codecs
 from .batch import (
@@ -40,7 +41,6 @@ from .types import (
 )
 from .varint import encode_varint, encode_varlong, size_of_varint
 
-_INT32_MIN, _INT32_MAX = -(1 << 31), (1 << 31) - 1
 _RECORD_BOUND = MAX_RECORD_OVERHEAD + 3 * 5  # + key length, value length and header count varints
 _BYTES_TYPES = (bytes, bytearray, memoryview)
 _PREFIX_STRUCT = struct.Struct(">qiibI")  # baseOffset, batchLength, partitionLeaderEpoch, magic, crc
@@ -150,7 +150,7 @@ class RecordBatchBuilder:
             )
         if offset < self.base_offset:
             raise InvalidRecordError(f"Illegal offset {offset}: below the base offset {self.base_offset}")
-        if offset - self.base_offset > _INT32_MAX:
+        if offset - self.base_offset > INT32_MAX:
             raise InvalidRecordError(f"Offset {offset} is more than 2^31-1 past the base offset {self.base_offset}")
         if self._offsets is None:
             self._offsets = list(range(self.base_offset, self.base_offset + n))

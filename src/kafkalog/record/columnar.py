@@ -15,6 +15,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..errors import InvalidRecordError, RecordTooLargeError
+from ..layout import INT32_MAX
 from . import _kernels
 from . import compression as codecs
 from .batch import RecordBatch
@@ -225,7 +226,7 @@ def _binary_array(arena: np.ndarray, starts: np.ndarray, lengths: np.ndarray, ty
     total = int(offsets[-1])
     data = np.empty(total, dtype=np.uint8)
     _kernels.gather(arena, starts, lengths, offsets, data)
-    if total >= 1 << 31:
+    if total > INT32_MAX:
         raise RecordTooLargeError(
             f"Decoded fields total {total} bytes, beyond one Arrow binary array (2 GiB); decode fewer batches at once"
         )

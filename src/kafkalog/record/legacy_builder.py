@@ -9,12 +9,12 @@ import struct
 from collections.abc import Sequence
 
 from ..errors import UnsupportedCompressionTypeError
+from ..layout import INT32_MAX
 from . import compression
 from .checksums import crc32, xxhash32
 from .legacy import TIMESTAMP_TYPE_MASK
 from .types import NO_TIMESTAMP, BytesLike, TimestampType
 
-INT32_MAX = (1 << 31) - 1
 _PREFIX = struct.Struct(">qiI")  # offset, size, crc
 _NULL = struct.pack(">i", -1)
 

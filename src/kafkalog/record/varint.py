@@ -7,6 +7,7 @@ The whole-batch paths in ``columnar`` and ``builder`` implement the same rules v
 from __future__ import annotations
 
 from ..errors import InvalidRecordError
+from ..layout import INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN
 from .types import BytesLike
 
 _MASK32 = 0xFFFFFFFF
@@ -50,14 +51,14 @@ def _encode_unsigned64(value: int) -> bytes:
 
 def encode_varint(value: int) -> bytes:
     """Encode a signed int32 as a zigzag varint (1..5 bytes)."""
-    if not -(1 << 31) <= value < (1 << 31):
+    if not INT32_MIN <= value <= INT32_MAX:
         raise ValueError(f"varint value {value} does not fit in an int32")
     return _encode_unsigned64(zigzag32(value))
 
 
 def encode_varlong(value: int) -> bytes:
     """Encode a signed int64 as a zigzag varlong (1..10 bytes)."""
-    if not -(1 << 63) <= value < (1 << 63):
+    if not INT64_MIN <= value <= INT64_MAX:
         raise ValueError(f"varlong value {value} does not fit in an int64")
     return _encode_unsigned64(zigzag64(value))
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from ..layout import CLEANER_OFFSET_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT, REPLICATION_OFFSET_CHECKPOINT
 from ..logdir import TopicConfigStore
 from ..partition import readonly as logfiles
 from ..record.batch import HEADER_SIZE_UP_TO_MAGIC
@@ -23,7 +24,6 @@ from ..record.scan import batch_size_at
 from ..storage.config import LogConfig
 
 EXPORT_STATE_FILE = "_kafkalog_offsets.json"
-CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
 
 
 # ----- export ------------------------------------------------------------------------------------------
@@ -49,9 +49,9 @@ def _latest_offsets(log_dirs: list[str], topic: str) -> dict[int, tuple[int, int
         raise ValueError(f"Topic '{topic}' has no partition in {', '.join(log_dirs)}")
     out = {}
     for (_, partition), part in sorted(found.items()):
-        starts = logfiles.read_checkpoint(part.log_dir, "log-start-offset-checkpoint")
-        hws = logfiles.read_checkpoint(part.log_dir, "replication-offset-checkpoint")
-        mtime = logfiles.checkpoint_mtime_ns(part.log_dir, "replication-offset-checkpoint")
+        starts = logfiles.read_checkpoint(part.log_dir, LOG_START_OFFSET_CHECKPOINT)
+        hws = logfiles.read_checkpoint(part.log_dir, REPLICATION_OFFSET_CHECKPOINT)
+        mtime = logfiles.checkpoint_mtime_ns(part.log_dir, REPLICATION_OFFSET_CHECKPOINT)
         offsets = logfiles.partition_offsets(part, starts, hws, mtime)
         out[partition] = (offsets.log_start, offsets.latest)
     return out
@@ -355,7 +355,7 @@ def _partition_reports(rows, parts, configs: dict[str, dict], now: int) -> list[
         config = LogConfig(configs.get(key[0], {}))
         part = parts[key]
         doomed = _retention_doomed(segs, config, now)
-        checkpoint = logfiles.read_checkpoint(part.log_dir, CLEANER_CHECKPOINT).get(key)
+        checkpoint = logfiles.read_checkpoint(part.log_dir, CLEANER_OFFSET_CHECKPOINT).get(key)
         reports.append(
             PartitionReport(
                 topic=key[0],

@@ -138,7 +138,15 @@ from ..errors import (
     KafkaStorageError,
     UnknownTopicOrPartitionError,
 )
-from ..logdir import LOCK_FILE, CleanShutdownFile, TopicConfigStore
+from ..layout import (
+    INT32_MAX,
+    LOCK_FILE,
+    LOG_START_OFFSET_CHECKPOINT,
+    RECOVERY_POINT_CHECKPOINT,
+    REPLICATION_OFFSET_CHECKPOINT,
+    WRITE_LOCK_FILE,
+)
+from ..logdir import CleanShutdownFile, TopicConfigStore
 from ..partition import Partition
 from ..record.builder import _binary_columns, assemble_batch, encode_record_columns, encode_records_fast
 from ..record.compression import codec_id, codec_name
@@ -152,17 +160,12 @@ from .source import log_dir_paths
 log = logging.getLogger(__name__)
 
 FORMAT_NAME = "kafkalog"
-WRITE_LOCK_FILE = ".kafkalog-write.lock"  # in a partition dir: appends; in a log dir: its root checkpoints
-RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
-REPLICATION_OFFSET_CHECKPOINT = "replication-offset-checkpoint"
-LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
 
 DEFAULT_BATCH_SIZE = 16384  # Kafka producer's batch.size
 DEFAULT_BUFFER_MEMORY = 32 * 1024 * 1024  # Kafka producer's buffer.memory
 DEFAULT_MAX_BLOCK_MS = 60_000  # Kafka producer's max.block.ms
 EPOCHS_PER_PRODUCER_ID = 32767  # producer epochs 0..32766 per derived producer id
 PRODUCER_ID_BIT = 1 << 62  # derived producer ids: bit 62 set, 62 hash bits below
-INT32_MAX = (1 << 31) - 1
 NEVER_EXPIRE_MS = 1 << 62
 # A record's framing at its widest (length, attributes, timestamp and offset deltas, key and value lengths,
 # header count): sizes are estimated from above so a batch never outgrows batch.size or max.message.bytes.
@@ -467,7 +470,7 @@ class TopicCatalog:
         if not dirs:
             raise UnknownTopicOrPartitionError(
                 f"Topic {name} not present in the log dirs {where}. The kafkalog sink does not create topics: "
-                "create it first (kafkalog topics create, or LogManager.create_topic)"
+                "create it first (kafkalog topics --log-dir DIR --create --topic NAME, or LogManager.create_topic)"
             )
         count = state.partitions if state is not None else max(dirs) + 1
         missing = [p for p in range(count) if p not in dirs]

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Generic, NamedTuple, Protocol, TypeVar
 
 from ..errors import KafkaLogError
+from ..layout import INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, LEADER_EPOCH_CHECKPOINT
 from .fileio import file_io
 from .files import fsync_dir
 
@@ -38,8 +39,6 @@ def _path_lock(path: Path) -> threading.Lock:
 
 T = TypeVar("T")
 
-INT_MIN, INT_MAX = -(2**31), 2**31 - 1
-LONG_MIN, LONG_MAX = -(2**63), 2**63 - 1
 
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")  # BufferedReader.readLine's terminators
 _WHITESPACES = re.compile(r"[ \t\n\x0b\f\r]+")  # Java's \s+
@@ -62,7 +61,7 @@ class EntryFormatter(Protocol[T]):
         ...
 
 
-def parse_java_int(text: str, lo: int = INT_MIN, hi: int = INT_MAX) -> int | None:
+def parse_java_int(text: str, lo: int = INT32_MIN, hi: int = INT32_MAX) -> int | None:
     """Integer.parseInt / Long.parseLong: an optional sign and ASCII digits, in range; no whitespace. Else None."""
     if not _JAVA_INT.fullmatch(text):
         return None
@@ -194,7 +193,7 @@ class OffsetFormatter:
         parts = split_whitespace(line)
         if len(parts) != 3:
             return None
-        partition, offset = parse_java_int(parts[1]), parse_java_int(parts[2], LONG_MIN, LONG_MAX)
+        partition, offset = parse_java_int(parts[1]), parse_java_int(parts[2], INT64_MIN, INT64_MAX)
         if partition is None or offset is None:
             return None
         return (parts[0], partition), offset
@@ -246,7 +245,7 @@ class EpochFormatter:
         parts = split_whitespace(line)
         if len(parts) != 2:
             return None
-        epoch, start_offset = parse_java_int(parts[0]), parse_java_int(parts[1], LONG_MIN, LONG_MAX)
+        epoch, start_offset = parse_java_int(parts[0]), parse_java_int(parts[1], INT64_MIN, INT64_MAX)
         if epoch is None or start_offset is None:
             return None
         return EpochEntry(epoch, start_offset)
@@ -256,7 +255,7 @@ class LeaderEpochCheckpointFile:
     """A partition's list of (epoch, start offset) entries, checkpoint version 0."""
 
     VERSION = 0
-    FILE_NAME = "leader-epoch-checkpoint"
+    FILE_NAME = LEADER_EPOCH_CHECKPOINT
 
     def __init__(self, path: str | PathLike[str], *, create: bool = True) -> None:
         self.checkpoint: CheckpointFile[tuple[int, int]] = CheckpointFile(

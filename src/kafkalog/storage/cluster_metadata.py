@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import CorruptRecordError, KafkaLogError, MetadataParseError
+from ..layout import KRAFT_SNAPSHOT_SUFFIX, filename_prefix
 from ..record.kraft import MetadataRecord, decode_control_value, decode_metadata_record
 from ..record.types import ControlRecordType, Record, control_record_type
 from .file_records import FileRecords
@@ -33,7 +34,6 @@ log = logging.getLogger(__name__)
 
 __all__ = [
     "BROKER_RESOURCE",
-    "METADATA_PARTITION_DIR",
     "TOPIC_RESOURCE",
     "ClusterMetadataImage",
     "PartitionImage",
@@ -45,7 +45,6 @@ __all__ = [
     "read_snapshot",
 ]
 
-METADATA_PARTITION_DIR = "__cluster_metadata-0"
 TOPIC_RESOURCE = 2  # ConfigResource.Type.TOPIC
 BROKER_RESOURCE = 4  # ConfigResource.Type.BROKER
 _SNAPSHOT_NAME = re.compile(r"^(\d{20})-(\d{10})\.checkpoint$")  # Snapshots.parse
@@ -61,7 +60,7 @@ class SnapshotId:
 
     @property
     def file_name(self) -> str:
-        return f"{self.end_offset:020d}-{self.epoch:010d}.checkpoint"
+        return f"{filename_prefix(self.end_offset)}-{self.epoch:010d}{KRAFT_SNAPSHOT_SUFFIX}"
 
 
 @dataclass

@@ -19,10 +19,9 @@ from os import PathLike
 from typing import Any
 
 from ..errors import InvalidConfigurationError
+from ..layout import INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN
 from ..record.compression import GZIP, LEVELS, LZ4, ZSTD
 
-INT_MIN, INT_MAX = -(2**31), 2**31 - 1
-LONG_MIN, LONG_MAX = -(2**63), 2**63 - 1
 DOUBLE_MAX = 1.7976931348623157e308
 RECORD_OVERHEAD_V0 = 14  # LegacyRecord.RECORD_OVERHEAD_V0: the minimum segment.bytes
 
@@ -213,8 +212,8 @@ def _parse_list(name: str, value: Any) -> tuple[str, ...]:
 
 
 _PARSERS: dict[str, Callable[[str, Any], Any]] = {
-    "INT": lambda n, v: _parse_integer(n, v, "INT", INT_MIN, INT_MAX),
-    "LONG": lambda n, v: _parse_integer(n, v, "LONG", LONG_MIN, LONG_MAX),
+    "INT": lambda n, v: _parse_integer(n, v, "INT", INT32_MIN, INT32_MAX),
+    "LONG": lambda n, v: _parse_integer(n, v, "LONG", INT64_MIN, INT64_MAX),
     "DOUBLE": _parse_double,
     "BOOLEAN": _parse_boolean,
     "STRING": _parse_string,
@@ -348,17 +347,17 @@ BROKER_KEYS: dict[str, ConfigKey] = _keys(
     ConfigKey("log.index.size.max.bytes", "INT", 10 * 1024 * 1024, at_least(4)),
     ConfigKey("log.index.interval.bytes", "INT", 4096, at_least(0)),
     ConfigKey("log.segment.delete.delay.ms", "LONG", 60_000, at_least(0)),
-    ConfigKey("log.flush.interval.messages", "LONG", LONG_MAX, at_least(1)),
+    ConfigKey("log.flush.interval.messages", "LONG", INT64_MAX, at_least(1)),
     ConfigKey("log.flush.interval.ms", "LONG", None),
-    ConfigKey("log.flush.scheduler.interval.ms", "LONG", LONG_MAX),
+    ConfigKey("log.flush.scheduler.interval.ms", "LONG", INT64_MAX),
     ConfigKey("log.flush.offset.checkpoint.interval.ms", "INT", 60_000, at_least(0)),
     ConfigKey("log.flush.start.offset.checkpoint.interval.ms", "INT", 60_000, at_least(0)),
     ConfigKey("log.preallocate", "BOOLEAN", False),
     ConfigKey("message.max.bytes", "INT", 1024 * 1024 + 12, at_least(0)),
     ConfigKey("log.message.timestamp.type", "STRING", "CreateTime", one_of(*TIMESTAMP_TYPES)),
-    ConfigKey("log.message.timestamp.difference.max.ms", "LONG", LONG_MAX, at_least(0)),
-    ConfigKey("log.message.timestamp.before.max.ms", "LONG", LONG_MAX, at_least(0)),
-    ConfigKey("log.message.timestamp.after.max.ms", "LONG", LONG_MAX, at_least(0)),
+    ConfigKey("log.message.timestamp.difference.max.ms", "LONG", INT64_MAX, at_least(0)),
+    ConfigKey("log.message.timestamp.before.max.ms", "LONG", INT64_MAX, at_least(0)),
+    ConfigKey("log.message.timestamp.after.max.ms", "LONG", INT64_MAX, at_least(0)),
     ConfigKey("log.message.format.version", "STRING", "3.0-IV1", _metadata_version),
     ConfigKey("compression.type", "STRING", "producer", one_of(*COMPRESSION_TYPES)),
     ConfigKey("compression.gzip.level", "INT", LEVELS[GZIP].default, _gzip_level),
@@ -374,7 +373,7 @@ BROKER_KEYS: dict[str, ConfigKey] = _keys(
     ConfigKey("log.cleaner.min.cleanable.ratio", "DOUBLE", 0.5, between(0, 1)),
     ConfigKey("log.cleaner.delete.retention.ms", "LONG", 24 * MS_PER_HOUR, at_least(0)),
     ConfigKey("log.cleaner.min.compaction.lag.ms", "LONG", 0, at_least(0)),
-    ConfigKey("log.cleaner.max.compaction.lag.ms", "LONG", LONG_MAX, at_least(1)),
+    ConfigKey("log.cleaner.max.compaction.lag.ms", "LONG", INT64_MAX, at_least(1)),
     ConfigKey("num.recovery.threads.per.data.dir", "INT", 1, at_least(1)),
     ConfigKey("log.initial.task.delay.ms", "LONG", 30_000, at_least(0)),
     ConfigKey("replica.high.watermark.checkpoint.interval.ms", "LONG", 5000),
@@ -402,7 +401,7 @@ def _csv(text: str | None) -> tuple[str, ...]:
 
 def _timestamp_bound(bound: int, difference: int) -> int:
     """The transition rule of KIP-937: a before/after bound left at Long.MAX falls back to the difference."""
-    return bound if bound != LONG_MAX else difference
+    return bound if bound != INT64_MAX else difference
 
 
 class _Frozen:
@@ -604,15 +603,15 @@ TOPIC_KEYS: dict[str, ConfigKey] = _keys(
     ConfigKey("segment.ms", "LONG", WEEK_MS, at_least(1)),
     ConfigKey("segment.jitter.ms", "LONG", 0, at_least(0)),
     ConfigKey("segment.index.bytes", "INT", 10 * 1024 * 1024, at_least(4)),
-    ConfigKey("flush.messages", "LONG", LONG_MAX, at_least(1)),
-    ConfigKey("flush.ms", "LONG", LONG_MAX, at_least(0)),
+    ConfigKey("flush.messages", "LONG", INT64_MAX, at_least(1)),
+    ConfigKey("flush.ms", "LONG", INT64_MAX, at_least(0)),
     ConfigKey("retention.bytes", "LONG", -1),
     ConfigKey("retention.ms", "LONG", WEEK_MS, at_least(-1)),
     ConfigKey("max.message.bytes", "INT", 1024 * 1024 + 12, at_least(0)),
     ConfigKey("index.interval.bytes", "INT", 4096, at_least(0)),
     ConfigKey("delete.retention.ms", "LONG", 24 * MS_PER_HOUR, at_least(0)),
     ConfigKey("min.compaction.lag.ms", "LONG", 0, at_least(0)),
-    ConfigKey("max.compaction.lag.ms", "LONG", LONG_MAX, at_least(1)),
+    ConfigKey("max.compaction.lag.ms", "LONG", INT64_MAX, at_least(1)),
     ConfigKey("file.delete.delay.ms", "LONG", 60_000, at_least(0)),
     ConfigKey("min.cleanable.dirty.ratio", "DOUBLE", 0.5, between(0, 1)),
     ConfigKey("cleanup.policy", "LIST", ("delete",), each_one_of(*CLEANUP_POLICIES)),
@@ -625,9 +624,9 @@ TOPIC_KEYS: dict[str, ConfigKey] = _keys(
     ConfigKey("preallocate", "BOOLEAN", False),
     ConfigKey("message.format.version", "STRING", "3.0-IV1", _metadata_version),
     ConfigKey("message.timestamp.type", "STRING", "CreateTime", one_of(*TIMESTAMP_TYPES)),
-    ConfigKey("message.timestamp.difference.max.ms", "LONG", LONG_MAX, at_least(0)),
-    ConfigKey("message.timestamp.before.max.ms", "LONG", LONG_MAX, at_least(0)),
-    ConfigKey("message.timestamp.after.max.ms", "LONG", LONG_MAX, at_least(0)),
+    ConfigKey("message.timestamp.difference.max.ms", "LONG", INT64_MAX, at_least(0)),
+    ConfigKey("message.timestamp.before.max.ms", "LONG", INT64_MAX, at_least(0)),
+    ConfigKey("message.timestamp.after.max.ms", "LONG", INT64_MAX, at_least(0)),
     ConfigKey("local.retention.ms", "LONG", -2, at_least(-2)),
     ConfigKey("local.retention.bytes", "LONG", -2, at_least(-2)),
     # Known to Kafka but outside a local log's concern: accepted and validated, otherwise ignored.
@@ -801,7 +800,7 @@ class LogConfig(_Frozen):
         if self.segment_jitter_ms == 0:
             return 0
         n = (rng or _DEFAULT_RNG).getrandbits(32) - 2**31  # a Java nextInt()
-        magnitude = 0 if n == INT_MIN else abs(n)  # Utils.abs
+        magnitude = 0 if n == INT32_MIN else abs(n)  # Utils.abs
         return magnitude % min(self.segment_jitter_ms, self.segment_ms)
 
     @property
@@ -840,7 +839,7 @@ class LogConfig(_Frozen):
 
 __all__ = [
     "BROKER_KEYS",
-    "LONG_MAX",
+    "INT64_MAX",
     "TOPIC_KEYS",
     "TOPIC_SYNONYMS",
     "BrokerConfig",

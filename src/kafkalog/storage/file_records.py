@@ -18,13 +18,13 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import CorruptRecordError, KafkaStorageError
+from ..layout import INT32_MAX
 from ..record.batch import HEADER_SIZE_UP_TO_MAGIC, MAGIC_OFFSET, RecordBatch
 from ..record.legacy import LegacyBatch
 from ..record.scan import AnyBatch, batch_size_at, iter_batches
 from ..record.types import BytesLike, Record
 from .fileio import file_io
 
-INT32_MAX = (1 << 31) - 1
 SCAN_CHUNK = 1 << 20  # bytes read at a time while walking batches
 _JOIN_BELOW = 64 * 1024  # appends smaller than this are joined and written with one pwrite
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096

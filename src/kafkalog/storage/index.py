@@ -45,6 +45,7 @@ from typing import Any, NamedTuple
 
 from kafkalog.errors import CorruptIndexError, IndexOffsetOverflowError, InvalidOffsetError
 
+from ..layout import INT32_MAX
 from .fileio import file_io
 from .files import delete_if_exists
 
@@ -58,7 +59,6 @@ __all__ = [
     "TimestampOffset",
 ]
 
-INT32_MAX = 2**31 - 1
 NO_TIMESTAMP = -1
 """Kafka's ``RecordBatch.NO_TIMESTAMP``: the timestamp of an empty time index's sentinel last entry."""
 

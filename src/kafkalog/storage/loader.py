@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import random
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..clock import Time
@@ -21,27 +22,39 @@ from ..errors import (
     KafkaStorageError,
     LogSegmentOffsetOverflowError,
 )
-from .config import LogConfig
-from .files import (
+from ..layout import (
     CLEANED_SUFFIX,
     DELETED_SUFFIX,
     INDEX_SUFFIX,
+    INT64_MIN,
+    KRAFT_SNAPSHOT_SUFFIX,
     LOG_SUFFIX,
     SEGMENT_SUFFIXES,
+    SNAPSHOT_SUFFIX,
     SWAP_SUFFIX,
     TIME_INDEX_SUFFIX,
     TXN_INDEX_SUFFIX,
-    delete_if_exists,
-    fsync_dir,
     offset_from_filename,
     segment_file,
 )
+from .config import LogConfig
+from .files import delete_if_exists, fsync_dir
 from .producer_state import ProducerStateManager
 from .segment import LogSegment, update_producer_state
 from .segments import LogSegments
 
 log = logging.getLogger(__name__)
-LONG_MIN = -(1 << 63)
+
+
+@dataclass(frozen=True)
+class LoadedOffsets:
+    """What loading a partition directory found: its log start offset, recovery point and next offset."""
+
+    log_start_offset: int
+    recovery_point: int
+    next_offset: int
+
+
 SPLIT_CHUNK_BYTES = 1024 * 1024  # appendFromFile's read buffer
 
 
@@ -81,7 +94,7 @@ def remove_temp_files_and_collect_swaps(directory: Path) -> list[Path]:
         name = path.name
         if not path.is_file():
             continue
-        if name.endswith(DELETED_SUFFIX) and not name.endswith(".checkpoint" + DELETED_SUFFIX):
+        if name.endswith(DELETED_SUFFIX) and not name.endswith(KRAFT_SNAPSHOT_SUFFIX + DELETED_SUFFIX):
             log.debug("Deleting stray temporary file %s", path)
             delete_if_exists(path)
         elif name.endswith(CLEANED_SUFFIX):
@@ -246,7 +259,7 @@ def recover_log(
             for later in doomed:
                 segments.remove(later.base_offset)
                 later.delete_if_exists()
-                delete_if_exists(segment_file(directory, later.base_offset, ".snapshot"))
+                delete_if_exists(segment_file(directory, later.base_offset, SNAPSHOT_SUFFIX))
             break
 
 
@@ -311,7 +324,7 @@ def split_overflowed_segment(
             new_segments.append(target)
             while i < len(headers) and target.can_convert_to_relative_offset(headers[i].last_offset):
                 chunk_start, chunk_bytes = headers[i].position, 0
-                max_ts, shallow = LONG_MIN, -1
+                max_ts, shallow = INT64_MIN, -1
                 while (
                     i < len(headers)
                     and target.can_convert_to_relative_offset(headers[i].last_offset)
@@ -408,7 +421,6 @@ def _recover_and_finish(
     leader_epoch_cache=None,
 ):
     """Recovery from the recovery point, then the offsets and producer state of the loaded segments."""
-    from .log import LoadedOffsets
 
     if not had_clean_shutdown and len(segments):
         _retry_on_offset_overflow(

@@ -12,7 +12,6 @@ import logging
 import random
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 from ..clock import SYSTEM_TIME, Time
@@ -23,24 +22,27 @@ from ..errors import (
     RecordBatchTooLargeError,
     RecordTooLargeError,
 )
+from ..layout import (
+    CLEANED_SUFFIX,
+    DELETED_SUFFIX,
+    INDEX_SUFFIX,
+    INT32_MAX,
+    LOG_SUFFIX,
+    SNAPSHOT_SUFFIX,
+    SWAP_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
+    parse_partition_dir,
+    segment_file,
+)
 from ..record import RecordBatchBuilder, control_batch
 from ..record.batch import RECORDS_OFFSET
 from ..record.types import ControlRecordType, Record
 from .checkpoints import LeaderEpochCheckpointFile
 from .config import LogConfig
-from .files import (
-    CLEANED_SUFFIX,
-    INDEX_SUFFIX,
-    LOG_SUFFIX,
-    SWAP_SUFFIX,
-    TIME_INDEX_SUFFIX,
-    TXN_INDEX_SUFFIX,
-    delete_if_exists,
-    fsync_dir,
-    parse_partition_dir,
-    segment_file,
-)
+from .files import delete_if_exists, fsync_dir
 from .leader_epoch import LeaderEpochFileCache
+from .loader import LoadedOffsets, load_log, open_segment, replay_producer_state
 from .overlap import OVERLAP_MIN_BYTES, Check, checker
 from .producer_state import ProducerStateEntry, ProducerStateManager, sync_snapshot_if_exists
 from .segment import EMPTY_SLICE, FetchDataInfo, LogOffsetMetadata, LogSegment, TimestampAndOffset
@@ -70,7 +72,6 @@ class _Refused(Exception):
     """An overlapped append whose check failed: cut off and retried on the general path."""
 
 
-INT32_MAX = (1 << 31) - 1
 EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
 MAX_TIMESTAMP = -3
@@ -89,13 +90,6 @@ class Scheduler:
     """What the log asks of a scheduler: run something later (MockScheduler and the manager's fit)."""
 
     def schedule_once(self, name: str, fn: Callable[[], object], delay_ms: int = 0) -> object: ...
-
-
-@dataclass(frozen=True)
-class LoadedOffsets:
-    log_start_offset: int
-    recovery_point: int
-    next_offset: int
 
 
 class Log:
@@ -169,7 +163,6 @@ class Log:
         ``recovery_point`` and ``log_start_offset`` are the values from the log dir's checkpoints;
         with ``had_clean_shutdown`` false, everything from the recovery point on is re-validated.
         """
-        from .loader import load_log
 
         directory = Path(directory)
         config = config if isinstance(config, LogConfig) else LogConfig(config or {})
@@ -614,7 +607,6 @@ class Log:
             raise self._io_failure("flushing the producer state snapshot of", e) from e
 
     def _new_segment(self, base_offset: int) -> LogSegment:
-        from .loader import open_segment
 
         return open_segment(self.directory, base_offset, self.config, self.clock, self._rng)
 
@@ -908,7 +900,7 @@ class Log:
                         continue  # deleted already: replaced by a later one, or the log was closed
                     del self._pending_deletes[segment.base_offset]
                     segment.delete_if_exists()
-                    delete_if_exists(Path(f"{segment_file(self.directory, segment.base_offset, '.snapshot')}.deleted"))
+                    delete_if_exists(segment_file(self.directory, segment.base_offset, SNAPSHOT_SUFFIX, DELETED_SUFFIX))
 
         self._run_async("delete-file", delete, self.config.file_delete_delay_ms)
 
@@ -960,7 +952,6 @@ class Log:
 
     def new_cleaned_segment(self, base_offset: int) -> LogSegment:
         """An empty ``.cleaned`` segment at ``base_offset`` (UnifiedLog.createNewCleanedSegment)."""
-        from .loader import open_segment
 
         for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
             delete_if_exists(segment_file(self.directory, base_offset, suffix, CLEANED_SUFFIX))
@@ -1016,7 +1007,6 @@ class Log:
             self._high_watermark = min(self._high_watermark, target_offset)
             self.leader_epoch_cache.truncate_from_end(target_offset)
             self.producer_state.truncate_and_reload(self._log_start_offset, target_offset, self.clock.milliseconds())
-            from .loader import replay_producer_state
 
             replay_producer_state(self.producer_state, self.segments, self._log_start_offset, target_offset)
             return True

@@ -34,6 +34,7 @@ from ..errors import (
     OutOfOrderSequenceError,
     TransactionCoordinatorFencedError,
 )
+from ..layout import DELETED_SUFFIX, INT32_MAX, SNAPSHOT_SUFFIX, segment_file
 from ..record.checksums import crc32c
 from ..record.types import (
     NO_PRODUCER_EPOCH,
@@ -47,13 +48,10 @@ from .fileio import file_io
 
 log = logging.getLogger(__name__)
 
-INT32_MAX = 0x7FFFFFFF
 NUM_BATCHES_TO_RETAIN = 5
 """ProducerStateEntry.NUM_BATCHES_TO_RETAIN: batches kept per producer for duplicate detection."""
 
 PRODUCER_SNAPSHOT_VERSION = 1
-SNAPSHOT_SUFFIX = ".snapshot"
-DELETED_SUFFIX = ".deleted"
 LATE_TRANSACTION_BUFFER_MS = 5 * 60 * 1000
 DEFAULT_PRODUCER_ID_EXPIRATION_MS = 86_400_000
 DEFAULT_MAX_TRANSACTION_TIMEOUT_MS = 900_000
@@ -270,7 +268,7 @@ class TxnMetadata:
 
 def snapshot_path(directory: str | os.PathLike[str], offset: int) -> Path:
     """``<dir>/<20-digit offset>.snapshot`` (LogFileUtils.producerSnapshotFile)."""
-    return Path(directory) / f"{offset:020d}{SNAPSHOT_SUFFIX}"
+    return segment_file(directory, offset, SNAPSHOT_SUFFIX)
 
 
 def _offset_from_name(name: str) -> int | None:

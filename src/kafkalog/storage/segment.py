@@ -18,22 +18,23 @@ from ..errors import (
     InvalidRecordError,
     LogSegmentOffsetOverflowError,
 )
-from .file_records import EMPTY_SLICE, FileRecords, RecordsSlice
-from .files import (
+from ..layout import (
     DELETED_SUFFIX,
     INDEX_SUFFIX,
+    INT32_MAX,
+    INT64_MAX,
     LOG_SUFFIX,
     TIME_INDEX_SUFFIX,
     TXN_INDEX_SUFFIX,
-    delete_if_exists,
     segment_file,
 )
+from .file_records import EMPTY_SLICE, FileRecords, RecordsSlice
+from .files import delete_if_exists
 from .index import OffsetIndex, TimeIndex, TimestampOffset
 from .txn_index import AbortedTxn, TransactionIndex
 
 log = logging.getLogger(__name__)
 
-INT32_MAX = (1 << 31) - 1
 UNKNOWN_TIMESTAMP_OFFSET = TimestampOffset(-1, -1)
 
 
@@ -191,7 +192,7 @@ class LogSegment:
     def first_batch_timestamp(self) -> int:
         """The first batch's max timestamp, Long.MAX for an empty segment (LogSegment.getFirstBatchTimestamp)."""
         self._load_first_batch_timestamp()
-        return self.rolling_based_timestamp if self.rolling_based_timestamp is not None else (1 << 63) - 1
+        return self.rolling_based_timestamp if self.rolling_based_timestamp is not None else INT64_MAX
 
     def time_waited_for_roll(self, now: int, message_timestamp: int) -> int:
         """How long this segment has been open for rolling purposes (LogSegment.timeWaitedForRoll)."""

@@ -26,6 +26,7 @@ from ..errors import (
     UnsupportedCompressionTypeError,
     UnsupportedForMessageFormatError,
 )
+from ..layout import INT64_MAX
 from ..record import _kernels
 from ..record import compression as codecs
 from ..record.batch import (
@@ -47,7 +48,6 @@ from ..record.types import NO_TIMESTAMP, BytesLike, TimestampType
 from .config import LogConfig
 
 CLIENT, REPLICATION, COORDINATOR = "client", "replication", "coordinator"
-LONG_MAX = (1 << 63) - 1
 _MAX_TS_OFFSET = 35
 _LEADER_EPOCH_OFFSET = 12
 
@@ -255,7 +255,7 @@ def _check_records(
     if config.message_timestamp_type == "CreateTime":
         before = config.message_timestamp_before_max_ms
         after = config.message_timestamp_after_max_ms
-        if min_ts != LONG_MAX and min_ts != NO_TIMESTAMP and now - min_ts > before:
+        if min_ts != INT64_MAX and min_ts != NO_TIMESTAMP and now - min_ts > before:
             raise InvalidTimestampError(
                 f"Timestamp {min_ts} of message is before the allowed range: more than {before} ms before the "
                 f"broker's time {now}",
@@ -399,7 +399,7 @@ def check_follower_offsets(info: LogAppendInfo, log_end_offset: int) -> None:
     """Follower-style appends keep their offsets; they must not go backwards or behind the log end."""
     if not info.offsets_monotonic:
         raise OffsetsOutOfOrderError(f"Out of order offsets found in append: first offset {info.first_offset}")
-    if info.last_offset >= LONG_MAX:
+    if info.last_offset >= INT64_MAX:
         raise InvalidRecordError(
             f"Invalid offsets in append: last offset {info.last_offset} leaves no next offset (Long.MAX_VALUE is "
             "reserved)",
@@ -466,7 +466,7 @@ def check_plain_batch(records: bytes, header: PlainHeader, now: int, config: Log
     max_ts = int(max_ts)
     if max_ts != NO_TIMESTAMP and (
         max_ts - now > config.message_timestamp_after_max_ms
-        or (min_ts != LONG_MAX and now - min_ts > config.message_timestamp_before_max_ms)
+        or (min_ts != INT64_MAX and now - min_ts > config.message_timestamp_before_max_ms)
     ):
         return None
     return max_ts
@@ -509,6 +509,16 @@ def plain_batch_append(
         epoch, True, last, False,
     )  # fmt: skip
     return [new_header, body], size, info
+
+
+def warm_up() -> None:
+    """Load the compiled record kernel the append path dispatches to, once per process.
+
+    numba's first dispatch in a process loads its cached machine code and its own typing registries: about
+    a second, holding the GIL. Done lazily, that second lands on the first produce request (and stalls every
+    other connection of a broker meanwhile); a server calls this while it starts instead.
+    """
+    _kernels.summarize_records(b"", 0, 0, 0, 0)
 
 
 def validate_single_plain_batch(

@@ -26,6 +26,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import KafkaLogError
+from ..layout import (
+    LEADER_EPOCH_CHECKPOINT,
+    LOG_START_OFFSET_CHECKPOINT,
+    META_PROPERTIES_FILE,
+    RECOVERY_POINT_CHECKPOINT,
+)
 from ..record.checksums import crc32, crc32c
 
 
@@ -272,13 +278,13 @@ def _snapshot(data: bytes, workdir: Path) -> None:
 def _offset_checkpoint(data: bytes, workdir: Path) -> None:
     from ..storage.checkpoints import OffsetCheckpointFile
 
-    OffsetCheckpointFile(_write(workdir, "recovery-point-offset-checkpoint", data), create=False).read()
+    OffsetCheckpointFile(_write(workdir, RECOVERY_POINT_CHECKPOINT, data), create=False).read()
 
 
 def _epoch_checkpoint(data: bytes, workdir: Path) -> None:
     from ..storage.checkpoints import LeaderEpochCheckpointFile
 
-    LeaderEpochCheckpointFile(_write(workdir, "leader-epoch-checkpoint", data), create=False).read()
+    LeaderEpochCheckpointFile(_write(workdir, LEADER_EPOCH_CHECKPOINT, data), create=False).read()
 
 
 def _properties(data: bytes, workdir: Path) -> None:
@@ -292,7 +298,7 @@ def _properties(data: bytes, workdir: Path) -> None:
     topic_props = {k: v for k, v in props.items() if "." in k and not k.startswith(("log.", "node.", "cluster."))}
     with contextlib.suppress(KafkaLogError):
         LogConfig(topic_props)
-    _write(workdir, "meta.properties", data)
+    _write(workdir, META_PROPERTIES_FILE, data)
     MetaProperties.read(workdir)
 
 
@@ -334,7 +340,7 @@ def _cli_verify(data: bytes, workdir: Path) -> None:
     partition.mkdir(exist_ok=True)
     _write(partition, "00000000000000000000.log", data)
     _write(partition, "00000000000000000000.index", data[:48])
-    _write(workdir, "recovery-point-offset-checkpoint", b"0\n1\ntopic 0 3\n")
+    _write(workdir, RECOVERY_POINT_CHECKPOINT, b"0\n1\ntopic 0 3\n")
     _cli(["verify", str(workdir)])
 
 
@@ -360,7 +366,7 @@ def _spark_logfiles(data: bytes, workdir: Path) -> None:
     _write(partition, "00000000000000000000.index", data[-48:])
     _write(partition, "00000000000000000000.timeindex", data[:36])
     _write(partition, "00000000000000000000.txnindex", data[-68:])
-    _write(workdir, "log-start-offset-checkpoint", data[:40])
+    _write(workdir, LOG_START_OFFSET_CHECKPOINT, data[:40])
     parts = logfiles.discover([str(workdir)])
     for part in parts.values():
         d = part.directory
@@ -371,7 +377,7 @@ def _spark_logfiles(data: bytes, workdir: Path) -> None:
         logfiles.offset_for_timestamp(d, 1_001, 0, end)
         logfiles.offset_for_timestamp(d, -3, 0, end)
         logfiles.last_stable_offset(d, 0, end)
-    logfiles.read_checkpoint(str(workdir), "log-start-offset-checkpoint")
+    logfiles.read_checkpoint(str(workdir), LOG_START_OFFSET_CHECKPOINT)
 
 
 def _parse_only(fn: Callable[[bytes], None]) -> Callable[[bytes, Path], None]:

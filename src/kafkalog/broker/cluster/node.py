@@ -25,6 +25,7 @@ from typing import Any
 
 from ...errors import (
     InvalidReplicationFactorError,
+    NotControllerError,
     NotEnoughReplicasAfterAppendError,
     NotLeaderOrFollowerError,
     RequestTimedOutError,
@@ -36,6 +37,7 @@ from ...manager import TopicPartition
 from ...storage.config import LogConfig
 from . import zkdata as zk
 from .assignment import assign_replicas
+from .controller import ControllerActions
 from .fetcher import ReplicaFetcher
 
 log = logging.getLogger("kafka.cluster")
@@ -44,6 +46,11 @@ log = logging.getLogger("kafka.cluster")
 def _int(props: dict[str, str], key: str, default: int) -> int:
     raw = props.get(key)
     return default if raw is None else int(str(raw).strip())
+
+
+def _bool(props: dict[str, str], key: str, default: bool) -> bool:
+    raw = props.get(key)
+    return default if raw is None else str(raw).strip().lower() == "true"
 
 
 @dataclass(frozen=True)
@@ -62,6 +69,14 @@ class ClusterSettings:
     replica_socket_timeout_ms: int = 30000
     unclean_leader_election_enable: bool = False
     default_replication_factor: int = 1
+    controlled_shutdown_enable: bool = True
+    controlled_shutdown_max_retries: int = 3
+    controlled_shutdown_retry_backoff_ms: int = 5000
+    auto_leader_rebalance_enable: bool = True
+    leader_imbalance_check_interval_seconds: int = 300
+    leader_imbalance_per_broker_percentage: int = 10
+    delete_topic_enable: bool = True
+    request_timeout_ms: int = 30000
 
     @classmethod
     def from_properties(cls, props: dict[str, str]) -> ClusterSettings | None:
@@ -83,6 +98,14 @@ class ClusterSettings:
             unclean_leader_election_enable=str(props.get("unclean.leader.election.enable", "false")).strip().lower()
             == "true",
             default_replication_factor=_int(props, "default.replication.factor", 1),
+            controlled_shutdown_enable=_bool(props, "controlled.shutdown.enable", True),
+            controlled_shutdown_max_retries=_int(props, "controlled.shutdown.max.retries", 3),
+            controlled_shutdown_retry_backoff_ms=_int(props, "controlled.shutdown.retry.backoff.ms", 5000),
+            auto_leader_rebalance_enable=_bool(props, "auto.leader.rebalance.enable", True),
+            leader_imbalance_check_interval_seconds=_int(props, "leader.imbalance.check.interval.seconds", 300),
+            leader_imbalance_per_broker_percentage=_int(props, "leader.imbalance.per.broker.percentage", 10),
+            delete_topic_enable=_bool(props, "delete.topic.enable", True),
+            request_timeout_ms=_int(props, "controller.socket.timeout.ms", 30000),
         )
 
 
@@ -91,6 +114,8 @@ class ClusterView:
     """What this broker last read from ZooKeeper."""
 
     brokers: dict[int, zk.BrokerInfo] = field(default_factory=dict)
+    broker_epochs: dict[int, int] = field(default_factory=dict)  # the czxid of each registration (Kafka's)
+    deleting: set[str] = field(default_factory=set)  # topics under /admin/delete_topics
     topics: dict[str, zk.TopicAssignment] = field(default_factory=dict)
     configs: dict[str, dict[str, str]] = field(default_factory=dict)
     states: dict[TopicPartition, zk.LeaderAndIsr] = field(default_factory=dict)
@@ -146,6 +171,15 @@ class ClusterNode:
         self._watched_states: set[str] = set()
         self._watched_topics: set[str] = set()
         self._stopping = False
+        self.controller = ControllerActions(self)
+        self.broker_epoch = -1  # the czxid of this broker's registration znode (Kafka's broker epoch)
+        # Set once this broker asked the controller to move its leaderships away: it starts no more fetchers,
+        # so that it does not rejoin an ISR it is leaving.
+        self.in_controlled_shutdown = False
+        # (topic, topic id) of the replicas a StopReplica deleted here: never re-created from an older view.
+        self.deleted_replicas: set[tuple[str, str | None]] = set()
+        self._stop_replica_inflight: set[int] = set()
+        self._side_tasks: set[asyncio.Task[None]] = set()
         self.registered = asyncio.Event()
         # Set after the first complete pass: until then the view is empty (no brokers, no controller), and a
         # client told "no controller" may not ask again for minutes (librdkafka's admin client waits).
@@ -174,9 +208,12 @@ class ClusterNode:
         self.zk.ChildrenWatch(zk.BROKER_IDS, self._watch_fired)
         self.zk.ChildrenWatch(zk.BROKER_TOPICS, self._watch_fired)
         self.zk.DataWatch(zk.CONTROLLER, self._watch_fired)
+        self.zk.ChildrenWatch(zk.DELETE_TOPICS, self._watch_fired)
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(self._reconcile_loop(), name="cluster-reconcile"))
         self._tasks.append(loop.create_task(self._isr_expiration_loop(), name="isr-expiration"))
+        if self.settings.auto_leader_rebalance_enable:
+            self._tasks.append(loop.create_task(self._auto_rebalance_loop(), name="auto-leader-rebalance"))
         self.request_resync()
         # Startup waits for the registration (a killed predecessor's ephemeral node may linger for a session)
         # and for a first view of the cluster.
@@ -191,9 +228,10 @@ class ClusterNode:
 
     async def stop(self) -> None:
         self._stopping = True
-        for task in self._tasks:
+        tasks = [*self._tasks, *self._side_tasks]
+        for task in tasks:
             task.cancel()
-        for task in self._tasks:
+        for task in tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         for fetcher in list(self.fetchers.values()):
@@ -202,6 +240,119 @@ class ClusterNode:
         # Closing the session removes /brokers/ids/N (and /controller if held) at once: the controller moves
         # leadership off this broker now rather than after the session timeout.
         await asyncio.to_thread(self._close)
+
+    async def controlled_shutdown(self) -> None:
+        """Kafka's KafkaServer.controlledShutdown: ask the controller to move this broker's leaderships to other ISR
+        members (and take it out of the ISRs it follows in) while this broker still serves requests, so producers
+        see only NOT_LEADER_OR_FOLLOWER, which they retry at the new leader. Up to controlled.shutdown.max.retries
+        attempts, controlled.shutdown.retry.backoff.ms apart; after that the shutdown goes on regardless."""
+        settings = self.settings
+        if not settings.controlled_shutdown_enable or not self.registered.is_set() or not self.zk.connected:
+            return
+        self.in_controlled_shutdown = True
+        for fetcher in list(self.fetchers.values()):
+            await fetcher.stop()
+        self.fetchers.clear()
+        for attempt in range(1, settings.controlled_shutdown_max_retries + 1):
+            if not any(b != self.broker_id for b in self.view.brokers):
+                log.info("[Broker %d] no other broker is alive: nothing to move before shutting down", self.broker_id)
+                return
+            try:
+                remaining = await self._ask_controller_to_shut_down()
+            except Exception as e:
+                log.warning("[Broker %d] controlled shutdown attempt %d failed: %s", self.broker_id, attempt, e)
+                remaining = None
+            if remaining == []:
+                await self._wait_leaderships_moved()
+                log.info("[Broker %d] controlled shutdown succeeded", self.broker_id)
+                return
+            if remaining:
+                log.info(
+                    "[Broker %d] remaining partitions to move: %s",
+                    self.broker_id,
+                    ",".join(f"{tp.topic}-{tp.partition}" for tp in remaining),
+                )
+            if attempt < settings.controlled_shutdown_max_retries:
+                await asyncio.sleep(settings.controlled_shutdown_retry_backoff_ms / 1000.0)
+                self.request_resync()
+        log.warning(
+            "[Broker %d] proceeding to do an unclean shutdown as all the controlled shutdown attempts failed",
+            self.broker_id,
+        )
+
+    async def _ask_controller_to_shut_down(self) -> list[TopicPartition]:
+        """One ControlledShutdown request (v2) to the controller: the partitions it says this broker still leads."""
+        from ..messages import ControlledShutdownRequest, ControlledShutdownResponse
+        from ..protocol import NONE
+        from .fetcher import BrokerConnection
+
+        controller, _ = await asyncio.to_thread(self._read_controller)
+        address = self._address(controller)
+        if controller < 0 or address is None:
+            raise NotControllerError("No controller is known")
+        conn = BrokerConnection(address[0], address[1], f"broker-{self.broker_id}-controlled-shutdown")
+        timeout = self.settings.request_timeout_ms / 1000.0
+        await conn.connect(timeout)
+        try:
+            body = ControlledShutdownRequest(broker_id=self.broker_id, broker_epoch=self.broker_epoch).encode(version=2)
+            answer = ControlledShutdownResponse[2].decode(await conn.request(7, 2, body, timeout))
+        finally:
+            conn.close()
+        if answer.error_code != NONE:
+            raise NotControllerError(f"The controller {controller} answered error code {answer.error_code}")
+        return [TopicPartition(r.topic_name, r.partition_index) for r in answer.remaining_partitions]
+
+    async def _wait_leaderships_moved(self, timeout: float = 10.0) -> None:
+        """Wait (bounded) until this broker has applied the new states: it leads no replicated partition."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if all(len(leader.replicas) <= 1 for leader in self.leaders.values()):
+                return
+            self.request_resync()
+            await asyncio.sleep(0.05)
+
+    async def handle_controlled_shutdown(self, broker_id: int, broker_epoch: int) -> list[TopicPartition]:
+        """The controller's side of ControlledShutdown (NotControllerError elsewhere)."""
+        return await asyncio.to_thread(self.controller.controlled_shutdown, broker_id, broker_epoch)
+
+    async def elect_leaders(
+        self, election_type: int, tps: list[TopicPartition] | None, timeout_ms: int
+    ) -> dict[TopicPartition, BaseException | None]:
+        """ElectLeaders on the controller; answered once this broker's view shows the elected leaders (or after
+        ``timeout_ms``), as Kafka's DelayedElectLeader waits for the new leaders."""
+        results = await asyncio.to_thread(self.controller.elect, election_type, tps)
+        deadline = time.monotonic() + timeout_ms / 1000.0
+        while time.monotonic() < deadline:
+            self.view = await asyncio.to_thread(self._read_view)
+            if election_type != 0 or all(
+                (s := self.view.states.get(tp)) is not None
+                and s.leader == self.view.topics[tp.topic].partitions[tp.partition][0]
+                for tp, e in results.items()
+                if e is None and tp.topic in self.view.topics
+            ):
+                break
+            await asyncio.sleep(0.1)
+        return results
+
+    async def _auto_rebalance_loop(self) -> None:
+        """Kafka's auto-leader-rebalance task: every leader.imbalance.check.interval.seconds, the controller moves
+        leadership back to preferred replicas where a broker's imbalance exceeds the allowed percentage."""
+        from kazoo.exceptions import KazooException
+
+        interval = max(1, self.settings.leader_imbalance_check_interval_seconds)
+        while True:
+            await asyncio.sleep(interval)
+            if self.view.controller_id != self.broker_id or not self.zk.connected:
+                continue
+            try:
+                moved = await asyncio.to_thread(
+                    self.controller.auto_rebalance, self.settings.leader_imbalance_per_broker_percentage
+                )
+            except KazooException as e:
+                log.info("[Controller id=%d] leader rebalance skipped: %s", self.broker_id, e)
+                continue
+            if moved:
+                self.request_resync()
 
     def _close(self) -> None:
         try:
@@ -264,6 +415,8 @@ class ClusterNode:
             changed = await asyncio.to_thread(self._elect, view)
             if changed:
                 self.view = view = await asyncio.to_thread(self._read_view)
+            if view.deleting:
+                await self._progress_deletions(view)
         self._apply(view)
         if self.registered.is_set() and view.controller_id >= 0:
             self.ready.set()
@@ -277,6 +430,7 @@ class ClusterNode:
         stat = self.zk.exists(path)
         if stat is not None:
             if stat.ephemeralOwner == self.zk.client_id[0]:
+                self.broker_epoch = stat.czxid
                 self.registered.set()
                 return True
             if not self.registered.is_set():
@@ -284,7 +438,9 @@ class ClusterNode:
             return False
         try:
             self.zk.create(path, zk.BrokerInfo(self.broker_id, host, port).encode(), ephemeral=True, makepath=True)
-            log.info("[Broker %d] registered at %s:%d", self.broker_id, host, port)
+            created = self.zk.exists(path)
+            self.broker_epoch = created.czxid if created is not None else -1
+            log.info("[Broker %d] registered at %s:%d (epoch %d)", self.broker_id, host, port, self.broker_epoch)
             self.registered.set()
             return True
         except NodeExistsError:
@@ -311,11 +467,16 @@ class ClusterNode:
         view = ClusterView()
         for child in self.zk.get_children(zk.BROKER_IDS):
             try:
-                data, _ = self.zk.get(zk.broker_path(int(child)))
+                data, stat = self.zk.get(zk.broker_path(int(child)))
                 view.brokers[int(child)] = zk.BrokerInfo.decode(int(child), data)
+                view.broker_epochs[int(child)] = stat.czxid
             except (NoNodeError, ValueError):
                 continue
+        view.deleting = set(self.zk.get_children(zk.DELETE_TOPICS))
         for topic in self.zk.get_children(zk.BROKER_TOPICS):
+            if topic not in self._watched_topics:  # partitions added (Kafka's PartitionModificationsListener)
+                self._watched_topics.add(topic)
+                self.zk.DataWatch(zk.topic_path(topic), self._watch_fired)
             try:
                 data, _ = self.zk.get(zk.topic_path(topic))
             except NoNodeError:
@@ -377,10 +538,13 @@ class ClusterNode:
         it only with unclean.leader.election.enable), and drop dead brokers from ISRs. Return whether it wrote."""
         from kazoo.exceptions import BadVersionError, NodeExistsError
 
+        self.controller.forget_departed(view.broker_epochs)
         live = set(view.brokers)
         epoch = view.controller_epoch
         wrote = False
         for topic, assignment in view.topics.items():
+            if topic in view.deleting:
+                continue  # the deletion pass takes its partitions offline
             for p, replicas in assignment.partitions.items():
                 tp = TopicPartition(topic, p)
                 state = view.states.get(tp)
@@ -438,7 +602,7 @@ class ClusterNode:
                 return None
             # A dead broker leaves the ISR (Kafka's removeReplicasFromIsr: the leader epoch moves too).
             return zk.LeaderAndIsr(state.leader, state.leader_epoch + 1, live_isr or [state.leader], epoch)
-        candidates = [r for r in replicas if r in live_isr]
+        candidates = [r for r in replicas if r in live_isr and r not in self.controller.shutting_down]
         if candidates:
             return zk.LeaderAndIsr(candidates[0], state.leader_epoch + 1, live_isr, epoch)
         alive = [r for r in replicas if r in live]
@@ -461,6 +625,8 @@ class ClusterNode:
     def _apply(self, view: ClusterView) -> None:
         wanted: dict[int, dict[TopicPartition, int]] = {}
         for topic, assignment in view.topics.items():
+            if topic in view.deleting or (topic, assignment.topic_id) in self.deleted_replicas:
+                continue  # being deleted: no log is created again, no fetcher started
             for p, replicas in assignment.partitions.items():
                 if self.broker_id not in replicas:
                     continue
@@ -475,7 +641,8 @@ class ClusterNode:
                     self._become_leader(tp, partition, state, replicas)
                 else:
                     self._become_follower(tp, partition, state)
-                    if state.leader != zk.NO_LEADER and state.leader in view.brokers:
+                    known = state.leader != zk.NO_LEADER and state.leader in view.brokers
+                    if known and not self.in_controlled_shutdown:
                         wanted.setdefault(state.leader, {})[tp] = state.leader_epoch
         for leader_id, fetcher in list(self.fetchers.items()):
             keep = wanted.get(leader_id, {})
@@ -639,6 +806,199 @@ class ClusterNode:
         log.info("[Broker %d] %s: ISR %s -> %s (%s)", self.broker_id, tp, state.isr, ordered, why)
         if partition.update_isr(new_isr, leos):
             self.high_watermark_moved(tp)
+
+    # ----- topic deletion ----------------------------------------------------------------------------------------
+    async def _progress_deletions(self, view: ClusterView) -> None:
+        """The controller's deletion step: StopReplica (delete) to each live replica broker still to confirm, each
+        in a task of its own so that a slow broker never holds up elections."""
+        sends = await asyncio.to_thread(self.controller.deletion_pass, view)
+        for broker_id, topics in sends.items():
+            if broker_id in self._stop_replica_inflight:
+                continue
+            self._stop_replica_inflight.add(broker_id)
+            task = asyncio.get_running_loop().create_task(
+                self._send_stop_replica(broker_id, topics, view.controller_epoch)
+            )
+            self._side_tasks.add(task)
+            task.add_done_callback(self._side_tasks.discard)
+
+    async def _send_stop_replica(self, broker_id: int, topics: dict[str, list[int]], controller_epoch: int) -> None:
+        from ..messages import StopReplicaRequest, StopReplicaResponse
+        from ..protocol import NONE
+        from .fetcher import BrokerConnection
+
+        try:
+            address = self._address(broker_id)
+            if address is None:
+                return
+            request = StopReplicaRequest(
+                controller_id=self.broker_id,
+                controller_epoch=controller_epoch,
+                broker_epoch=self.view.broker_epochs.get(broker_id, -1),
+                delete_partitions=True,
+                topics=[StopReplicaRequest.StopReplicaTopic(name=t, partition_indexes=ps) for t, ps in topics.items()],
+            )
+            timeout = self.settings.request_timeout_ms / 1000.0
+            conn = BrokerConnection(address[0], address[1], f"controller-{self.broker_id}-stop-replica")
+            await conn.connect(timeout)
+            try:
+                body = await conn.request(5, 1, request.encode(version=1), timeout)
+            finally:
+                conn.close()
+            answer = StopReplicaResponse[1].decode(body)
+            if answer.error_code != NONE:
+                log.info("[Controller id=%d] StopReplica to %d: error %d", self.broker_id, broker_id, answer.error_code)
+                return
+            failed = {e.topic_name for e in answer.partition_errors if e.error_code != NONE}
+            for topic in topics:
+                if topic not in failed:
+                    self.controller.deletion_acks.setdefault(topic, set()).add(broker_id)
+            log.info("[Controller id=%d] broker %d deleted its replicas of %s", self.broker_id, broker_id, list(topics))
+        except Exception as e:
+            log.info("[Controller id=%d] StopReplica to broker %d failed: %s", self.broker_id, broker_id, e)
+            await asyncio.sleep(0.5)
+        finally:
+            self._stop_replica_inflight.discard(broker_id)
+            self.request_resync()
+
+    async def stop_replicas(
+        self, controller_epoch: int, broker_epoch: int, topics: dict[str, list[int]]
+    ) -> dict[TopicPartition, BaseException | None]:
+        """StopReplica with deletion, from the controller: stop following or leading the partitions and delete
+        their logs (Kafka renames them ``-delete`` and removes them after file.delete.delay.ms)."""
+        from ...errors import StaleBrokerEpochError, StaleControllerEpochError
+
+        self.view = fresh = await asyncio.to_thread(self._read_view)
+        if controller_epoch < fresh.controller_epoch:
+            raise StaleControllerEpochError(
+                f"StopReplica from controller epoch {controller_epoch}, older than {fresh.controller_epoch}"
+            )
+        if broker_epoch not in (-1, self.broker_epoch):
+            raise StaleBrokerEpochError(f"StopReplica for broker epoch {broker_epoch}, not {self.broker_epoch}")
+        results: dict[TopicPartition, BaseException | None] = {}
+        for topic, partitions in topics.items():
+            assignment = fresh.topics.get(topic)
+            self.deleted_replicas.add((topic, assignment.topic_id if assignment is not None else None))
+            tps = [TopicPartition(topic, p) for p in partitions]
+            for tp in tps:
+                for fetcher in self.fetchers.values():
+                    fetcher.remove(tp)
+                self.leaders.pop(tp, None)
+            error: BaseException | None = None
+            if topic in self.server.log_manager.topics():
+                try:
+                    self.server.log_manager.delete_topic(topic)
+                    log.info("[Broker %d] deleted its replicas of %s", self.broker_id, topic)
+                except UnknownTopicOrPartitionError:
+                    pass
+                except Exception as e:
+                    log.exception("[Broker %d] deleting %s failed", self.broker_id, topic)
+                    error = e
+            for tp in tps:
+                self.high_watermark_moved(tp)  # waiting produces answer now
+                results[tp] = error
+        return results
+
+    async def delete_topics(self, names: list[str], timeout_ms: int) -> dict[str, BaseException | None]:
+        """DeleteTopics in ZooKeeper mode (Kafka's AdminZkClient.deleteTopic): mark each topic under
+        /admin/delete_topics; answered once the controller finished deleting it, or REQUEST_TIMED_OUT."""
+        from ...errors import TopicDeletionDisabledError
+
+        results: dict[str, BaseException | None] = {}
+        marked = []
+        for name in names:
+            if not self.settings.delete_topic_enable:
+                results[name] = TopicDeletionDisabledError("Topic deletion is disabled.")
+                continue
+            try:
+                await asyncio.to_thread(self._mark_for_deletion, name)
+                marked.append(name)
+            except UnknownTopicOrPartitionError as e:
+                results[name] = e
+        self.request_resync()
+        deadline = time.monotonic() + timeout_ms / 1000.0
+        while marked and time.monotonic() < deadline:
+            exists = await asyncio.to_thread(self._existing_topics, marked)
+            for name in set(marked) - set(exists):
+                results[name] = None
+            marked = exists
+            if marked:
+                await asyncio.sleep(0.1)
+        for name in marked:
+            results[name] = RequestTimedOutError(f"Timed out after {timeout_ms} ms waiting for {name} to be deleted")
+        return results
+
+    def _existing_topics(self, names: list[str]) -> list[str]:
+        return [n for n in names if self.zk.exists(zk.topic_path(n))]
+
+    def _mark_for_deletion(self, name: str) -> None:
+        from kazoo.exceptions import NodeExistsError
+
+        if not self.zk.exists(zk.topic_path(name)):
+            raise UnknownTopicOrPartitionError(f"Topic `{name}` to delete does not exist")
+        with contextlib.suppress(NodeExistsError):  # already marked: wait for the same deletion, as Kafka does
+            self.zk.create(f"{zk.DELETE_TOPICS}/{name}", b"", makepath=True)
+        log.info("[Broker %d] topic %s marked for deletion", self.broker_id, name)
+
+    # ----- partitions added to a topic (Kafka's AdminZkClient.addPartitions) -------------------------------------
+    async def create_partitions(
+        self, name: str, count: int, assignments: list[list[int]] | None, validate_only: bool
+    ) -> None:
+        await asyncio.to_thread(self._add_partitions, name, count, assignments, validate_only)
+        if not validate_only:
+            self.request_resync()
+            await self.wait_for_topic(name)
+
+    def _add_partitions(self, name: str, count: int, assignments: list[list[int]] | None, validate_only: bool) -> None:
+        from kazoo.exceptions import BadVersionError, NoNodeError
+
+        from ...errors import InvalidPartitionsError, InvalidReplicaAssignmentError
+
+        try:
+            data, stat = self.zk.get(zk.topic_path(name))
+        except NoNodeError:
+            raise UnknownTopicOrPartitionError(f"The topic '{name}' does not exist.") from None
+        if self.zk.exists(f"{zk.DELETE_TOPICS}/{name}"):
+            raise InvalidPartitionsError(f"The topic '{name}' is marked for deletion.")
+        existing = zk.TopicAssignment.decode(data)
+        current = len(existing.partitions)
+        if count < current:
+            raise InvalidPartitionsError(
+                f"Topic currently has {current} partitions, which is higher than the requested {count}."
+            )
+        if count == current:
+            raise InvalidPartitionsError(f"Topic already has {current} partitions.")
+        brokers = sorted(int(b) for b in self.zk.get_children(zk.BROKER_IDS))
+        replication = len(existing.partitions[0])
+        added = count - current
+        if assignments:
+            if len(assignments) != added:
+                raise InvalidReplicaAssignmentError(
+                    f"Increasing the number of partitions by {added} but {len(assignments)} assignments provided."
+                )
+            new = {}
+            for i, replicas in enumerate(assignments):
+                unknown = sorted(set(replicas) - set(brokers))
+                if unknown:
+                    raise InvalidReplicaAssignmentError(f"Unknown broker(s) in replica assignment: {unknown}.")
+                if len(replicas) != replication or len(set(replicas)) != len(replicas):
+                    raise InvalidReplicaAssignmentError(
+                        f"Inconsistent replication factor between partitions, partition 0 has {replication} "
+                        f"while partition {current + i} has replicas {replicas}."
+                    )
+                new[current + i] = list(replicas)
+        else:
+            first = existing.partitions[0][0]
+            start = max(0, next((i for i, b in enumerate(brokers) if b >= first), 0))
+            new = assign_replicas(brokers, added, replication, fixed_start_index=start, start_partition_id=current)
+        if validate_only:
+            return
+        updated = zk.TopicAssignment({**existing.partitions, **new}, existing.topic_id)
+        try:
+            self.zk.set(zk.topic_path(name), updated.encode(), version=stat.version)
+        except BadVersionError:
+            raise InvalidPartitionsError(f"The topic '{name}' changed meanwhile; try again.") from None
+        log.info("[Broker %d] topic %s: partitions %s added", self.broker_id, name, new)
 
     # ----- acks=-1 -------------------------------------------------------------------------------------------
     async def wait_for_acks(self, results: dict, timeout_ms: int) -> dict:

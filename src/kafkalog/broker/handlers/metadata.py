@@ -41,15 +41,18 @@ def describe(broker, name: str) -> Topic:
     partitions = []
     for p in description.partitions:
         view = broker.replica_manager.get_partition(name, p.partition)
+        # A replica in a log dir that failed is offline, and with it the partition's only leader: Kafka's controller
+        # then answers LEADER_NOT_AVAILABLE with no leader and the replica in offline_replicas, until a restart.
+        offline = view.log.is_offline
         partitions.append(
             Partition(
-                error_code=NONE,
+                error_code=LEADER_NOT_AVAILABLE if offline else NONE,
                 partition_index=p.partition,
-                leader_id=node,
+                leader_id=-1 if offline else node,
                 leader_epoch=view.leader_epoch,
                 replica_nodes=[node],
                 isr_nodes=sorted(view.isr),
-                offline_replicas=[],
+                offline_replicas=[node] if offline else [],
             )
         )
     return Topic(

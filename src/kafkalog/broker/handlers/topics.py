@@ -12,6 +12,7 @@ from ..protocol import (
     INVALID_REQUEST,
     NONE,
     TOPIC_AUTHORIZATION_FAILED,
+    UNKNOWN_TOPIC_ID,
     CreatePartitionsResponse,
     CreateTopicsResponse,
     DeleteTopicsResponse,
@@ -136,6 +137,38 @@ async def handle_create(broker, header, request) -> Response:
     return Response.of(CreateTopicsResponse(version=version, throttle_time_ms=0, topics=results), version)
 
 
+async def _delete_in_cluster(broker, request, version: int, names: list[str | None]) -> list[Deleted]:
+    """DeleteTopics in ZooKeeper mode: each topic marked under /admin/delete_topics, answered once the controller
+    has had every replica deleted (or REQUEST_TIMED_OUT after the request's timeout, the deletion going on)."""
+    view = broker.cluster.view
+    ids = {topic_uuid(a.topic_id): t for t, a in view.topics.items() if a.topic_id}
+    if version >= 6:  # a topic may be named by its id alone
+        names = [t.name if t.name is not None else ids.get(t.topic_id) for t in request.topics]
+    answers: dict[int, Deleted] = {}
+    wanted: dict[str, int] = {}
+    for i, name in enumerate(names):
+        if name is None:
+            answers[i] = Deleted(
+                name=None, topic_id=ZERO_UUID, error_code=UNKNOWN_TOPIC_ID, error_message="This topic id is unknown."
+            )
+        elif not allowed(broker, "DELETE", "TOPIC", name):
+            answers[i] = Deleted(
+                name=name, topic_id=ZERO_UUID, error_code=TOPIC_AUTHORIZATION_FAILED, error_message=_DENIED
+            )
+        else:
+            wanted[name] = i
+    outcome = await broker.cluster.delete_topics(list(wanted), request.timeout_ms)
+    for name, i in wanted.items():
+        error = outcome.get(name)
+        assignment = view.topics.get(name)
+        topic_id = topic_uuid(assignment.topic_id) if assignment is not None and assignment.topic_id else ZERO_UUID
+        if error is None:
+            log.info("Deleted topic %s", name)
+        code, message = error_code(error), error_message(error)
+        answers[i] = Deleted(name=name, topic_id=topic_id, error_code=code, error_message=message)
+    return [answers[i] for i in range(len(names))]
+
+
 def _delete_one(broker, name: str | None) -> Deleted:
     if name is None:
         return Deleted(
@@ -159,18 +192,8 @@ async def handle_delete(broker, header, request) -> Response:
     version = header.api_version
     names = [t.name for t in request.topics] if version >= 6 else list(request.topic_names)
     if getattr(broker, "cluster", None) is not None:
-        # Kafka's ZooKeeper-mode deletion (/admin/delete_topics, the controller's TopicDeletionManager) is not
-        # built: refused without touching any replica, rather than deleting this broker's replicas alone.
-        refused = [
-            Deleted(
-                name=name,
-                topic_id=ZERO_UUID,
-                error_code=INVALID_REQUEST,
-                error_message="Deleting topics of a ZooKeeper cluster is not supported by kafkalog yet",
-            )
-            for name in names
-        ]
-        return Response.of(DeleteTopicsResponse(version=version, throttle_time_ms=0, responses=refused), version)
+        results = await _delete_in_cluster(broker, request, version, names)
+        return Response.of(DeleteTopicsResponse(version=version, throttle_time_ms=0, responses=results), version)
     results = [_delete_one(broker, name) for name in names]
     return Response.of(DeleteTopicsResponse(version=version, throttle_time_ms=0, responses=results), version)
 
@@ -205,18 +228,26 @@ def _grow_one(broker, topic, validate_only: bool):
     return Result(name=topic.name, error_code=NONE, error_message=None)
 
 
+async def _grow_in_cluster(broker, topic, validate_only: bool):
+    """CreatePartitions in ZooKeeper mode: the new partitions' replicas (given, or Kafka's assignment continuing
+    the topic's) added to /brokers/topics/T; the controller elects their leaders and the replicas create logs."""
+    Result = CreatePartitionsResponse.CreatePartitionsTopicResult
+    if not allowed(broker, "ALTER", "TOPIC", topic.name):
+        return Result(name=topic.name, error_code=TOPIC_AUTHORIZATION_FAILED, error_message=_DENIED)
+    assignments = [list(a.broker_ids) for a in topic.assignments] if topic.assignments else None
+    try:
+        await broker.cluster.create_partitions(topic.name, topic.count, assignments, validate_only)
+    except Exception as e:
+        return Result(name=topic.name, error_code=error_code(e), error_message=error_message(e))
+    if not validate_only:
+        log.info("Topic %s now has %d partitions", topic.name, topic.count)
+    return Result(name=topic.name, error_code=NONE, error_message=None)
+
+
 async def handle_create_partitions(broker, header, request) -> Response:
     version = header.api_version
     if getattr(broker, "cluster", None) is not None:
-        Result = CreatePartitionsResponse.CreatePartitionsTopicResult
-        refused = [
-            Result(
-                name=t.name,
-                error_code=INVALID_REQUEST,
-                error_message="Adding partitions to a topic of a ZooKeeper cluster is not supported by kafkalog yet",
-            )
-            for t in request.topics
-        ]
-        return Response.of(CreatePartitionsResponse(version=version, throttle_time_ms=0, results=refused), version)
+        results = [await _grow_in_cluster(broker, t, bool(request.validate_only)) for t in request.topics]
+        return Response.of(CreatePartitionsResponse(version=version, throttle_time_ms=0, results=results), version)
     results = [_grow_one(broker, t, bool(request.validate_only)) for t in request.topics]
     return Response.of(CreatePartitionsResponse(version=version, throttle_time_ms=0, results=results), version)

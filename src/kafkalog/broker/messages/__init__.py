@@ -27,9 +27,29 @@ class ConsumerGroupDescribeResponse(ApiMessage, load_json=_HERE):
     pass
 
 
+class ControlledShutdownRequest(ApiMessage, load_json=_HERE):
+    """A broker's request to the controller to move its leaderships away before it stops (API key 7)."""
+
+
+class ControlledShutdownResponse(ApiMessage, load_json=_HERE):
+    pass
+
+
+class StopReplicaRequest(ApiMessage, load_json=_HERE):
+    """The controller's request to a broker to stop (and here always delete) replicas (API key 5), v0-1."""
+
+
+class StopReplicaResponse(ApiMessage, load_json=_HERE):
+    pass
+
+
 __all__ = [
     "ConsumerGroupDescribeRequest",
     "ConsumerGroupDescribeResponse",
     "ConsumerGroupHeartbeatRequest",
     "ConsumerGroupHeartbeatResponse",
+    "ControlledShutdownRequest",
+    "ControlledShutdownResponse",
+    "StopReplicaRequest",
+    "StopReplicaResponse",
 ]

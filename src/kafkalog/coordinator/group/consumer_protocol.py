@@ -75,6 +75,8 @@ class ConsumerProtocolMixin:
 
         if not group_id:
             return fail(Errors.INVALID_REQUEST, "GroupId can't be empty.")
+        if (status := self.group_status(group_id)) is not Errors.NONE:  # type: ignore[attr-defined]
+            return fail(status)
         if version >= 1 and not member_id:
             return fail(Errors.INVALID_REQUEST, "MemberId can't be empty.")
         if member_epoch < LEAVE_GROUP_STATIC_EPOCH:
@@ -364,6 +366,13 @@ class ConsumerProtocolMixin:
         self._remove_consumer_member(group, member)
         self._persist_consumer_group(group)
 
+    def _drop_consumer_group(self, group_id: str) -> None:
+        """Forget a KIP-848 group whose partition this broker no longer coordinates (its timers cancelled)."""
+        group = self.consumer_groups.pop(group_id)
+        for member in group.members.values():
+            self._cancel(member.session_task)  # type: ignore[attr-defined]
+            self._cancel(member.revocation_task)  # type: ignore[attr-defined]
+
     def _shutdown_consumer_groups(self) -> None:
         for group in self.consumer_groups.values():
             for member in group.members.values():
@@ -500,6 +509,8 @@ class ConsumerProtocolMixin:
     def describe_consumer_group(self, group_id: str) -> tuple[Errors, str | None, ConsumerGroup | None]:
         """ConsumerGroupDescribe of one group (Kafka's GroupMetadataManager.consumerGroupDescribe): the group, or
         GROUP_ID_NOT_FOUND with Kafka's message when there is no group or it is a classic group."""
+        if (status := self.group_status(group_id)) is not Errors.NONE:  # type: ignore[attr-defined]
+            return status, None, None
         group = self.consumer_groups.get(group_id)
         if group is not None:
             return Errors.NONE, None, group

@@ -29,13 +29,16 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ...errors import UnknownTopicOrPartitionError
 from ...manager import TopicPartition
-from ...partition import READ_COMMITTED
+from ...partition import READ_UNCOMMITTED
+from ...partition.partition import DEFAULT_FETCH_BYTES
 from ...record.builder import RecordBatchBuilder
+from ...record.types import ControlRecordType
 from ...storage.producer_state import AppendOrigin
 from . import records as rec
 from .consumer_group import ConsumerGroup
@@ -71,6 +74,47 @@ def partition_for(group_id: str, partitions: int) -> int:
     """Kafka's partitionFor: ``Utils.abs(groupId.hashCode) % partitions`` (Utils.abs(MIN_VALUE) == 0)."""
     h = java_string_hash(group_id)
     return (0 if h == -(1 << 31) else abs(h)) % partitions
+
+
+def _offset_and_metadata(value: dict) -> OffsetAndMetadata:
+    """An OffsetCommitValue (decoded) as the group keeps it."""
+    return OffsetAndMetadata(
+        value["offset"],
+        value.get("leaderEpoch", -1),
+        value["metadata"] or "",
+        value["commitTimestamp"],
+        value.get("expireTimestamp"),
+    )
+
+
+def _replay(replica) -> Iterator[tuple[Any, int | None, bool | None]]:
+    """Every record of a partition up to its high watermark, in log order, as (record, producer id, marker):
+    producer id set for the records of transactional batches, marker True/False (record None) for a COMMIT/ABORT
+    control batch of that producer. Kafka's loader reads the same way, so offsets of undecided transactions
+    can be held back until their marker."""
+    offset = replica.log_start_offset
+    while True:
+        data = replica.fetch_records(offset, DEFAULT_FETCH_BYTES, READ_UNCOMMITTED, True, False)
+        batches = list(data.records.batches())
+        if not batches:
+            return
+        for batch in batches:
+            if batch.is_control:
+                if batch.is_transactional and batch.producer_id >= 0:
+                    try:
+                        marker = batch.end_transaction_marker()
+                    except Exception:  # an empty control batch (the cleaner removed its record)
+                        continue
+                    yield None, batch.producer_id, marker.type == ControlRecordType.COMMIT
+                continue
+            producer_id = batch.producer_id if batch.is_transactional else None
+            for record in batch:
+                if record.offset >= offset:
+                    yield record, producer_id, None
+        next_offset = batches[-1].next_offset
+        if next_offset <= offset:
+            return
+        offset = next_offset
 
 
 def _int(props, key: str, default: int, minimum: int | None = None) -> int:
@@ -166,13 +210,84 @@ class GroupCoordinator(ConsumerProtocolMixin):
         self.consumer_groups: dict[str, ConsumerGroup] = {}  # KIP-848 groups (their offsets are in ``groups``)
         self._retention_task = None
         self._active = False
+        # Transactional offset commits written but not yet decided (producer id -> group -> partition -> offset):
+        # made visible by a COMMIT marker in the group's partition, dropped by an ABORT (Kafka's
+        # pendingTransactionalOffsetCommits).
+        self.pending_txn_offsets: dict[int, dict[str, dict[tuple[str, int], OffsetAndMetadata]]] = {}
+        # The offsets-topic partitions this broker coordinates: None = all of them (a single node); in a cluster,
+        # those whose leader it is (on_election / on_resignation), minus those still loading.
+        self.owned: set[int] | None = None
+        self.loading: set[int] = set()
+        # In a cluster, the offsets topic's partition count as ZooKeeper has it (this broker may not host all).
+        self.cluster_partition_count: int | None = None
 
     # ================================================================ lifecycle
-    def startup(self) -> None:
-        """Load the groups and offsets of every offsets-topic partition, then start the expiry checks."""
-        self.load()
+    def startup(self, *, clustered: bool = False) -> None:
+        """Load the groups and offsets of every offsets-topic partition, then start the expiry checks. In a cluster
+        nothing is loaded here: each partition is loaded when this broker becomes its leader (``on_election``)."""
+        if clustered:
+            self.owned = set()
+        else:
+            self.load()
         self._active = True
         self._schedule_retention()
+
+    # ================================================================ partitions coordinated here (a cluster)
+    def group_status(self, group_id: str) -> Errors:
+        """Kafka's validateGroupStatus: NOT_COORDINATOR when another broker leads the group's partition,
+        COORDINATOR_LOAD_IN_PROGRESS while this one loads it (both send the client to FindCoordinator again)."""
+        if self.owned is None:
+            return Errors.NONE
+        partition = self.partition_for(group_id)
+        if partition in self.loading:
+            return Errors.COORDINATOR_LOAD_IN_PROGRESS
+        if partition not in self.owned:
+            return Errors.NOT_COORDINATOR
+        return Errors.NONE
+
+    def begin_loading(self, partition: int) -> None:
+        """This broker became the leader of ``partition``: its groups answer COORDINATOR_LOAD_IN_PROGRESS until
+        ``on_election`` loads them."""
+        if self.owned is not None and partition not in self.owned:
+            self.loading.add(partition)
+
+    def on_election(self, partition: int) -> None:
+        """Kafka's onElection: load the groups and offsets of ``partition`` and coordinate them from now on."""
+        if self.owned is None:
+            return
+        self._drop_groups_of(partition)
+        try:
+            self._load_partition(partition)
+        finally:
+            self.loading.discard(partition)
+        self.owned.add(partition)
+
+    def on_resignation(self, partition: int) -> None:
+        """Kafka's onResignation: another broker leads ``partition`` now; its groups leave this coordinator (their
+        waiting members are answered NOT_COORDINATOR and find the new coordinator)."""
+        if self.owned is None:
+            return
+        self.loading.discard(partition)
+        if partition in self.owned:
+            self.owned.discard(partition)
+            self._drop_groups_of(partition)
+            log.info("Unloaded the groups of %s-%d", GROUP_METADATA_TOPIC_NAME, partition)
+
+    def _drop_groups_of(self, partition: int) -> None:
+        for group_id in [g for g in self.groups if self.partition_for(g) == partition]:
+            group = self.groups.pop(group_id)
+            self._cancel(group.join_task)
+            for task in group.pending_members.values():
+                self._cancel(task)
+            for member in group.members.values():
+                self._cancel(member.heartbeat_task)
+                self._answer_join(member, JoinResult(Errors.NOT_COORDINATOR, member.member_id))
+                self._answer_sync(member, SyncResult(Errors.NOT_COORDINATOR))
+        for group_id in [g for g in self.consumer_groups if self.partition_for(g) == partition]:
+            self._drop_consumer_group(group_id)
+
+    def _owns(self, group_id: str) -> bool:
+        return self.owned is None or self.partition_for(group_id) in self.owned
 
     def shutdown(self) -> None:
         """Cancel every timer and answer every waiting JoinGroup / SyncGroup with NOT_COORDINATOR (as Kafka does
@@ -209,6 +324,8 @@ class GroupCoordinator(ConsumerProtocolMixin):
     def partition_count(self) -> int:
         """The topic's partition count: its partitions when they are 0..n-1, else offsets.topic.num.partitions
         (a copied broker log dir may hold only the partitions that had data, as the fixtures do)."""
+        if self.cluster_partition_count is not None:
+            return self.cluster_partition_count
         present = self.offsets_topic_partitions()
         if present and sorted(present) == list(range(len(present))):
             return len(present)
@@ -247,8 +364,15 @@ class GroupCoordinator(ConsumerProtocolMixin):
                 return Errors.COORDINATOR_NOT_AVAILABLE
         return Errors.NONE
 
-    def _append(self, group_id: str, entries: Sequence[tuple[bytes, bytes | None]], for_offsets: bool) -> Errors:
-        """Write ``entries`` (key, value or None for a tombstone) as one batch to the group's partition."""
+    def _append(
+        self,
+        group_id: str,
+        entries: Sequence[tuple[bytes, bytes | None]],
+        for_offsets: bool,
+        producer: tuple[int, int] | None = None,
+    ) -> Errors:
+        """Write ``entries`` (key, value or None for a tombstone) as one batch to the group's partition; with
+        ``producer`` (id, epoch), as a transactional batch of that producer (a TxnOffsetCommit, as Kafka writes it)."""
         if not entries:
             return Errors.NONE
         if self.offsets_topic_partitions() is None:
@@ -256,7 +380,17 @@ class GroupCoordinator(ConsumerProtocolMixin):
         codec = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}.get(
             self.config.offsets_topic_compression_codec, "none"
         )
-        builder = RecordBatchBuilder(compression=codec, clock=self.clock)
+        if producer is None:
+            builder = RecordBatchBuilder(compression=codec, clock=self.clock)
+        else:
+            builder = RecordBatchBuilder(
+                compression=codec,
+                producer_id=producer[0],
+                producer_epoch=producer[1],
+                base_sequence=0,
+                is_transactional=True,
+                clock=self.clock,
+            )
         now = self.now()
         for key, value in entries:
             builder.append(key, value, now)
@@ -306,48 +440,71 @@ class GroupCoordinator(ConsumerProtocolMixin):
         metadata: dict[str, dict | None] = {}
         consumer: dict[str, dict[bytes, bytes]] = {}  # KIP-848 group -> its live records
         skipped = 0
-        for record in replica.records(None, READ_COMMITTED):
-            if record.key is None:
-                skipped += 1
+        pending: dict[int, list] = {}  # producer id -> its undecided transactional records, in log order
+        for record, producer_id, marker in _replay(replica):
+            if marker is not None and producer_id is not None:  # COMMIT: apply the producer's records; ABORT: drop
+                stashed = pending.pop(producer_id, [])
+                if marker:
+                    for kept in stashed:
+                        skipped += self._load_record(partition, kept, offsets, metadata, consumer)
                 continue
+            if producer_id is not None:
+                pending.setdefault(producer_id, []).append(record)
+                continue
+            skipped += self._load_record(partition, record, offsets, metadata, consumer)
+        for producer_id, stashed in pending.items():
+            self._load_pending(producer_id, stashed)
+        self._finish_load(partition, offsets, metadata, consumer, skipped)
+
+    def _load_record(self, partition: int, record, offsets: dict, metadata: dict, consumer: dict) -> int:
+        """Apply one record being loaded (the last record of a key wins, a tombstone deletes); 1 when skipped."""
+        if record.key is None:
+            return 1
+        try:
+            record_type, key = rec.decode_key(record.key)
+            value = None if record.value is None else rec.decode_value(record_type, record.value)[1]
+        except rec.UnknownRecordType:
+            return 1  # share- and streams-group records, ConsumerGroupPartitionMetadata: not built
+        except (ValueError, IndexError) as e:
+            log.warning(
+                "Skipping unreadable record at offset %d of %s-%d: %s",
+                record.offset,
+                GROUP_METADATA_TOPIC_NAME,
+                partition,
+                e,
+            )
+            return 1
+        if record_type >= rec.CONSUMER_GROUP_METADATA_KEY_TYPE:  # a KIP-848 group's record: replayed later
+            group_records = consumer.setdefault(key.get("groupId") or "", {})
+            if record.value is None:
+                group_records.pop(bytes(record.key), None)
+            else:
+                group_records[bytes(record.key)] = bytes(record.value)
+        elif record_type in (0, 1):
+            group_offsets = offsets.setdefault(key["group"], {})
+            tp = (key["topic"], key["partition"])
+            if value is None:
+                group_offsets.pop(tp, None)
+            else:
+                group_offsets[tp] = _offset_and_metadata(value)
+        else:
+            metadata[key["group"]] = value
+        return 0
+
+    def _load_pending(self, producer_id: int, records: list) -> None:
+        """Keep the offset commits of a transaction with no marker yet as pending (its coordinator decides)."""
+        for record in records:
             try:
                 record_type, key = rec.decode_key(record.key)
-                value = None if record.value is None else rec.decode_value(record_type, record.value)[1]
-            except rec.UnknownRecordType:
-                skipped += 1  # share- and streams-group records, ConsumerGroupPartitionMetadata: not built
+                if record_type not in (0, 1) or record.value is None:
+                    continue
+                value = rec.decode_value(record_type, record.value)[1]
+            except (rec.UnknownRecordType, ValueError, IndexError):
                 continue
-            except (ValueError, IndexError) as e:
-                log.warning(
-                    "Skipping unreadable record at offset %d of %s-%d: %s",
-                    record.offset,
-                    GROUP_METADATA_TOPIC_NAME,
-                    partition,
-                    e,
-                )
-                skipped += 1
-                continue
-            if record_type >= rec.CONSUMER_GROUP_METADATA_KEY_TYPE:  # a KIP-848 group's record: replayed below
-                group_records = consumer.setdefault(key.get("groupId") or "", {})
-                if record.value is None:
-                    group_records.pop(bytes(record.key), None)
-                else:
-                    group_records[bytes(record.key)] = bytes(record.value)
-                continue
-            if record_type in (0, 1):
-                group_offsets = offsets.setdefault(key["group"], {})
-                tp = (key["topic"], key["partition"])
-                if value is None:
-                    group_offsets.pop(tp, None)
-                else:
-                    group_offsets[tp] = OffsetAndMetadata(
-                        value["offset"],
-                        value.get("leaderEpoch", -1),
-                        value["metadata"] or "",
-                        value["commitTimestamp"],
-                        value.get("expireTimestamp"),
-                    )
-            else:
-                metadata[key["group"]] = value
+            group = self.pending_txn_offsets.setdefault(producer_id, {}).setdefault(key["group"], {})
+            group[(key["topic"], key["partition"])] = _offset_and_metadata(value)
+
+    def _finish_load(self, partition: int, offsets: dict, metadata: dict, consumer: dict, skipped: int) -> None:
         for group_id, group_records in consumer.items():
             self.consumer_groups.pop(group_id, None)
             if group_records:
@@ -464,6 +621,8 @@ class GroupCoordinator(ConsumerProtocolMixin):
 
         if not group_id:
             return fail(Errors.INVALID_GROUP_ID)
+        if (status := self.group_status(group_id)) is not Errors.NONE:
+            return fail(status)
         if self.offsets_topic_partitions() is None:
             return fail(Errors.COORDINATOR_NOT_AVAILABLE)
         if not (
@@ -775,6 +934,8 @@ class GroupCoordinator(ConsumerProtocolMixin):
         assignments: dict[str, bytes],
         callback: Callable[[SyncResult], None],
     ) -> None:
+        if (status := self.group_status(group_id)) is not Errors.NONE:
+            return callback(SyncResult(status))
         group = self.groups.get(group_id)
         if group is None:
             return callback(SyncResult(Errors.UNKNOWN_MEMBER_ID))
@@ -823,6 +984,8 @@ class GroupCoordinator(ConsumerProtocolMixin):
 
     # ================================================================ Heartbeat / LeaveGroup
     def heartbeat(self, group_id: str, member_id: str, group_instance_id: str | None, generation_id: int) -> Errors:
+        if (status := self.group_status(group_id)) is not Errors.NONE:
+            return status
         group = self.groups.get(group_id)
         if group is None or group.is_in(EMPTY):
             return Errors.UNKNOWN_MEMBER_ID
@@ -843,6 +1006,8 @@ class GroupCoordinator(ConsumerProtocolMixin):
         self, group_id: str, leaving: list[tuple[str, str | None]]
     ) -> tuple[Errors, list[tuple[str, str | None, Errors]]]:
         """Remove each (member id, instance id); a static member may leave by instance id alone (KIP-345)."""
+        if (status := self.group_status(group_id)) is not Errors.NONE:
+            return status, []
         group = self.groups.get(group_id)
         if group is None:
             return Errors.NONE, [(m, i, Errors.UNKNOWN_MEMBER_ID) for m, i in leaving]
@@ -891,6 +1056,8 @@ class GroupCoordinator(ConsumerProtocolMixin):
 
         if not group_id:
             return all_fail(Errors.INVALID_GROUP_ID)
+        if (status := self.group_status(group_id)) is not Errors.NONE:
+            return all_fail(status)
         if self.offsets_topic_partitions() is None:
             return all_fail(Errors.COORDINATOR_NOT_AVAILABLE)
         consumer_check = self._validate_consumer_commit(group_id, member_id, generation_id)
@@ -941,6 +1108,86 @@ class GroupCoordinator(ConsumerProtocolMixin):
             self.groups.pop(group_id, None)
         return results
 
+    def commit_transactional_offsets(
+        self,
+        group_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        member_id: str,
+        group_instance_id: str | None,
+        generation_id: int,
+        offsets: dict[tuple[str, int], tuple[int, int, str | None]],
+    ) -> dict[tuple[str, int], Errors]:
+        """TxnOffsetCommit: the offsets are written as a transactional batch of the producer and stay pending
+        (invisible to OffsetFetch) until the transaction's marker reaches the group's partition
+        (``complete_transaction``). The member and generation are checked only when given (KIP-447)."""
+
+        def all_fail(error: Errors) -> dict[tuple[str, int], Errors]:
+            return {tp: error for tp in offsets}
+
+        if not group_id:
+            return all_fail(Errors.INVALID_GROUP_ID)
+        if self.offsets_topic_partitions() is None:
+            return all_fail(Errors.COORDINATOR_NOT_AVAILABLE)
+        if member_id != UNKNOWN_MEMBER_ID or generation_id >= 0:
+            consumer_check = self._validate_consumer_commit(group_id, member_id, generation_id)
+            if consumer_check is not None and consumer_check is not Errors.NONE:
+                return all_fail(consumer_check)
+            group = self.groups.get(group_id)
+            if consumer_check is None:
+                if group is None:
+                    return all_fail(Errors.ILLEGAL_GENERATION)
+                error = self._validate_commit(group, member_id, group_instance_id, generation_id)
+                if error is not Errors.NONE:
+                    return all_fail(error)
+        results: dict[tuple[str, int], Errors] = {}
+        entries = []
+        accepted: dict[tuple[str, int], OffsetAndMetadata] = {}
+        now = self.now()
+        for (topic, partition), (offset, leader_epoch, metadata) in offsets.items():
+            if not self._partition_exists(topic, partition):
+                results[(topic, partition)] = Errors.UNKNOWN_TOPIC_OR_PARTITION
+                continue
+            metadata = metadata or ""
+            if len(metadata.encode("utf-8")) > self.config.offset_metadata_max_bytes:
+                results[(topic, partition)] = Errors.OFFSET_METADATA_TOO_LARGE
+                continue
+            accepted[(topic, partition)] = OffsetAndMetadata(offset, leader_epoch, metadata, now, None)
+            entries.append(
+                (
+                    rec.offset_commit_key(group_id, topic, partition),
+                    rec.offset_commit_value(offset, leader_epoch, metadata, now),
+                )
+            )
+        error = self._append(group_id, entries, for_offsets=True, producer=(producer_id, producer_epoch))
+        for tp, committed in accepted.items():
+            results[tp] = error
+            if error is Errors.NONE:
+                self.pending_txn_offsets.setdefault(producer_id, {}).setdefault(group_id, {})[tp] = committed
+        return results
+
+    def complete_transaction(self, producer_id: int, offsets_partition: int, committed: bool) -> None:
+        """A COMMIT/ABORT marker of ``producer_id`` was written to ``__consumer_offsets-offsets_partition``: its
+        pending offsets of the groups on that partition become visible, or are dropped (Kafka's
+        GroupMetadataManager.handleTxnCompletion)."""
+        by_group = self.pending_txn_offsets.get(producer_id)
+        if not by_group:
+            return
+        for group_id in [g for g in by_group if self.partition_for(g) == offsets_partition]:
+            pending = by_group.pop(group_id)
+            if not committed:
+                continue
+            group = self.groups.get(group_id)
+            if group is None:
+                group = self.groups[group_id] = ClassicGroup(group_id, self.now())
+            group.offsets.update(pending)
+        if not by_group:
+            del self.pending_txn_offsets[producer_id]
+
+    def has_pending_offsets(self, group_id: str, topic: str, partition: int) -> bool:
+        """Whether a transaction holds an undecided offset for this partition (OffsetFetch's require_stable)."""
+        return any((topic, partition) in groups.get(group_id, {}) for groups in self.pending_txn_offsets.values())
+
     def _validate_commit(self, group: ClassicGroup, member_id: str, instance_id: str | None, generation: int) -> Errors:
         """Kafka's ClassicGroup.validateOffsetCommit."""
         if group.is_in(DEAD):
@@ -967,6 +1214,8 @@ class GroupCoordinator(ConsumerProtocolMixin):
         self, group_id: str, partitions: Iterable[tuple[str, int]] | None
     ) -> tuple[Errors, dict[tuple[str, int], OffsetAndMetadata | None]]:
         """OffsetFetch: the committed offset of each partition (None: nothing committed); all of them for None."""
+        if (status := self.group_status(group_id)) is not Errors.NONE:
+            return status, {}
         if self.offsets_topic_partitions() is None:
             return Errors.COORDINATOR_NOT_AVAILABLE, {}
         group = self.groups.get(group_id)
@@ -982,6 +1231,8 @@ class GroupCoordinator(ConsumerProtocolMixin):
         self, group_id: str, partitions: list[tuple[str, int]]
     ) -> tuple[Errors, dict[tuple[str, int], Errors]]:
         """OffsetDelete: remove committed offsets of partitions whose topic the group does not consume."""
+        if (status := self.group_status(group_id)) is not Errors.NONE:
+            return status, {}
         group = self.groups.get(group_id)
         if group is None or group.is_in(DEAD):
             return Errors.GROUP_ID_NOT_FOUND, {}
@@ -1061,9 +1312,13 @@ class GroupCoordinator(ConsumerProtocolMixin):
         found = [
             GroupOverview(g.group_id, g.protocol_type or "", g.state.value)
             for g in self.groups.values()
-            if g.group_id not in self.consumer_groups
+            if g.group_id not in self.consumer_groups and self._owns(g.group_id)
         ]
-        found += [GroupOverview(g.group_id, "consumer", g.state, "consumer") for g in self.consumer_groups.values()]
+        found += [
+            GroupOverview(g.group_id, "consumer", g.state, "consumer")
+            for g in self.consumer_groups.values()
+            if self._owns(g.group_id)
+        ]
         return [
             g
             for g in found
@@ -1072,6 +1327,8 @@ class GroupCoordinator(ConsumerProtocolMixin):
         ]
 
     def describe_group(self, group_id: str) -> tuple[Errors, GroupDescription | None]:
+        if (status := self.group_status(group_id)) is not Errors.NONE:
+            return status, None
         group = self.groups.get(group_id)
         if group is None or group_id in self.consumer_groups:  # as Kafka's classicGroup(): KIP-848 groups are not
             return Errors.GROUP_ID_NOT_FOUND, None
@@ -1098,6 +1355,9 @@ class GroupCoordinator(ConsumerProtocolMixin):
     def delete_groups(self, group_ids: list[str]) -> dict[str, Errors]:
         results: dict[str, Errors] = {}
         for group_id in group_ids:
+            if (status := self.group_status(group_id)) is not Errors.NONE:
+                results[group_id] = status
+                continue
             consumer_group = self.consumer_groups.get(group_id)
             if consumer_group is not None:
                 if consumer_group.members:

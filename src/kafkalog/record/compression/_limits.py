@@ -10,8 +10,9 @@ bound pass ``max_size``.
 from __future__ import annotations
 
 from ...errors import CorruptRecordError
+from ...layout import INT32_MAX
 
-MAX_DECOMPRESSED_BYTES = (1 << 31) - 1
+MAX_DECOMPRESSED_BYTES = INT32_MAX
 
 
 def too_large(codec: str, max_size: int, size: int | None = None) -> CorruptRecordError:

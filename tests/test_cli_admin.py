@@ -1,0 +1,320 @@
+"""The admin commands as a Kafka operator uses them (issue 24): verify and dump on input that is not Kafka's,
+kafka-topics.sh's checks and messages, the log dir lock's holder, UTF-8 as Java prints it, errors as one line.
+
+Each format or message is Kafka's; the Kafka source it follows is named next to the assertion."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from kafkalog.cli import main
+from kafkalog.record.java_text import java_utf8
+from test_cli_dump import _build_log
+
+
+def run(*args: str, input: str | None = None):
+    return CliRunner().invoke(main, list(args), input=input)
+
+
+def tree_state(root: Path) -> dict[str, tuple[int, int]]:
+    return {str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns) for p in root.rglob("*")}
+
+
+# ----- verify and dump: what is not a log dir, and garbage files ----------------------------------------------
+
+
+def test_verify_refuses_a_directory_that_is_not_a_kafka_log_dir(tmp_path: Path) -> None:
+    """/etc-like folders: 'dbus-1' and 'polkit-1' are named like partitions (<topic>-<n>) but hold no segment;
+    Kafka's rules (LogManager: a log dir has meta.properties or checkpoints; a partition dir holds .log segments)
+    say this is not a log dir. Refused with one line, exit status 1, nothing written."""
+    etc = tmp_path / "etc"
+    (etc / "dbus-1" / "system.d").mkdir(parents=True)
+    (etc / "dbus-1" / "session.conf").write_text("<busconfig/>")
+    (etc / "polkit-1").mkdir()
+    (etc / "hostname").write_text("box\n")
+    before = tree_state(etc)
+    result = run("verify", str(etc))
+    assert result.exit_code == 1, result.output
+    assert f"{etc} is not a Kafka log dir" in result.output and "clean" not in result.output
+    assert len(result.output.strip().splitlines()) == 1 and "Traceback" not in result.output
+    assert tree_state(etc) == before
+    # the real /etc too, where the machine has one
+    if Path("/etc/passwd").exists() and not Path("/etc/meta.properties").exists():
+        real = run("verify", "/etc")
+        assert real.exit_code == 1 and "is not a Kafka log dir" in real.output
+
+
+GARBAGE = bytes((i * 73 + 41) % 256 for i in range(120))  # deterministic bytes that are no Kafka structure
+
+
+@pytest.mark.parametrize("suffix", [".snapshot", ".timeindex", ".txnindex", ".index", ".log"])
+def test_dump_exits_1_on_a_garbage_file_of_every_kind(tmp_path: Path, suffix: str) -> None:
+    """The same input class (a damaged file) gives the same exit status whatever the file kind: 1. The text Kafka's
+    DumpLogSegments prints (core/src/main/scala/kafka/tools/DumpLogSegments.scala) comes first, unchanged."""
+    log = _build_log(tmp_path, [(b"k", b"v")])  # a valid segment next to the garbage index files
+    target = log.with_suffix(suffix)
+    target.write_bytes(GARBAGE)
+    result = run("dump", "--files", str(target))
+    assert result.exit_code == 1, (suffix, result.output)
+    assert result.stdout.startswith(f"Dumping {target}\n")
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("Error: ") and "Traceback" not in result.output
+
+
+def test_dump_of_an_intact_segment_still_exits_0(tmp_path: Path) -> None:
+    log = _build_log(tmp_path, [(b"k", b"v")])
+    assert run("dump", "--files", str(log), "--print-data-log").exit_code == 0
+
+
+# ----- topics -------------------------------------------------------------------------------------------------
+
+
+def test_topics_requires_exactly_one_action(tmp_path: Path) -> None:
+    """TopicCommand.java (TopicCommandOptions.checkArgs): 'Command must include exactly one action: --list,
+    --describe, --create, --alter or --delete'; a usage error (2)."""
+    run("topics", "--log-dir", str(tmp_path), "--create", "--topic", "t")
+    for args in (["--list", "--describe"], ["--create", "--delete"], []):
+        result = run("topics", "--log-dir", str(tmp_path), *args, "--topic", "t")
+        assert result.exit_code == 2, (args, result.output)
+        assert "Command must include exactly one action: --list, --describe, --create, --alter or --delete" in (
+            result.output
+        )
+    # an option with an action it does not belong to (TopicCommandOptions.checkInvalidArgs)
+    wrong = run("topics", "--log-dir", str(tmp_path), "--list", "--if-not-exists")
+    assert wrong.exit_code == 2 and 'Option "[if-not-exists]" can\'t be used with option "[list]"' in wrong.output
+
+
+def test_topics_alter_delete_config_of_an_unset_config_fails(tmp_path: Path) -> None:
+    """ConfigCommand.scala (alterResourceConfig): deleting a config the topic does not set fails with
+    'Invalid config(s): nope', and nothing changes."""
+    d = str(tmp_path)
+    run("topics", "--log-dir", d, "--create", "--topic", "t", "--config", "retention.ms=60000")
+    result = run("topics", "--log-dir", d, "--alter", "--topic", "t", "--delete-config", "nope")
+    assert result.exit_code == 1 and result.output == "Error: Invalid config(s): nope\n"
+    both = run(
+        "topics", "--log-dir", d, "--alter", "--topic", "t", "--delete-config", "retention.ms",
+        "--delete-config", "segment.ms", "--delete-config", "nope",
+    )  # fmt: skip
+    assert both.exit_code == 1 and both.output == "Error: Invalid config(s): segment.ms,nope\n"
+    described = run("topics", "--log-dir", d, "--describe", "--topic", "t").output
+    assert "Configs: retention.ms=60000" in described  # untouched
+    ok = run("topics", "--log-dir", d, "--alter", "--topic", "t", "--delete-config", "retention.ms")
+    assert ok.exit_code == 0 and "Completed updating config for topic t." in ok.output
+
+
+def test_topics_create_creates_a_missing_log_dir_as_a_broker_does(tmp_path: Path) -> None:
+    """A broker creates missing log.dirs at startup (LogManager.createAndValidateLogDirs); `topics --create`, the
+    command that starts a log dir, does the same and says so on stderr. Reading commands never create one."""
+    d = tmp_path / "new" / "logs"
+    listed = run("topics", "--log-dir", str(d), "--list")
+    assert listed.exit_code == 1 and "does not exist" in listed.output and not d.exists()
+    result = run("topics", "--log-dir", str(d), "--create", "--topic", "t")
+    assert result.exit_code == 0, result.output
+    assert result.stdout == "Created topic t.\n" and f"Created log dir {d}" in result.stderr
+    assert (d / "t-0").is_dir() and (d / "meta.properties").is_file()
+    assert run("topics", "--log-dir", str(d), "--list").output == "t\n"
+
+
+def test_topics_refuses_a_name_that_collides_with_an_existing_topic(tmp_path: Path) -> None:
+    """ReplicationControlManager.java (validateNewTopicNames): InvalidTopicException "Topic 'a_b' collides with
+    existing topic: a.b" ('.' and '_' give the same metric names)."""
+    d = str(tmp_path)
+    assert run("topics", "--log-dir", d, "--create", "--topic", "a.b").exit_code == 0
+    result = run("topics", "--log-dir", d, "--create", "--topic", "a_b")
+    assert result.exit_code == 1 and result.output == "Error: Topic 'a_b' collides with existing topic: a.b\n"
+    assert run("topics", "--log-dir", d, "--list").output == "a.b\n"
+
+
+def test_topics_refuses_to_create_internal_topics_offline(tmp_path: Path) -> None:
+    d = str(tmp_path)
+    for name in ("__consumer_offsets", "__transaction_state"):
+        result = run("topics", "--log-dir", d, "--create", "--topic", name)
+        assert result.exit_code == 1 and f"Topic '{name}' is internal" in result.output
+    # KafkaApis.scala / ControllerApis.scala: "Creation of internal topic __cluster_metadata is prohibited."
+    meta = run("topics", "--log-dir", d, "--create", "--topic", "__cluster_metadata")
+    assert meta.output == "Error: Creation of internal topic __cluster_metadata is prohibited.\n"
+    assert not any(tmp_path.glob("__*"))
+
+
+def test_topics_data_errors_exit_1_and_usage_errors_exit_2(tmp_path: Path) -> None:
+    d = str(tmp_path)
+    run("topics", "--log-dir", d, "--create", "--topic", "t")
+    data_errors = [
+        ["--create", "--topic", "t"],  # exists
+        ["--describe", "--topic", "missing"],
+        ["--delete", "--topic", "missing"],
+        ["--alter", "--topic", "t", "--partitions", "1"],  # not a growth
+        ["--alter", "--topic", "t", "--config", "retention.ms=abc"],
+    ]
+    for args in data_errors:
+        result = run("topics", "--log-dir", d, *args)
+        assert result.exit_code == 1, (args, result.output)
+        assert result.output.startswith("Error: ") and len(result.output.splitlines()) == 1, result.output
+    # TopicCommand.java (ensureTopicExists): "Topic 'missing' does not exist as expected"
+    assert "Topic 'missing' does not exist as expected" in run("topics", "--log-dir", d, "--describe", "--topic",
+                                                               "missing").output  # fmt: skip
+    usage_errors = [["--create"], ["--list", "--partitions", "3"], ["--create", "--topic", "u", "--if-exists"]]
+    for args in usage_errors:
+        assert run("topics", "--log-dir", d, *args).exit_code == 2, args
+
+
+def test_topics_if_exists_if_not_exists_exclude_internal_and_overrides(tmp_path: Path) -> None:
+    """TopicCommand.java: --if-not-exists (create: an existing topic is no error), --if-exists (alter, delete,
+    describe: a missing topic is no error), --exclude-internal (Topic.isInternal names left out),
+    --topics-with-overrides (only topics with overrides, their summary line only)."""
+    d = str(tmp_path)
+    assert run("topics", "--log-dir", d, "--create", "--topic", "plain").exit_code == 0
+    assert run("topics", "--log-dir", d, "--create", "--topic", "tuned", "--config", "retention.ms=1000").exit_code == 0
+    again = run("topics", "--log-dir", d, "--create", "--topic", "plain", "--if-not-exists")
+    assert (again.exit_code, again.output) == (0, "")
+    for action in (["--describe"], ["--delete"], ["--alter", "--partitions", "3"]):
+        quiet = run("topics", "--log-dir", d, *action, "--topic", "ghost", "--if-exists")
+        assert (quiet.exit_code, quiet.output) == (0, ""), action
+    # an internal topic as the group coordinator creates it (kafkalog's LogManager, as a broker would)
+    from kafkalog.manager import LogManager
+
+    with LogManager(tmp_path) as manager:
+        manager.create_topic("__consumer_offsets", 1, {"cleanup.policy": "compact"})
+    assert run("topics", "--log-dir", d, "--list").output.split() == ["__consumer_offsets", "plain", "tuned"]
+    assert run("topics", "--log-dir", d, "--list", "--exclude-internal").output.split() == ["plain", "tuned"]
+    described = run("topics", "--log-dir", d, "--describe", "--exclude-internal").output
+    assert "__consumer_offsets" not in described and "Topic: plain" in described
+    overrides = run("topics", "--log-dir", d, "--describe", "--topics-with-overrides").output.splitlines()
+    assert len(overrides) == 2  # __consumer_offsets (cleanup.policy) and tuned, summary lines only
+    assert overrides[1].startswith("Topic: tuned\tTopicId: ") and overrides[1].endswith("Configs: retention.ms=1000")
+
+
+def test_the_lock_error_names_the_process_holding_it(tmp_path: Path) -> None:
+    """Kafka's .lock is empty (LogManager.lockLogDirs, FileLock) and stays so; the holder is read from the kernel's
+    lock table (/proc/locks): a kafkalog process's flock, or a Kafka broker's POSIX lock."""
+    run("topics", "--log-dir", str(tmp_path), "--create", "--topic", "t")
+    for kind in ("flock", "lockf"):  # kafkalog's LogManager / Java's FileLock
+        holder = subprocess.Popen(
+            [sys.executable, "-c",
+             f"import fcntl, os, sys, time; fd = os.open({str(tmp_path / '.lock')!r}, os.O_RDWR); "
+             f"fcntl.{kind}(fd, fcntl.LOCK_EX); print('locked', flush=True); time.sleep(60)"],
+            stdout=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        try:
+            assert holder.stdout is not None and holder.stdout.readline() == "locked\n"
+            result = run("topics", "--log-dir", str(tmp_path), "--delete", "--topic", "t")
+            assert result.exit_code == 1, result.output
+            assert f"Failed to acquire lock on file .lock in {tmp_path}" in result.output
+            assert f"Held by process {holder.pid} (" in result.output and "Traceback" not in result.output
+        finally:
+            holder.kill()
+            holder.wait()
+    assert (tmp_path / ".lock").read_bytes() == b""  # still Kafka's empty lock file
+    fd = os.open(tmp_path / ".lock", os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # and free again
+    finally:
+        os.close(fd)
+
+
+# ----- dump: UTF-8 as Java decodes it ------------------------------------------------------------------------
+
+# Java's own output, obtained with OpenJDK 17.0.15 (and identical with Temurin 25): a program that prints
+# new String(bytes, StandardCharsets.UTF_8) with every char outside printable ASCII as \uXXXX, run on these bytes.
+JAVA_UTF8 = [
+    ("6beda0807a", "k\ufffdz"),  # an encoded surrogate: one replacement for three bytes (Python: three)
+    ("6bff7a", "k\ufffdz"),
+    ("6bc07a", "k\ufffdz"),
+    ("6bc0807a", "k\ufffd\ufffdz"),  # overlong lead C0, then a lone continuation byte
+    ("6be2827a", "k\ufffdz"),  # a 3-byte sequence cut by 'z': one replacement for e2 82
+    ("6be282", "k\ufffd"),  # truncated at the end
+    ("6bf09f987a", "k\ufffdz"),
+    ("6bf09f98", "k\ufffd"),
+    ("6bf4908080", "k\ufffd\ufffd\ufffd\ufffd"),  # above U+10FFFF: each byte
+    ("6bf8888080807a", "k\ufffd\ufffd\ufffd\ufffd\ufffdz"),  # a 5-byte form
+    ("6bc3", "k\ufffd"),
+    ("e0808061", "\ufffd\ufffd\ufffda"),  # an overlong 3-byte form
+    ("eda080edb080", "\ufffd\ufffd"),  # a surrogate pair encoded as two 3-byte sequences (CESU-8)
+    ("f09f9880", "\U0001f600"),
+    ("efbfbd", "\ufffd"),
+    ("61808062", "a\ufffd\ufffdb"),
+    ("c2", "\ufffd"),
+    ("fe", "\ufffd"),
+    ("ed9fbf", "\ud7ff"),
+    ("eda0", "\ufffd"),
+    ("f08f8080", "\ufffd\ufffd\ufffd\ufffd"),  # an overlong 4-byte form
+    ("f48f8080", "\U0010f000"),  # Java: \udbfc\udc00
+    ("f0908080", "\U00010000"),
+    ("61e0a07a", "a\ufffdz"),
+]
+
+
+@pytest.mark.parametrize(("hexed", "java"), JAVA_UTF8)
+def test_utf8_is_decoded_as_java_decodes_it(hexed: str, java: str) -> None:
+    assert java_utf8(bytes.fromhex(hexed)) == java
+
+
+def test_dump_print_data_log_replaces_malformed_utf8_as_kafka(tmp_path: Path) -> None:
+    """DumpLogSegments.scala prints keys and payloads with StringDecoder, i.e. new String(bytes, UTF_8): key bytes
+    6b ed a0 80 7a print as 'k\ufffdz' (one replacement), not three."""
+    log = _build_log(tmp_path, [(bytes.fromhex("6beda0807a"), bytes.fromhex("61808062")), (b"ok", b"fine")])
+    result = run("dump", "--files", str(log), "--print-data-log")
+    assert result.exit_code == 0, result.output
+    records = [line for line in result.stdout.splitlines() if line.startswith("| ")]
+    assert records[0].endswith(" key: k\ufffdz payload: a\ufffd\ufffdb")
+    assert records[1].endswith(" key: ok payload: fine")
+
+
+# ----- spark jobs: one line, and only real commands recommended ----------------------------------------------
+
+
+def test_spark_ingest_into_a_missing_topic_is_one_line_naming_the_real_command(tmp_path: Path) -> None:
+    pytest.importorskip("pyspark")
+    logs = tmp_path / "logs"
+    run("topics", "--log-dir", str(logs), "--create", "--topic", "other")
+    (tmp_path / "in.json").write_text('{"a": 1}\n')
+    result = run("spark", "ingest", str(tmp_path / "in.json"), "--log-dir", str(logs), "--topic", "nope")
+    assert result.exit_code == 1, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.output, result.output
+    assert lines[0].startswith("Error: Topic 'nope' does not exist in ")
+    assert f"kafkalog topics --log-dir {logs} --create --topic nope" in lines[0]
+    assert "topics create" not in result.output
+    # the command it recommends is a real one: run it, then the ingest's topic check passes
+    assert run("topics", "--log-dir", str(logs), "--create", "--topic", "nope").exit_code == 0
+
+
+def test_spark_errors_from_a_worker_or_from_spark_become_one_line() -> None:
+    from kafkalog.cli.spark_jobs import spark_error_line
+
+    class JavaError(Exception):  # what py4j raises: the JVM's exception, whose text carries the worker's traceback
+        def __init__(self, text: str) -> None:
+            super().__init__("An error occurred while calling o51.save.")
+            self.java_exception = type("J", (), {"toString": lambda _self: text})()
+
+    worker = JavaError(
+        "org.apache.spark.SparkException: Job aborted due to stage failure: Task 0 in stage 3.0 failed 1 times\n"
+        "org.apache.spark.api.python.PythonException: Traceback (most recent call last):\n"
+        '  File "/x/kafkalog/spark/writer.py", line 470, in _load\n'
+        "kafkalog.errors.UnknownTopicOrPartitionError: Topic nope not present in the log dirs /d\n"
+        "\tat org.apache.spark.api.python.BasePythonRunner$ReaderIterator.handlePythonException(...)\n"
+    )
+    assert spark_error_line(worker) == "UnknownTopicOrPartitionError: Topic nope not present in the log dirs /d"
+    analysis = Exception("[PATH_NOT_FOUND] Path does not exist: file:/nowhere. SQLSTATE: 42K03\n\nJVM stacktrace:\n...")
+    assert spark_error_line(analysis) == "[PATH_NOT_FOUND] Path does not exist: file:/nowhere. SQLSTATE: 42K03"
+
+
+def test_a_spark_job_error_is_one_line_unless_debug(spark, tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    run("topics", "--log-dir", str(logs), "--create", "--topic", "t")
+    args = ["spark", "ingest", str(tmp_path / "missing.json"), "--log-dir", str(logs), "--topic", "t"]
+    result = run(*args)
+    assert result.exit_code == 1, result.output
+    assert (
+        result.output.startswith("Error: [PATH_NOT_FOUND] Path does not exist")
+        and len(result.output.strip().splitlines()) == 1
+    ), result.output
+    debug = run("--debug", *args)
+    assert debug.exit_code == 1 and debug.exception is not None and "PATH_NOT_FOUND" in str(debug.exception)
