@@ -308,7 +308,8 @@ def test_list_and_describe_an_ongoing_then_committed_transaction(broker) -> None
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    AdminClient({"bootstrap.servers": broker.bootstrap}).create_topics([NewTopic("ledger", 2, 1)])["ledger"].result(30)
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic("ledger", 2, 1)])["ledger"].result(30)
     producer = Producer(
         {"bootstrap.servers": broker.bootstrap, "transactional.id": "lister", "transaction.timeout.ms": 50000}
     )
