@@ -72,6 +72,20 @@ def _int(props, key: str, default: int, minimum: int | None = None) -> int:
     return value
 
 
+def _bool(props, key: str, default: bool) -> bool:
+    from ...errors import InvalidConfigurationError
+
+    raw = props.get(key)
+    if raw is None:
+        return default
+    text = str(raw).strip().lower()
+    if text not in ("true", "false"):
+        raise InvalidConfigurationError(
+            f"Invalid value {raw} for configuration {key}: Expected value to be either true or false"
+        )
+    return text == "true"
+
+
 @dataclass(frozen=True)
 class TransactionCoordinatorConfig:
     """The transaction coordinator's broker configs, with Kafka's names and defaults.
@@ -90,6 +104,7 @@ class TransactionCoordinatorConfig:
     abort_timed_out_transaction_cleanup_interval_ms: int = 10_000
     remove_expired_transactional_id_cleanup_interval_ms: int = 3_600_000
     transaction_log_value_version: int = rec.HIGHEST_VALUE_VERSION
+    partition_verification_enable: bool = True
 
     @classmethod
     def from_properties(cls, props) -> TransactionCoordinatorConfig:
@@ -108,6 +123,7 @@ class TransactionCoordinatorConfig:
             remove_expired_transactional_id_cleanup_interval_ms=_int(
                 props, "transaction.remove.expired.transaction.cleanup.interval.ms", 3_600_000, 1
             ),
+            partition_verification_enable=_bool(props, "transaction.partition.verification.enable", True),
         )
 
 
@@ -556,6 +572,27 @@ class TransactionCoordinator:
         if metadata.state != S.ONGOING or partition not in metadata.topic_partitions:
             return Errors.INVALID_TXN_STATE
         return Errors.NONE
+
+    def verify_partitions(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, partitions: Iterable[TopicPartitionKey]
+    ) -> dict[TopicPartitionKey, Errors]:
+        """AddPartitionsToTxn v4+ with VerifyOnly (Kafka's handleVerifyPartitionsInTransaction): per partition,
+        NONE when it is in the producer's transaction, INVALID_TXN_STATE when not; the producer's own errors
+        (unknown id, fenced epoch, a transaction completing) for every partition."""
+        wanted = list(partitions)
+        if not transactional_id:
+            return dict.fromkeys(wanted, Errors.INVALID_REQUEST)
+        metadata = self.transactions.get(transactional_id)
+        error = Errors.NONE
+        if metadata is None or metadata.producer_id != producer_id:
+            error = Errors.INVALID_PRODUCER_ID_MAPPING
+        elif metadata.producer_epoch != producer_epoch:
+            error = Errors.PRODUCER_FENCED
+        elif metadata.pending_transition_in_progress or metadata.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
+            error = Errors.CONCURRENT_TRANSACTIONS
+        if error is not Errors.NONE or metadata is None:
+            return dict.fromkeys(wanted, error)
+        return {tp: Errors.NONE if tp in metadata.topic_partitions else Errors.INVALID_TXN_STATE for tp in wanted}
 
     # ================================================================ EndTxn
     def end_transaction(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool) -> Errors:
