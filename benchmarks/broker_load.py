@@ -10,6 +10,7 @@ Roles:
   then reads ``create TOPIC PARTITIONS`` lines on stdin and answers ``ok``; it stops at end of input.
 - ``produce``: a throughput-tuned confluent-kafka producer pushes ``records`` values of ``value_bytes``.
 - ``consume``: an assigned confluent-kafka consumer reads ``records`` records of every partition from 0.
+- ``kcat-consume``: kcat (librdkafka in C) reads a whole topic from the beginning to its end.
 - ``sink``: a plain TCP receiver that writes what it gets to a file (``path``) or discards it.
 - ``send``: a plain TCP sender of ``total`` bytes from memory, in ``chunk``-byte writes.
 - ``sendfile``: ``os.sendfile`` of whole files (a topic's segments) over one TCP connection.
@@ -27,6 +28,7 @@ import os
 import random
 import socket
 import struct
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -197,6 +199,30 @@ def role_consume(args: dict[str, Any]) -> None:
     _emit({"records": count, "bytes": nbytes, "seconds": elapsed, "client_cpu_s": cpu, "errors": errors[:3]})
 
 
+def role_kcat_consume(args: dict[str, Any]) -> None:
+    """The same read by kcat (librdkafka's C command-line client): what a client without Python per-record
+    work drains, to tell the broker's cost from confluent-kafka's Python loop. One line per record, counted."""
+    topic, n = args["topic"], args["records"]
+    command = ["kcat", "-C", "-b", args["bootstrap"], "-t", topic, "-o", "beginning", "-e", "-q", "-f", "%p\n"]
+    for key in ("fetch.max.bytes", "max.partition.fetch.bytes", "receive.message.max.bytes"):
+        command += ["-X", f"{key}={CONSUMER_TUNING[key]}"]
+    for key, value in (args.get("config") or {}).items():
+        command += ["-X", f"{key}={value}"]
+    start = time.perf_counter()
+    proc = subprocess.run(command, capture_output=True, timeout=args.get("timeout", 300))
+    elapsed = time.perf_counter() - start
+    count = proc.stdout.count(b"\n")
+    _emit(
+        {
+            "records": count,
+            "bytes": count * args["value_bytes"],
+            "seconds": elapsed,
+            "code": proc.returncode,
+            "errors": [proc.stderr.decode(errors="replace")[-300:]] if count != n else [],
+        }
+    )
+
+
 # ----- the limits: plain sockets ---------------------------------------------------------------------------
 def role_sink(args: dict[str, Any]) -> None:
     server = socket.create_server(("127.0.0.1", 0))
@@ -334,6 +360,7 @@ ROLES = {
     "mock": role_mock,
     "produce": role_produce,
     "consume": role_consume,
+    "kcat-consume": role_kcat_consume,
     "sink": role_sink,
     "send": role_send,
     "sendfile": role_sendfile,
