@@ -17,7 +17,8 @@ closes the connection); the principal is the client certificate's subject. On SA
 :class:`~.security.sasl.SaslAuthenticator` decides which requests may pass before login (the router asks it).
 Limits: ``max.connections`` (a new connection waits for a slot, as Kafka's acceptor stops accepting),
 ``max.connections.per.ip`` with its overrides (a connection over the limit is closed at once and logged), and
-``connections.max.idle.ms`` (a connection idle that long between requests is closed).
+``connections.max.idle.ms`` (a connection idle that long between requests, or in the middle of one, is closed, as
+is one whose client has not taken a response within it).
 
 The loop is asyncio's own: uvloop's transports have no native sendfile (loop.sendfile would copy), so it
 would cost the zero-copy path.
@@ -50,6 +51,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("kafka.network.SocketServer")
 
 _SIZE = struct.Struct(">i")
+_LINGER_RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close() resets the connection
 # The stream reader's limit: a connection stops reading when twice this much is buffered and not yet taken.
 # asyncio's default (64 KiB) pauses and resumes the socket several times for each 1 MiB produce request,
 # each time through the selector; a limit above a throughput-tuned producer's request size reads a request
@@ -276,8 +278,38 @@ class SocketServer:
             log.debug("Closing connection %s: idle for more than connections.max.idle.ms=%d", conn.id, idle)
             raise
 
+    async def _read_frame_body(self, conn: Connection, size: int) -> bytes:
+        """The ``size`` bytes of a request, closing the connection (TimeoutError) if they stop coming for
+        ``connections.max.idle.ms``: Kafka's idle expiry counts a half-sent request as idle too, so a slowloris
+        client cannot hold a connection forever. Only what has arrived is held, never ``size`` up front."""
+        idle = self.security.connections_max_idle_ms
+        if idle < 0:
+            return await conn.reader.readexactly(size)
+        seconds = idle / 1000.0
+        loop = asyncio.get_running_loop()
+        parts: list[bytes] = []
+        left = size
+        try:
+            async with asyncio.timeout(seconds) as timer:
+                while left:
+                    chunk = await conn.reader.read(left)
+                    if not chunk:
+                        raise asyncio.IncompleteReadError(b"".join(parts), size)
+                    parts.append(chunk)
+                    left -= len(chunk)
+                    timer.reschedule(loop.time() + seconds)
+        except TimeoutError:
+            log.debug(
+                "Closing connection %s: %d of a %d-byte request received, then nothing for connections.max.idle.ms=%d",
+                conn.id,
+                size - left,
+                size,
+                idle,
+            )
+            raise
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
     async def _serve(self, conn: Connection) -> None:
-        reader = conn.reader
         while not self._stopping:
             head = await self._read_frame_head(conn)
             (size,) = _SIZE.unpack(head)
@@ -290,7 +322,7 @@ class SocketServer:
                     self.max_request_bytes,
                 )
                 return
-            frame = await reader.readexactly(size)
+            frame = await self._read_frame_body(conn, size)
             started = time.perf_counter()
             conn.busy = True
             conn.request_metric = None
@@ -304,7 +336,7 @@ class SocketServer:
             if answer is not None:
                 header, response = answer
                 try:
-                    await self._send(conn, header, response)
+                    await self._send_within_idle(conn, header, response)
                 finally:
                     response.close()
             if self.metrics is not None and conn.request_metric is not None:
@@ -312,6 +344,30 @@ class SocketServer:
             if conn.close_after_send:
                 return
             conn.busy = False
+
+    async def _send_within_idle(self, conn: Connection, header: bytes, response: Response) -> None:
+        """Write a response, closing the connection (TimeoutError) if the client has not taken it within
+        ``connections.max.idle.ms``: a client that never reads its responses holds neither its connection nor the
+        segment files of its fetch forever. (Kafka's idle expiry waits for traffic to stop; this one bounds the
+        whole response, which at the default 10 minutes only cuts a client reading under ~100 KB/s.)"""
+        idle = self.security.connections_max_idle_ms
+        if idle < 0:
+            await self._send(conn, header, response)
+            return
+        try:
+            async with asyncio.timeout(idle / 1000.0):
+                await self._send(conn, header, response)
+        except TimeoutError:
+            log.debug(
+                "Closing connection %s: its response was not read within connections.max.idle.ms=%d", conn.id, idle
+            )
+            # Reset, not a graceful close: that would wait, with the unsent bytes, for a client that does not read.
+            sock = conn.writer.get_extra_info("socket")
+            if sock is not None:
+                with contextlib.suppress(OSError):
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_RESET)
+            conn.writer.transport.abort()
+            raise
 
     async def _send(self, conn: Connection, header: bytes, response: Response) -> None:
         """Write one response: its size and header, then each part (file regions by sendfile when zero-copy)."""
