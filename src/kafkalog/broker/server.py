@@ -11,12 +11,15 @@ import asyncio
 import dataclasses
 import logging
 import signal
+import threading
 from pathlib import Path
 
-from ..coordinator.group import GroupCoordinator
+from ..coordinator.group import GROUP_METADATA_TOPIC_NAME, GroupCoordinator
+from ..coordinator.transaction import TransactionCoordinator
 from ..errors import InconsistentClusterIdError, KafkaStorageError
 from ..logdir import MetaProperties
 from ..manager import LogManager
+from ..storage.validator import warm_up
 from .apis import RequestRouter
 from .cluster.node import ClusterNode, ClusterSettings
 from .cluster.producer_ids import ZkProducerIdManager
@@ -86,6 +89,7 @@ class KafkaServer:
         self.purgatory: FetchPurgatory | None = None
         self.socket_server: SocketServer | None = None
         self.group_coordinator: GroupCoordinator | None = None
+        self.txn_coordinator: TransactionCoordinator | None = None
         self.cluster_id: str | None = None
         # ZooKeeper mode (zookeeper.connect set): this broker's membership of the cluster; None = a single node.
         self.cluster_settings = ClusterSettings.from_properties(config.props)
@@ -127,6 +131,9 @@ class KafkaServer:
 
     async def startup(self) -> None:
         log.info("[KafkaServer id=%d] starting", self.node_id)
+        # The record kernel's one-off load (about a second) overlaps the log loading, not the first produce.
+        warming = threading.Thread(target=warm_up, name="kafkalog-warm-up", daemon=True)
+        warming.start()
         security = self._socket_security()
         # ACLs and SCRAM credentials live in the first log dir (Kafka keeps them in ZooKeeper or the metadata log).
         self.authorizer = Authorizer.from_config(self.config.props, self.config.log_dirs[0])
@@ -164,6 +171,18 @@ class KafkaServer:
             LoopScheduler(asyncio.get_running_loop()),
         )
         self.group_coordinator.startup()  # loads the groups and offsets of __consumer_offsets
+        await asyncio.get_running_loop().run_in_executor(None, warming.join)
+        self.txn_coordinator = TransactionCoordinator(
+            self.log_manager,
+            self.config.transaction_coordinator,
+            self.log_manager.clock,
+            LoopScheduler(asyncio.get_running_loop()),
+            self.producer_ids.generate_producer_id,
+        )
+        self.txn_coordinator.add_marker_listener(self._on_txn_marker)
+        # loads __transaction_state; transactions caught in PrepareCommit/PrepareAbort get their markers now (and
+        # the group coordinator, loaded first, makes their pending offsets visible or drops them)
+        self.txn_coordinator.startup()
         self.socket_server = SocketServer(
             self.config.listeners,
             RequestRouter(self),
@@ -196,6 +215,8 @@ class KafkaServer:
         self.stopping = True
         if self.purgatory is not None:
             self.purgatory.wake_all()  # long polls answer now rather than at their max wait
+        if self.txn_coordinator is not None:
+            self.txn_coordinator.shutdown()
         if self.group_coordinator is not None:
             self.group_coordinator.shutdown()  # waiting JoinGroup / SyncGroup answer NOT_COORDINATOR now
         if self.cluster is not None:
@@ -222,6 +243,14 @@ class KafkaServer:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.remove_signal_handler(sig)
             await self.shutdown()
+
+    def _on_txn_marker(self, tp, producer_id: int, committed: bool) -> None:
+        """A transaction marker reached a partition: wake its long polls (the LSO moved) and, in
+        __consumer_offsets, settle the transaction's pending offsets (Kafka's onTransactionCompleted)."""
+        if self.purgatory is not None:
+            self.purgatory.notify(tp)
+        if tp.topic == GROUP_METADATA_TOPIC_NAME and self.group_coordinator is not None:
+            self.group_coordinator.complete_transaction(producer_id, tp.partition, committed)
 
     # ----- what the handlers use ----------------------------------------------------------------------
     @property

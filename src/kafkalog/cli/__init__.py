@@ -20,13 +20,18 @@ class KafkaLogGroup(click.Group):
     """A click group that turns kafkalog's errors and OS errors into one line on stderr."""
 
     def invoke(self, ctx: click.Context):
-        try:
-            return super().invoke(ctx)
-        except (KafkaLogError, OSError, ValueError) as e:
-            if ctx.obj and ctx.obj.get("debug"):
+        from .common import process_guard
+
+        with process_guard():  # SIGTERM, Ctrl-C and a closed stdout (`| head`), the same way for every command
+            try:
+                return super().invoke(ctx)
+            except BrokenPipeError:
                 raise
-            click.echo(f"Error: {e}", err=True)
-            sys.exit(EXIT_ERROR)
+            except (KafkaLogError, OSError, ValueError) as e:
+                if ctx.obj and ctx.obj.get("debug"):
+                    raise
+                click.echo(f"Error: {e}", err=True)
+                sys.exit(EXIT_ERROR)
 
 
 @click.group(cls=KafkaLogGroup, context_settings={"help_option_names": ["-h", "--help"]})
