@@ -618,3 +618,91 @@ def test_pending_offsets_are_unstable_for_require_stable(broker) -> None:
         end = EndTxnRequest(transactional_id=txn_id, producer_id=pid, producer_epoch=0, committed=True)
         assert client.call(end, 3).error_code == 0
         assert fetch(True) == (42, 0)
+
+
+def test_exactly_once_across_broker_sigkills(tmp_path) -> None:
+    """A consume-transform-produce worker (separate process, read_committed, send_offsets_to_transaction) while the
+    broker is SIGKILLed twice and restarted on the same port: every input appears in the output exactly once."""
+    import random
+    import subprocess
+    import sys
+    from collections import Counter
+    from pathlib import Path
+
+    rng = random.Random(21)
+    logs = tmp_path / "logs"
+    overrides = dict(OVERRIDES, **{"group.min.session.timeout.ms": "500"})
+    server = BrokerProcess(logs, overrides).start()
+    overrides["listeners"] = f"PLAINTEXT://127.0.0.1:{server.port}"  # restarts keep the clients' address
+    count = 300
+    worker = None
+    try:
+        admin = KafkaAdminClient(bootstrap_servers=server.bootstrap)
+        admin.create_topics([NewTopic("in", 2, 1), NewTopic("out", 1, 1)])
+        admin.close()
+        source = Producer(quiet(bs=server))
+        for i in range(count):
+            source.produce("in", b"%d" % i, partition=i % 2)
+        source.flush(30)
+        script = Path(__file__).with_name("txn_worker.py")
+        worker = subprocess.Popen(
+            [sys.executable, str(script), server.bootstrap], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        for _ in range(2):
+            time.sleep(rng.uniform(1.5, 3.0))
+            server.proc.kill()
+            server.proc.wait()
+            server = BrokerProcess(logs, overrides).start()
+        output, _ = worker.communicate(timeout=300)
+        assert worker.returncode == 0 and "worker done" in output, output[-3000:]
+        values = [int(v) for v in consume_all(server.bootstrap, "out", "read_committed", count, timeout=30)]
+        counts = Counter(values)
+        assert sorted(counts) == list(range(count))
+        assert max(counts.values()) == 1
+    finally:
+        if worker is not None and worker.poll() is None:
+            worker.kill()
+            worker.wait()
+        assert server.stop() == 0
+
+
+def test_add_partitions_v4_broker_path(broker) -> None:
+    """AddPartitionsToTxn v4 (Kafka's broker-to-coordinator form): several transactions per request, VerifyOnly
+    answering per partition whether it is in the transaction (INVALID_TXN_STATE when not)."""
+    topic = unique("v4")
+    create_topic(broker.bootstrap, topic, 2)
+    txn_id = unique("v4-tx")
+    Txn = AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction
+    with RawClient(broker.bootstrap) as client:
+        init = _init(client, txn_id)
+
+        def call(verify_only: bool, epoch: int = 0) -> list[tuple[str, int, int]]:
+            response = client.call(
+                AddPartitionsToTxnRequest(
+                    transactions=[
+                        Txn(
+                            transactional_id=txn_id,
+                            producer_id=init.producer_id,
+                            producer_epoch=epoch,
+                            verify_only=verify_only,
+                            topics=[Txn.AddPartitionsToTxnTopic(name=topic, partitions=[0, 1])],
+                        )
+                    ]
+                ),
+                4,
+            )
+            assert response.error_code == 0
+            (result,) = response.results_by_transaction
+            assert result.transactional_id == txn_id
+            return [
+                (t.name, p.partition_index, p.partition_error_code)
+                for t in result.topic_results
+                for p in t.results_by_partition
+            ]
+
+        assert call(True) == [(topic, 0, INVALID_TXN_STATE), (topic, 1, INVALID_TXN_STATE)]
+        assert call(False) == [(topic, 0, 0), (topic, 1, 0)]
+        assert call(True) == [(topic, 0, 0), (topic, 1, 0)]
+        assert call(True, epoch=1) == [(topic, 0, PRODUCER_FENCED), (topic, 1, PRODUCER_FENCED)]
+        end = EndTxnRequest(transactional_id=txn_id, producer_id=init.producer_id, producer_epoch=0, committed=False)
+        assert client.call(end, 3).error_code == 0

@@ -318,3 +318,88 @@ def test_a_spark_job_error_is_one_line_unless_debug(spark, tmp_path: Path) -> No
     ), result.output
     debug = run("--debug", *args)
     assert debug.exit_code == 1 and debug.exception is not None and "PATH_NOT_FOUND" in str(debug.exception)
+
+
+# ----- explain retention --html: a chart read at a glance ------------------------------------------------------
+
+
+def _figures(page: str) -> list[dict]:
+    """The plotly figures the page draws: each chart is drawn from its <script type=application/json> block (no
+    headless browser here: the figure JSON that Plotly.newPlot receives is read instead)."""
+    import json
+    import re
+
+    return [json.loads(m) for m in re.findall(r"<script type='application/json' id='figure-\d+'>(.*?)</script>", page,
+                                             re.S)]  # fmt: skip
+
+
+def test_explain_retention_html_is_a_timeline_from_the_first_segment_to_the_files_gone_time(tmp_path: Path) -> None:
+    import datetime as dt
+    import re
+    import time
+
+    from kafkalog.manager import LogManager
+
+    day = 86_400_000
+    now = int(time.time() * 1000)
+    with LogManager([tmp_path], {"log.cleaner.enable": "false"}) as manager:
+        manager.create_topic("t", 1, {"segment.bytes": "200", "retention.ms": str(3 * day)})
+        for i, age in enumerate([30 * day, 2 * day, day, 0]):  # timestamps a month apart and minutes apart
+            manager.produce("t", b"record %d" % i, partition=0, timestamp=now - age)
+    page_file = tmp_path.parent / "timeline.html"
+    result = run("explain", "retention", str(tmp_path), "--topic", "t", "--html", str(page_file))
+    assert result.exit_code == 0, result.output
+    page = page_file.read_text()
+    assert "<script src=" not in page and "Plotly.newPlot" in page  # self-contained: plotly.js inline
+    (figure,) = _figures(page)
+    layout = figure["layout"]
+
+    def ms(text: str) -> int:
+        return int(dt.datetime.fromisoformat(text).replace(tzinfo=dt.UTC).timestamp() * 1000)
+
+    bars = [t for t in figure["data"] if t["type"] == "bar"]
+    rows = [row for t in bars for row in t["customdata"]]
+    assert len(rows) == len(list((tmp_path / "t-0").glob("*.log"))) >= 3  # every segment has its bar
+    # the axis: from the first segment's largest timestamp to the last files-gone time (padded), not to "now"
+    lo, hi = (ms(x) for x in layout["xaxis"]["range"])
+    first = min(ms(b) for t in bars for b in t["base"])
+    gone = max(ms(r[6]) for r in rows if r[6] != "-")
+    assert lo < first and first - lo <= (hi - lo) * 0.1
+    assert gone < hi and hi - gone <= (hi - lo) * 0.1 and gone > now  # the newest records go in ~3 days
+    # a labelled "now" line
+    texts = [a["text"] for a in layout["annotations"]]
+    assert any(text.startswith("now<br>") for text in texts)
+    assert any(s["type"] == "line" and abs(ms(s["x0"]) - now) < 120_000 for s in layout["shapes"])
+    # every column of the CLI table, in its hover text and in the HTML table, with one time format
+    from kafkalog.cli.explain import RETENTION_COLUMNS
+
+    assert "deleted at (UTC)" in RETENTION_COLUMNS and len(RETENTION_COLUMNS) == 8
+    assert all(len(row) == 8 for row in rows)
+    assert all(f"{c}: %{{customdata[{i}]}}" in bars[0]["hovertemplate"] for i, c in enumerate(RETENTION_COLUMNS))
+    for column in RETENTION_COLUMNS:
+        assert f"<th>{column}</th>" in page
+        assert column in result.output or column.split(" (")[0] in result.output  # the CLI table's own columns
+    when = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d|-)$")
+    assert all(when.match(row[i].removesuffix(" (mtime)")) for row in rows for i in (3, 5, 6)), rows
+    cells = re.findall(r"<td>([^<]*)</td>", page)
+    assert not any(re.fullmatch(r"1[6-9]\d{11}", c) for c in cells)  # no epoch milliseconds in the table
+
+
+# ----- any other error: one line, exit 1, the traceback only with --debug --------------------------------------
+
+
+def test_an_unexpected_error_is_one_line_unless_debug(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import kafkalog.cli.offsets as offsets
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("the client library failed in an unforeseen way")
+
+    monkeypatch.setattr(offsets, "_offsets_offline", broken)
+    run("topics", "--log-dir", str(tmp_path), "--create", "--topic", "t")
+    result = run("get-offsets", "--log-dir", str(tmp_path), "--topic", "t")
+    assert result.exit_code == 1
+    assert result.output == (
+        "Error: RuntimeError: the client library failed in an unforeseen way (run with --debug for the traceback)\n"
+    )
+    debug = run("--debug", "get-offsets", "--log-dir", str(tmp_path), "--topic", "t")
+    assert debug.exit_code == 1 and isinstance(debug.exception, RuntimeError)

@@ -250,6 +250,15 @@ def test_producer_properties_and_options(tmp_path: Path) -> None:
         assert result.exit_code == 2 and message in result.output, (args, result.output)
     # --linger-ms is --timeout's other name
     assert run("produce", "--log-dir", d, "--topic", "t", "--linger-ms", "0", input="y\n").exit_code == 0
+    # --producer.config (a file; --producer-property wins) and --compression-codec without a value (gzip, as Kafka's)
+    config = tmp_path / "producer.properties"
+    config.write_text("compression.type=zstd\nlinger.ms=0\n")
+    assert run("produce", "--log-dir", d, "--topic", "t", "--producer.config", str(config), input="z\n").exit_code == 0
+    assert run("produce", "--log-dir", d, "--topic", "t", "--compression-codec", input="g\n").exit_code == 0
+    codecs = re.findall(
+        r"compresscodec: (\w+)", run("dump", "--files", str(tmp_path / "t-0" / "00000000000000000000.log")).output
+    )
+    assert codecs[-3:] == ["none", "zstd", "gzip"]
 
 
 # ----- consume: DefaultMessageFormatter, offsets, follow mode ----------------------------------------------------
@@ -280,6 +289,11 @@ def test_consume_default_message_formatter_properties(tmp_path: Path) -> None:
         "--property", "print.headers=true", "--property", "headers.separator=;",
     )  # fmt: skip
     assert custom.stdout == "a:1;b:2 => k0 => v0|NO_HEADERS => <nil> => <nil>|"
+    formatter_config = tmp_path / "formatter.properties"
+    formatter_config.write_text("print.offset=true\nprint.key=true\n")
+    from_file = consumed(d, "t", "--partition", "1", "--formatter-config", str(formatter_config), "--property",
+                         "print.key=false")  # fmt: skip
+    assert from_file == ["Offset:0\tv0", "Offset:1\tnull"]  # --property wins over the file
     keys_only = consumed(d, "t", "--partition", "1", "--property", "print.key=true", "--property", "print.value=false")
     assert keys_only == ["k0", "null"]
     # the other formatters Kafka ships: NoOp prints nothing, Logging adds the record's description on stderr
@@ -399,6 +413,24 @@ def test_online_produce_sends_lines_as_they_arrive_and_consume_formats_them(brok
     got = run("consume", "--bootstrap-server", b, "--topic", "live", "--partition", p, "--offset", "earliest",
               "--max-messages", "1", "--timeout-ms", "20000", *fields).stdout  # fmt: skip
     assert re.fullmatch(rf"CreateTime:\d{{13}}\tPartition:{p}\tOffset:0\tk1\tfirst\n", got), got
+
+
+def test_online_sigterm_sends_what_lingers(broker) -> None:
+    """kafka-python's producer holds the lines for --timeout (600 s here); SIGTERM sends them and waits for the
+    broker's acknowledgement before exiting 143, as Kafka's shutdown hook closes (and flushes) its producer."""
+    b = broker.bootstrap
+    assert run("topics", "--bootstrap-server", b, "--create", "--topic", "term").exit_code == 0
+    producer = spawn("produce", "--bootstrap-server", b, "--topic", "term", "--timeout", "600000")
+    producer.stdin.write(b"one\ntwo\n")
+    producer.stdin.flush()
+    wait_read(producer.stdin)
+    producer.send_signal(signal.SIGTERM)
+    _, err = producer.communicate(timeout=60)
+    assert producer.returncode == 143, err
+    assert b"Produced 2 records to term." in err and b"Stopped by SIGTERM after line 2" in err
+    got = run("consume", "--bootstrap-server", b, "--topic", "term", "--from-beginning", "--max-messages", "2",
+              "--timeout-ms", "20000")  # fmt: skip
+    assert got.stdout == "one\ntwo\n"
 
 
 def test_online_sync_produce_a_group_that_commits_and_a_closed_pipe(broker) -> None:

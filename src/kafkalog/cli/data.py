@@ -70,6 +70,12 @@ def console_producer_options(command):
             metavar="KEY=VALUE",
             help="Producer configs (linger.ms, batch.size, acks, compression.type; online any kafka-python knows).",
         ),
+        click.option(
+            "--producer.config",
+            "producer_config_file",
+            type=click.Path(exists=True, dir_okay=False, path_type=Path),
+            help="A properties file of producer configs (--producer-property wins).",
+        ),
         click.option("--sync", is_flag=True, help="Write each line by itself as it arrives (one request each)."),
         click.option(
             "--batch-size",
@@ -104,6 +110,7 @@ class ProducerSettings:
 
 
 def producer_settings(
+    producer_config_file: Path | None,
     producer_properties: tuple[str, ...],
     acks: str | None,
     codec: str | None,
@@ -111,7 +118,8 @@ def producer_settings(
     batch_size: int | None,
     sync: bool,
 ) -> ProducerSettings:
-    props = parse_key_values(producer_properties, "--producer-property")
+    props = {k: str(v) for k, v in load_properties(producer_config_file).items()} if producer_config_file else {}
+    props.update(parse_key_values(producer_properties, "--producer-property"))
 
     def number(key: str) -> int | None:
         if key not in props:
@@ -147,7 +155,14 @@ def producer_settings(
 @click.option("--partition", type=int, help="Write every record to this partition (else by key, else round robin).")
 @click.option("--key-separator", help="Each line is <key><separator><value> (parse.key=true in Kafka's producer).")
 @click.option("--header", "headers", multiple=True, help="A header k=v added to every record (repeatable).")
-@click.option("--compression-codec", type=click.Choice(CODEC_NAMES), default=None, help="[default: none]")
+@click.option(
+    "--compression-codec",
+    type=click.Choice(CODEC_NAMES),
+    is_flag=False,
+    flag_value="gzip",
+    default=None,
+    help="none, gzip, snappy, lz4 or zstd; given without a value gzip, as Kafka's [default: none]",
+)
 @click.option(
     "--request-required-acks",
     "acks",
@@ -177,6 +192,7 @@ def produce_command(
     acks: str | None,
     properties: tuple[str, ...],
     producer_properties: tuple[str, ...],
+    producer_config_file: Path | None,
     sync: bool,
     batch_size: int | None,
     linger_ms: int | None,
@@ -205,7 +221,9 @@ def produce_command(
         (k, v.encode()) for k, v in parse_key_values(headers, "--header").items()
     ]
     reader = LineReader.from_properties(props, fixed_headers)
-    settings = producer_settings(producer_properties, acks, compression_codec, linger_ms, batch_size, sync)
+    settings = producer_settings(
+        producer_config_file, producer_properties, acks, compression_codec, linger_ms, batch_size, sync
+    )
 
     def parse(line: bytes, number: int) -> dict:
         return _parse_json_line(line, number, fixed_headers) if json_lines else reader.parse(line, number)
@@ -469,6 +487,12 @@ FOLLOW_POLL_SECONDS = 0.2
     help="Consumer configs (online any kafka-python takes, e.g. group.id, auto.offset.reset, fetch.max.bytes; "
     "offline isolation.level and auto.offset.reset).",
 )
+@click.option(
+    "--consumer.config",
+    "consumer_config_file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="A properties file of consumer configs (--consumer-property wins).",
+)
 @click.option("--print-key", is_flag=True, help="Print <key><separator><value> (print.key=true).")
 @click.option("--key-separator", default=None, help="key.separator [default: tab].")
 @click.option(
@@ -496,6 +520,7 @@ def consume_command(
     properties: tuple[str, ...],
     formatter_config: Path | None,
     consumer_properties: tuple[str, ...],
+    consumer_config_file: Path | None,
     print_key: bool,
     key_separator: str | None,
     isolation_level: str | None,
@@ -525,7 +550,10 @@ def consume_command(
     if key_separator is not None:
         fmt_props.setdefault("key.separator", key_separator)
     message_formatter = MessageFormatter.create(formatter, fmt_props)
-    consumer_props = parse_key_values(consumer_properties, "--consumer-property")
+    consumer_props: dict[str, str] = {}
+    if consumer_config_file is not None:
+        consumer_props.update((k, str(v)) for k, v in load_properties(consumer_config_file).items())
+    consumer_props.update(parse_key_values(consumer_properties, "--consumer-property"))
     isolation = isolation_level or consumer_props.pop("isolation.level", "read_uncommitted")
     if isolation not in ("read_uncommitted", "read_committed"):
         raise click.BadParameter(f"isolation.level {isolation!r}: read_uncommitted or read_committed")

@@ -213,6 +213,9 @@ def producer_config(settings: Any) -> dict[str, Any]:
             raise click.BadParameter(f"{key} is not a producer config kafkalog's client takes", param_hint=key)
         default = KafkaProducer.DEFAULT_CONFIG[name]
         config[name] = _typed(value, default, key)
+    if "delivery.timeout.ms" not in settings.extra:  # as Kafka's producer: raised to linger + request timeout
+        floor = config["linger_ms"] + config["request_timeout_ms"]
+        config["delivery_timeout_ms"] = max(KafkaProducer.DEFAULT_CONFIG["delivery_timeout_ms"], floor)
     return config
 
 
@@ -241,12 +244,16 @@ class BrokerSink:
 
         self.topic = topic
         self.settings = settings
+        from kafka.errors import KafkaConfigurationError
+
         try:
             self.producer = KafkaProducer(
                 bootstrap_servers=bootstrap, **producer_config(settings), **admin_kwargs(command_config)
             )
         except click.ClickException:
             raise
+        except KafkaConfigurationError as e:
+            raise click.UsageError(f"producer config: {e}") from None
         except Exception as e:
             raise _connect_error(bootstrap, e) from None
         self.sent: list[tuple[int, Any]] = []  # (input line, future), not settled yet
@@ -290,8 +297,10 @@ class BrokerSink:
         if not self.sent:
             self.first_sent_at = None
             return
-        self.producer._sender.wakeup()
         deadline = time.monotonic() + CLIENT_TIMEOUT_MS / 1000
+        # send what lingers now (a signal, the end of the input); its outcome is read from each record's future
+        with contextlib.suppress(Exception):
+            self.producer.flush(timeout=CLIENT_TIMEOUT_MS / 1000)
         failed: dict[str, list[int]] = {}
         for line, future in self.sent:
             try:
@@ -388,10 +397,14 @@ def consume_online(
         auto_offset_reset="earliest" if from_beginning else config.get("auto_offset_reset", "latest"),
     )
     config.setdefault("enable_auto_commit", group is not None)
+    from kafka.errors import KafkaConfigurationError
+
     try:
         consumer = KafkaConsumer(bootstrap_servers=bootstrap, **config, **admin_kwargs(command_config))
     except click.ClickException:
         raise
+    except KafkaConfigurationError as e:
+        raise click.UsageError(f"consumer config: {e}") from None
     except Exception as e:
         raise _connect_error(bootstrap, e) from None
     printed = 0

@@ -33,6 +33,7 @@ from kafka.protocol.consumer import (
 from kafka.protocol.metadata import FindCoordinatorResponse
 
 from ...coordinator.group import Errors, JoinResult, SyncResult
+from ...coordinator.group.coordinator import GROUP_METADATA_TOPIC_NAME
 from ...errors import UnknownTopicOrPartitionError
 from ..messages import ConsumerGroupDescribeResponse, ConsumerGroupHeartbeatResponse
 from ..protocol import Response
@@ -79,6 +80,17 @@ async def _wait(register: Callable[[Callable], None]):
 
 
 # ----- FindCoordinator (10) ------------------------------------------------------------------------------------
+def _offsets_partition_offline(broker, group_id: str) -> bool:
+    """Whether the group's __consumer_offsets partition is here and in a failed log dir: it then has no leader,
+    and Kafka answers FindCoordinator with COORDINATOR_NOT_AVAILABLE until it has one again."""
+    coordinator = broker.group_coordinator
+    try:
+        partition = broker.replica_manager.get_partition(GROUP_METADATA_TOPIC_NAME, coordinator.partition_for(group_id))
+    except UnknownTopicOrPartitionError:
+        return False
+    return partition.log.is_offline
+
+
 async def handle_find_coordinator(broker, header, request) -> Response:
     version = header.api_version
     key_type = request.key_type if version >= 1 else GROUP_KEY_TYPE
@@ -95,6 +107,8 @@ async def handle_find_coordinator(broker, header, request) -> Response:
             continue
         if key_type == GROUP_KEY_TYPE:
             error = broker.group_coordinator.ensure_offsets_topic()
+            if error == Errors.NONE and _offsets_partition_offline(broker, key):
+                error = Errors.COORDINATOR_NOT_AVAILABLE
             message = None if error == Errors.NONE else "The coordinator is not available."
         elif key_type == TRANSACTION_KEY_TYPE:
             error = broker.txn_coordinator.ensure_state_topic()  # __transaction_state, created on first use
