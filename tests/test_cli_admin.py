@@ -383,3 +383,23 @@ def test_explain_retention_html_is_a_timeline_from_the_first_segment_to_the_file
     assert all(when.match(row[i].removesuffix(" (mtime)")) for row in rows for i in (3, 5, 6)), rows
     cells = re.findall(r"<td>([^<]*)</td>", page)
     assert not any(re.fullmatch(r"1[6-9]\d{11}", c) for c in cells)  # no epoch milliseconds in the table
+
+
+# ----- any other error: one line, exit 1, the traceback only with --debug --------------------------------------
+
+
+def test_an_unexpected_error_is_one_line_unless_debug(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import kafkalog.cli.offsets as offsets
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("the client library failed in an unforeseen way")
+
+    monkeypatch.setattr(offsets, "_offsets_offline", broken)
+    run("topics", "--log-dir", str(tmp_path), "--create", "--topic", "t")
+    result = run("get-offsets", "--log-dir", str(tmp_path), "--topic", "t")
+    assert result.exit_code == 1
+    assert result.output == (
+        "Error: RuntimeError: the client library failed in an unforeseen way (run with --debug for the traceback)\n"
+    )
+    debug = run("--debug", "get-offsets", "--log-dir", str(tmp_path), "--topic", "t")
+    assert debug.exit_code == 1 and isinstance(debug.exception, RuntimeError)
