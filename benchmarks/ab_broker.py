@@ -41,7 +41,7 @@ def _round(tree: Path, mib: int, work: Path) -> dict[str, float]:
     """One broker from ``tree`` and every load against it: MB/s per load, broker CPU seconds per GB."""
     import tests.brokertools as brokertools
 
-    from .bench_broker import _cpu_seconds, _create_topic, _load_consume, _load_produce
+    from .bench_broker import _cpu_seconds, _create_topic, _e2e_latency_at, _load_consume, _load_produce
 
     brokertools.REPO = tree  # BrokerProcess puts REPO/src first on the broker's PYTHONPATH
     out: dict[str, float] = {}
@@ -67,6 +67,10 @@ def _round(tree: Path, mib: int, work: Path) -> dict[str, float]:
             answer = _load_produce(server.bootstrap, topic, records, size, acks, codec)
             out[name] = records * size / answer["seconds"] / 1e6
             out[name + " cpu s/GB"] = (_cpu_seconds(pid) - before) / (records * size / 1e9)
+        _create_topic(server.bootstrap, "latency", 1)
+        latency = _e2e_latency_at(server.bootstrap, "latency", 5000, 3.0)
+        out["latency p50 ms at 5k msg/s"] = latency["p50_ms"]
+        out["latency p99 ms at 5k msg/s"] = latency["p99_ms"]
         records = (mib << 20) // 1024
         before = _cpu_seconds(pid)
         answer = _load_consume(server.bootstrap, LOADS[0].replace(" ", "-").replace("=", ""), records, 1)
