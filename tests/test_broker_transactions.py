@@ -706,3 +706,21 @@ def test_add_partitions_v4_broker_path(broker) -> None:
         assert call(True, epoch=1) == [(topic, 0, PRODUCER_FENCED), (topic, 1, PRODUCER_FENCED)]
         end = EndTxnRequest(transactional_id=txn_id, producer_id=init.producer_id, producer_epoch=0, committed=False)
         assert client.call(end, 3).error_code == 0
+
+
+def test_a_zookeeper_cluster_refuses_transactions(tmp_path) -> None:
+    """On a ZooKeeper cluster the coordinator could not write markers to partitions other brokers lead, so
+    FindCoordinator(TRANSACTION) and InitProducerId with a transactional id answer COORDINATOR_NOT_AVAILABLE (15)
+    instead of starting transactions that would hang; idempotent producers still get their ids."""
+    from tools.cluster import zookeeper
+
+    missing = zookeeper.available()
+    if missing is not None:
+        pytest.skip(f"no ZooKeeper: {missing}")
+    from tools.cluster.brokers import LocalCluster
+
+    with LocalCluster(tmp_path / "cluster", size=1) as cluster, RawClient(cluster.bootstrap) as client:
+        assert client.call(FindCoordinatorRequest(key="tx", key_type=1), 3).error_code == 15
+        assert _init(client, "tx").error_code == 15
+        idempotent = client.call(InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=60000), 4)
+        assert idempotent.error_code == 0

@@ -383,3 +383,98 @@ def test_explain_retention_html_is_a_timeline_from_the_first_segment_to_the_file
     assert all(when.match(row[i].removesuffix(" (mtime)")) for row in rows for i in (3, 5, 6)), rows
     cells = re.findall(r"<td>([^<]*)</td>", page)
     assert not any(re.fullmatch(r"1[6-9]\d{11}", c) for c in cells)  # no epoch milliseconds in the table
+
+
+# ----- any other error: one line, exit 1, the traceback only with --debug --------------------------------------
+
+
+def test_an_unexpected_error_is_one_line_unless_debug(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import kafkalog.cli.offsets as offsets
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("the client library failed in an unforeseen way")
+
+    monkeypatch.setattr(offsets, "_offsets_offline", broken)
+    run("topics", "--log-dir", str(tmp_path), "--create", "--topic", "t")
+    result = run("get-offsets", "--log-dir", str(tmp_path), "--topic", "t")
+    assert result.exit_code == 1
+    assert result.output == (
+        "Error: RuntimeError: the client library failed in an unforeseen way (run with --debug for the traceback)\n"
+    )
+    debug = run("--debug", "get-offsets", "--log-dir", str(tmp_path), "--topic", "t")
+    assert debug.exit_code == 1 and isinstance(debug.exception, RuntimeError)
+
+
+@pytest.mark.parametrize("suffix", [".snapshot", ".timeindex", ".txnindex", ".index"])
+def test_verify_exits_1_on_a_garbage_file_of_every_kind(tmp_path: Path, suffix: str) -> None:
+    """verify, like dump: a damaged file beside a valid segment is a problem (exit 1) whatever its kind."""
+    import shutil
+
+    d = tmp_path / "d"
+    run("topics", "--log-dir", str(d), "--create", "--topic", "t")
+    log = _build_log(tmp_path, [(b"k", b"v")])
+    for old in (d / "t-0").glob("00000000000000000000.*"):
+        old.unlink()
+    shutil.copy(log, d / "t-0" / log.name)
+    (d / "t-0" / log.name).with_suffix(suffix).write_bytes(GARBAGE)
+    for name in ("recovery-point-offset-checkpoint", "replication-offset-checkpoint", "log-start-offset-checkpoint"):
+        (d / name).unlink(missing_ok=True)
+    result = run("verify", str(d))
+    assert result.exit_code == 1, (suffix, result.output)
+    assert f"PROBLEM t-0/00000000000000000000{suffix}" in result.output
+
+
+# ----- every command a message or the README recommends exists ------------------------------------------------
+
+
+def _command_exists(words: list[str]) -> bool:
+    import click
+
+    command: click.Command = main
+    for word in words:
+        if not isinstance(command, click.Group):
+            return True  # the rest are arguments
+        sub = command.commands.get(word)
+        if sub is None:
+            return False
+        command = sub
+    return True
+
+
+def test_every_recommended_command_is_a_real_one() -> None:
+    """Messages and the README name commands as `kafkalog <command> [<subcommand>] --option`: each must exist
+    (the Spark sink once recommended `kafkalog topics create`)."""
+    import re
+
+    root = Path(__file__).resolve().parents[1]
+    texts = [p.read_text(encoding="utf-8") for p in (root / "src" / "kafkalog").rglob("*.py")]
+    texts.append((root / "README.md").read_text(encoding="utf-8"))
+    found = set()
+    for text in texts:
+        for m in re.finditer(r"(?<!from )\bkafkalog ((?:[a-z][a-z-]*)(?: [a-z][a-z-]*)?)(?= --| [A-Z/.])", text):
+            found.add(m.group(1))
+    prose = {"source", "sink", "demo", "writes", "reads", "then", "knows", "extension", "did", "may", "does"}
+    candidates = {words for words in found if words.split()[0] not in prose}
+    assert {"topics", "dump", "spark"} <= {c.split()[0] for c in candidates}  # the scan finds them
+    missing = sorted(c for c in candidates if not _command_exists(c.split()))
+    assert missing == [], missing
+    # an option written as a sub-command ("kafkalog topics create" for "kafkalog topics --create")
+    import click
+
+    wrong = []
+    for text in texts:
+        for m in re.finditer(r"(?<![\w.])kafkalog ([a-z][a-z-]*) ([a-z][a-z-]*)\b", text):
+            command = main.commands.get(m.group(1))
+            if command is not None and not isinstance(command, click.Group):
+                options = {o for p in command.params for o in getattr(p, "opts", [])}
+                if f"--{m.group(2)}" in options:
+                    wrong.append(m.group(0))
+    assert wrong == [], wrong
+
+
+def test_a_refused_create_does_not_leave_a_new_log_dir_behind(tmp_path: Path) -> None:
+    d = tmp_path / "new"
+    bad_name = run("topics", "--log-dir", str(d), "--create", "--topic", "bad/name")
+    bad_config = run("topics", "--log-dir", str(d), "--create", "--topic", "t", "--config", "segment.bytes=13")
+    assert bad_name.exit_code == 1 and bad_config.exit_code == 1 and "segment.bytes" in bad_config.output
+    assert not d.exists()

@@ -46,6 +46,19 @@ DtState = DescribeTransactionsResponse.TransactionState
 LtState = ListTransactionsResponse.TransactionState
 
 
+CLUSTER_UNSUPPORTED = (
+    "Transactions are served on a single node only: this broker is part of a ZooKeeper cluster, whose transaction "
+    "markers would have to reach other brokers"
+)
+
+
+def coordinator_available(broker) -> bool:
+    """Whether this broker coordinates transactions: on one node, yes. On a ZooKeeper cluster the coordinator
+    could not write markers to partitions other brokers lead (markers over the wire are not built), so it answers
+    COORDINATOR_NOT_AVAILABLE rather than start transactions it could never complete."""
+    return getattr(broker, "cluster", None) is None
+
+
 def fenced_for(version: int, first_fenced_version: int, error: int) -> int:
     """KIP-588: clients older than ``first_fenced_version`` do not know PRODUCER_FENCED; Kafka answers them
     INVALID_PRODUCER_EPOCH, which they handle the same way."""

@@ -33,6 +33,7 @@ import logging
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from ...errors import UnknownTopicOrPartitionError
 from ...manager import TopicPartition
@@ -199,7 +200,7 @@ class TransactionCoordinator:
         self.transactions: dict[str, TransactionMetadata] = {}
         self._unsent: dict[str, tuple[TxnTransit, set[TopicPartitionKey], int]] = {}
         self._marker_listeners: list[MarkerListener] = []
-        self._tasks: list = []
+        self._tasks: dict[str, Any] = {}  # name -> the scheduler's handle (has cancel())
         self._active = False
 
     # ================================================================ lifecycle
@@ -221,11 +222,13 @@ class TransactionCoordinator:
 
     def shutdown(self) -> None:
         self._active = False
-        for task in self._tasks:
+        for task in self._tasks.values():
             task.cancel()
         self._tasks.clear()
 
     def _every(self, name: str, fn: Callable[[], object], interval_ms: int) -> None:
+        """Run ``fn`` every ``interval_ms`` while active (the latest timer of each name is kept, to cancel it)."""
+
         def run() -> None:
             if not self._active:
                 return
@@ -233,9 +236,9 @@ class TransactionCoordinator:
                 fn()
             finally:
                 if self._active:
-                    self._tasks.append(self.scheduler.schedule_once(name, run, interval_ms))
+                    self._tasks[name] = self.scheduler.schedule_once(name, run, interval_ms)
 
-        self._tasks.append(self.scheduler.schedule_once(name, run, interval_ms))
+        self._tasks[name] = self.scheduler.schedule_once(name, run, interval_ms)
 
     def now(self) -> int:
         return int(self.clock.milliseconds())
@@ -427,7 +430,7 @@ class TransactionCoordinator:
                 )
         if remaining:
             self.scheduler.schedule_once(
-                f"txn-markers-{txn_id}", lambda: self._retry_markers(txn_id, commit), MARKER_RETRY_BACKOFF_MS
+                f"txn-markers-{txn_id}", lambda: self._retry_if_active(txn_id, commit), MARKER_RETRY_BACKOFF_MS
             )
             return
         if self._append_transit(metadata, complete) is Errors.NONE:
@@ -437,8 +440,13 @@ class TransactionCoordinator:
         # The Complete state could not be written: prepare it again and retry (Kafka's tryAppendToLog retries).
         self._unsent[txn_id] = (metadata.prepare_complete(self.now()), remaining, coordinator_epoch)
         self.scheduler.schedule_once(
-            f"txn-complete-{txn_id}", lambda: self._retry_markers(txn_id, commit), MARKER_RETRY_BACKOFF_MS
+            f"txn-complete-{txn_id}", lambda: self._retry_if_active(txn_id, commit), MARKER_RETRY_BACKOFF_MS
         )
+
+    def _retry_if_active(self, txn_id: str, commit: bool) -> None:
+        """A scheduled retry: nothing once shut down (the next start loads the Prepare state and completes it)."""
+        if self._active:
+            self._retry_markers(txn_id, commit)
 
     def _tell_listeners(self, tp: TopicPartition, producer_id: int, commit: bool) -> None:
         for listener in self._marker_listeners:
