@@ -23,24 +23,23 @@ def _is_kernel(node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
     return False
 
 
+def _visit(node: ast.AST, prefix: str, file: str, limit: int, found: list[tuple[int, str, int, str]]) -> None:
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            name = f"{prefix}{child.name}"
+            length = (child.end_lineno or child.lineno) - child.lineno + 1
+            if length > limit and not _is_kernel(child):
+                found.append((length, file, child.lineno, name))
+            _visit(child, f"{name}.", file, limit, found)
+        elif isinstance(child, ast.ClassDef):
+            _visit(child, f"{prefix}{child.name}.", file, limit, found)
+
+
 def long_functions(src: Path, limit: int) -> list[tuple[int, str, int, str]]:
     """(lines, file, line, qualified name) of every non-kernel function over ``limit`` lines, longest first."""
-    found = []
+    found: list[tuple[int, str, int, str]] = []
     for path in sorted((src / "kafkalog").rglob("*.py")):
-        tree = ast.parse(path.read_text(), str(path))
-
-        def visit(node: ast.AST, prefix: str) -> None:
-            for child in ast.iter_child_nodes(node):
-                if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                    name = f"{prefix}{child.name}"
-                    length = (child.end_lineno or child.lineno) - child.lineno + 1
-                    if length > limit and not _is_kernel(child):
-                        found.append((length, str(path.relative_to(src)), child.lineno, name))
-                    visit(child, f"{name}.")
-                elif isinstance(child, ast.ClassDef):
-                    visit(child, f"{prefix}{child.name}.")
-
-        visit(tree, "")
+        _visit(ast.parse(path.read_text(), str(path)), "", str(path.relative_to(src)), limit, found)
     return sorted(found, reverse=True)
 
 
