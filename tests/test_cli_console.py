@@ -348,6 +348,7 @@ def test_offline_consume_follows_new_records_until_the_timeout(tmp_path: Path) -
     # --follow until SIGINT: the total is printed and the exit code is 130, as Kafka's on Ctrl-C
     follower = spawn("consume", "--log-dir", d, "--topic", "t", "--follow", "--from-beginning")
     assert follower.stdout.readline() == b"old\n"
+    assert follower.stdout.readline() == b"new\n"
     follower.send_signal(signal.SIGINT)
     out, err = follower.communicate(timeout=30)
     assert follower.returncode == 130 and b"Processed a total of 2 messages" in err and b"Traceback" not in err

@@ -217,9 +217,10 @@ def _create_topic(bootstrap: str) -> None:
 
 @dataclass
 class _Kill9Row(Row):
-    """A row that also keeps, per cycle, (deliveries to the group, records in the log) for its note."""
+    """A row that also counts deliveries to the group and records in the logs, for its note."""
 
-    note_parts: list[tuple[int, int]] = field(default_factory=list)
+    deliveries: int = 0
+    records: int = 0
 
 
 # ----- one cycle -------------------------------------------------------------------------------------------------
@@ -298,7 +299,8 @@ def cycle(
         if missing:
             row.corrupt += 1
             row.failures.append(f"{tag}: partition {p}: {len(missing)} records never delivered to the group")
-    row.note_parts.append((consumed.deliveries, sum(report.committed.values())))
+    row.deliveries += consumed.deliveries
+    row.records += sum(report.committed.values())
 
 
 def _check_resume(row: Row, consumed: Consumed, acked: dict[int, int], attempted: dict[int, int], where: str) -> None:
@@ -334,8 +336,7 @@ def broker_kill9(runs: int, flush_messages: int | None, root: Path, seed: int) -
         shutil.rmtree(root / f"broker-kill9-{flush_messages or 'default'}-{index}", ignore_errors=True)
         done += rounds
         index += 1
-    delivered = sum(d for d, _ in row.note_parts)
-    records = sum(r for _, r in row.note_parts)
+    delivered, records = row.deliveries, row.records
     row.note = (
         f"{index} cycles; {records} records in the logs, {delivered} deliveries to the group "
         f"({delivered - records} redelivered after resuming at a commit); page cache survives kill -9"
