@@ -118,6 +118,8 @@ class LineReader:
 
     def parse(self, line: bytes, number: int) -> dict[str, Any]:
         """The record of one input line (key, value, headers; no timestamp or partition of its own)."""
+        if not self.parse_key and not self.parse_headers and self.null_marker is None:  # the plain line: fast
+            return {"key": None, "value": line, "headers": self.fixed_headers[:], "timestamp": None, "partition": None}
         headers_text = self._part(self.parse_headers, line, 0, self.headers_delimiter, "headers delimiter", number)
         start = 0 if headers_text is None else len(headers_text) + len(self.headers_delimiter)
         key = self._part(self.parse_key, line, start, self.key_separator, "key separator", number)
@@ -298,10 +300,11 @@ READ_CHUNK = 65536
 
 
 class LineSource:
-    """The lines of an input, handed over as they arrive. ``read(timeout)`` returns the complete lines that came
-    (a list, empty when the timeout passed first) or None at the end of the input. A file descriptor (stdin, a
-    pipe, a terminal, a file) is read with select() and os.read(), so a line typed or written by ``tail -f`` is
-    produced without waiting for more input; an in-memory stream (click's test runner) is read line by line.
+    """The lines of an input, handed over as they arrive. ``read(timeout)`` returns the complete lines that came,
+    without their newline (a list, empty when the timeout passed first) or None at the end of the input. A file
+    descriptor (stdin, a pipe, a terminal, a file) is read with select() and os.read(), so a line typed or written
+    by ``tail -f`` is produced without waiting for more input; an in-memory stream (click's test runner) is read
+    line by line.
     ``partial`` holds the bytes of an unfinished last line (no newline yet)."""
 
     def __init__(self, stream: IO[bytes]) -> None:
@@ -321,7 +324,7 @@ class LineSource:
             if not line:
                 self.eof = True
                 return None
-            return [line]
+            return [line[:-1] if line.endswith(b"\n") else line]
         ready, _, _ = select.select([self.fd], [], [], timeout)
         if not ready:
             return []
@@ -330,9 +333,9 @@ class LineSource:
             self.eof = True
             last, self.partial = self.partial, b""
             return [last] if last else None
-        lines = (self.partial + data).split(b"\n")
+        lines = (self.partial + data).split(b"\n") if self.partial else data.split(b"\n")
         self.partial = lines.pop()
-        return [line + b"\n" for line in lines]
+        return lines
 
 
 # ----- signals a command defers --------------------------------------------------------------------------------
@@ -423,20 +426,21 @@ def produce_lines(
             if signals.received is not None:
                 raise Interrupted(signals.received)
             due = sink.deadline()
-            if due is None:
-                sink.idle()
-                timeout = None
-            else:
-                timeout = max(0.0, due - clock())
             with signals.interruptible():
-                lines = source.read(timeout)
+                if due is not None:
+                    lines = source.read(max(0.0, due - clock()))
+                else:  # nothing pending: let go of the sink's hold (the dir lock) only if the input makes us wait
+                    lines = source.read(0)
+                    if lines == []:
+                        sink.idle()
+                        lines = source.read(None)
             if lines is None:
                 break
             for i, raw in enumerate(lines):
                 outcome.lines_read += 1
                 number = outcome.lines_read
                 try:
-                    record = parse(raw.rstrip(b"\r\n"), number)
+                    record = parse(raw[:-1] if raw.endswith(b"\r") else raw, number)
                     target = record.pop("partition")
                     if target is None:
                         target = partition

@@ -440,12 +440,12 @@ def consume_online(
                 for record in records:
                     if max_messages is not None and printed >= max_messages:
                         break
+                    printed += 1  # counted before it is written, as Kafka's ConsoleConsumer.process
                     try:
                         out.write(render(record.partition, record, kafka_python_timestamp_type(record)))
                     except BrokenPipeError:
                         click.echo("Unable to write to standard out, closing consumer.", err=True)
                         raise
-                    printed += 1
                 out.flush()
     finally:
         if group is not None and config["enable_auto_commit"]:
