@@ -117,6 +117,31 @@ def _lock_free(path: Path) -> bool:
     return True
 
 
+def test_a_dir_taken_by_another_process_while_idle_stops_the_producer_with_a_summary(tmp_path: Path) -> None:
+    """The lock is let go while the input is idle; if another process holds the dir when the next batch is due,
+    the producer stops with one error line and names the lines it could not write."""
+    d = str(tmp_path)
+    assert run("topics", "--log-dir", d, "--create", "--topic", "t").exit_code == 0
+    producer = spawn("produce", "--log-dir", d, "--topic", "t", "--timeout", "100")
+    producer.stdin.write(b"one\n")
+    producer.stdin.flush()
+    wait_for(lambda: consumed(d, "t") == ["one"], timeout=15)
+    wait_for(lambda: _lock_free(tmp_path), timeout=5)
+    holder = LogDirLock(tmp_path).acquire()
+    try:
+        producer.stdin.write(b"two\nthree\n")
+        producer.stdin.flush()
+        _, err = producer.communicate(timeout=30)
+    finally:
+        holder.release()
+    text = err.decode()
+    assert producer.returncode == 1, text
+    assert "Produced 1 record to t before the error (partition 0 offsets 0-0)" in text
+    assert "Not produced: 2 of the 3 lines read: lines 2-3" in text
+    assert "Error: Failed to acquire lock" in text and "Traceback" not in text
+    assert consumed(d, "t") == ["one"]
+
+
 @pytest.mark.parametrize(("signum", "rc"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
 def test_a_signal_flushes_every_line_read_and_says_what_was_not(tmp_path: Path, signum: int, rc: int) -> None:
     """With a long linger the lines wait in the producer; SIGTERM/SIGINT write them, name the unfinished last

@@ -450,7 +450,7 @@ FOLLOW_POLL_SECONDS = 0.2
     "--follow",
     is_flag=True,
     help="Offline: keep reading records appended to the log dir until Ctrl-C/SIGTERM (or --timeout-ms), as the "
-    "online consumer does; without it an offline read stops at the end.",
+    "online consumer does; without it an offline read stops at the end. Online it is what the consumer does anyway.",
 )
 @click.option("--from-beginning", is_flag=True, help="Start at the log start offset (Kafka's default is the end).")
 @click.option(
@@ -574,8 +574,6 @@ def consume_command(
     if online:
         if config_file is not None:
             raise click.UsageError("--config (a broker's server.properties) applies to --log-dir only")
-        if follow and timeout_ms is not None:
-            raise click.UsageError("--follow waits forever and --timeout-ms stops waiting: give one")
         group = _one_group(group, consumer_props)
         if group is not None and (partition is not None or offset is not None or timestamp is not None):
             raise click.UsageError("--group cannot be used with --partition, --offset or --timestamp")
