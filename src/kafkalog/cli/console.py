@@ -305,9 +305,11 @@ class LineSource:
     descriptor (stdin, a pipe, a terminal, a file) is read with select() and os.read(), so a line typed or written
     by ``tail -f`` is produced without waiting for more input; an in-memory stream (click's test runner) is read
     line by line.
-    ``partial`` holds the bytes of an unfinished last line (no newline yet)."""
+    ``partial`` holds the bytes of an unfinished last line (no newline yet). On a terminal the prompt ``>`` is
+    printed on stdout whenever a new line is awaited, as Kafka's LineMessageReader does when System.console()
+    exists."""
 
-    def __init__(self, stream: IO[bytes]) -> None:
+    def __init__(self, stream: IO[bytes], prompt_to: IO[bytes] | None = None) -> None:
         self.stream = stream
         self.partial = b""
         self.eof = False
@@ -315,6 +317,15 @@ class LineSource:
             self.fd: int | None = stream.fileno()
         except (OSError, ValueError, AttributeError):
             self.fd = None
+        self.prompt_to = prompt_to if self.fd is not None and os.isatty(self.fd) else None
+        self._prompted = False
+
+    def _prompt(self) -> None:
+        if self.prompt_to is not None and not self._prompted and not self.partial:
+            with contextlib.suppress(OSError, ValueError):
+                self.prompt_to.write(b">")
+                self.prompt_to.flush()
+            self._prompted = True
 
     def read(self, timeout: float | None) -> list[bytes] | None:
         if self.eof:
@@ -325,6 +336,8 @@ class LineSource:
                 self.eof = True
                 return None
             return [line[:-1] if line.endswith(b"\n") else line]
+        if timeout != 0:
+            self._prompt()
         ready, _, _ = select.select([self.fd], [], [], timeout)
         if not ready:
             return []
@@ -335,6 +348,8 @@ class LineSource:
             return [last] if last else None
         lines = (self.partial + data).split(b"\n") if self.partial else data.split(b"\n")
         self.partial = lines.pop()
+        if lines:
+            self._prompted = False
         return lines
 
 
