@@ -510,7 +510,7 @@ def records_noun(n: int) -> str:
 
 def report(sink: Sink, outcome: ProduceOutcome) -> None:
     """The summary on stderr; raises the bad line's error, the sink's, Interrupted, or a ClickException when some
-    records were not written, so that the command exits 2, 1 or 128+signal."""
+    records were not written, so that the command exits 1 (or 2 for a usage error) or 128+signal."""
     where = ", ".join(f"partition {p} offsets {a}-{b}" for p, (a, b) in sorted(sink.where.items()))
     stopped_early = outcome.bad_line is not None or sink.stop is not None
     not_written = dict(sink.failed)
