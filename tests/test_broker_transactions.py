@@ -664,3 +664,63 @@ def test_exactly_once_across_broker_sigkills(tmp_path) -> None:
             worker.kill()
             worker.wait()
         assert server.stop() == 0
+
+
+def test_add_partitions_v4_broker_path(broker) -> None:
+    """AddPartitionsToTxn v4 (Kafka's broker-to-coordinator form): several transactions per request, VerifyOnly
+    answering per partition whether it is in the transaction (INVALID_TXN_STATE when not)."""
+    topic = unique("v4")
+    create_topic(broker.bootstrap, topic, 2)
+    txn_id = unique("v4-tx")
+    Txn = AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction
+    with RawClient(broker.bootstrap) as client:
+        init = _init(client, txn_id)
+
+        def call(verify_only: bool, epoch: int = 0) -> list[tuple[str, int, int]]:
+            response = client.call(
+                AddPartitionsToTxnRequest(
+                    transactions=[
+                        Txn(
+                            transactional_id=txn_id,
+                            producer_id=init.producer_id,
+                            producer_epoch=epoch,
+                            verify_only=verify_only,
+                            topics=[Txn.AddPartitionsToTxnTopic(name=topic, partitions=[0, 1])],
+                        )
+                    ]
+                ),
+                4,
+            )
+            assert response.error_code == 0
+            (result,) = response.results_by_transaction
+            assert result.transactional_id == txn_id
+            return [
+                (t.name, p.partition_index, p.partition_error_code)
+                for t in result.topic_results
+                for p in t.results_by_partition
+            ]
+
+        assert call(True) == [(topic, 0, INVALID_TXN_STATE), (topic, 1, INVALID_TXN_STATE)]
+        assert call(False) == [(topic, 0, 0), (topic, 1, 0)]
+        assert call(True) == [(topic, 0, 0), (topic, 1, 0)]
+        assert call(True, epoch=1) == [(topic, 0, PRODUCER_FENCED), (topic, 1, PRODUCER_FENCED)]
+        end = EndTxnRequest(transactional_id=txn_id, producer_id=init.producer_id, producer_epoch=0, committed=False)
+        assert client.call(end, 3).error_code == 0
+
+
+def test_a_zookeeper_cluster_refuses_transactions(tmp_path) -> None:
+    """On a ZooKeeper cluster the coordinator could not write markers to partitions other brokers lead, so
+    FindCoordinator(TRANSACTION) and InitProducerId with a transactional id answer COORDINATOR_NOT_AVAILABLE (15)
+    instead of starting transactions that would hang; idempotent producers still get their ids."""
+    from tools.cluster import zookeeper
+
+    missing = zookeeper.available()
+    if missing is not None:
+        pytest.skip(f"no ZooKeeper: {missing}")
+    from tools.cluster.brokers import LocalCluster
+
+    with LocalCluster(tmp_path / "cluster", size=1) as cluster, RawClient(cluster.bootstrap) as client:
+        assert client.call(FindCoordinatorRequest(key="tx", key_type=1), 3).error_code == 15
+        assert _init(client, "tx").error_code == 15
+        idempotent = client.call(InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=60000), 4)
+        assert idempotent.error_code == 0

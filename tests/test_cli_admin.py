@@ -333,23 +333,32 @@ def _figures(page: str) -> list[dict]:
                                              re.S)]  # fmt: skip
 
 
-def test_explain_retention_html_is_a_timeline_from_the_first_segment_to_the_files_gone_time(tmp_path: Path) -> None:
-    import datetime as dt
-    import re
+DAY_MS = 86_400_000
+
+
+def _retention_page(tmp_path: Path) -> tuple[int, str, str]:
+    """A topic whose segments' timestamps are a month and minutes apart, and its `explain retention --html` page:
+    (the time it was made, the CLI's output, the page)."""
     import time
 
     from kafkalog.manager import LogManager
 
-    day = 86_400_000
     now = int(time.time() * 1000)
     with LogManager([tmp_path], {"log.cleaner.enable": "false"}) as manager:
-        manager.create_topic("t", 1, {"segment.bytes": "200", "retention.ms": str(3 * day)})
-        for i, age in enumerate([30 * day, 2 * day, day, 0]):  # timestamps a month apart and minutes apart
+        manager.create_topic("t", 1, {"segment.bytes": "200", "retention.ms": str(3 * DAY_MS)})
+        for i, age in enumerate([30 * DAY_MS, 2 * DAY_MS, DAY_MS, 0]):
             manager.produce("t", b"record %d" % i, partition=0, timestamp=now - age)
     page_file = tmp_path.parent / "timeline.html"
     result = run("explain", "retention", str(tmp_path), "--topic", "t", "--html", str(page_file))
     assert result.exit_code == 0, result.output
-    page = page_file.read_text()
+    return now, result.output, page_file.read_text()
+
+
+def test_explain_retention_html_is_a_timeline_from_the_first_segment_to_the_files_gone_time(tmp_path: Path) -> None:
+    import datetime as dt
+    import re
+
+    now, output, page = _retention_page(tmp_path)
     assert "<script src=" not in page and "Plotly.newPlot" in page  # self-contained: plotly.js inline
     (figure,) = _figures(page)
     layout = figure["layout"]
@@ -378,8 +387,133 @@ def test_explain_retention_html_is_a_timeline_from_the_first_segment_to_the_file
     assert all(f"{c}: %{{customdata[{i}]}}" in bars[0]["hovertemplate"] for i, c in enumerate(RETENTION_COLUMNS))
     for column in RETENTION_COLUMNS:
         assert f"<th>{column}</th>" in page
-        assert column in result.output or column.split(" (")[0] in result.output  # the CLI table's own columns
+        assert column in output or column.split(" (")[0] in output  # the CLI table's own columns
     when = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d|-)$")
     assert all(when.match(row[i].removesuffix(" (mtime)")) for row in rows for i in (3, 5, 6)), rows
-    cells = re.findall(r"<td>([^<]*)</td>", page)
-    assert not any(re.fullmatch(r"1[6-9]\d{11}", c) for c in cells)  # no epoch milliseconds in the table
+    cells = re.findall(r"<td>([^<]*)</td>", page) + re.findall(r"<p>([^<]*)</p>", page)
+    assert not any(re.search(r"\b1[6-9]\d{11}\b", c) for c in cells)  # no epoch milliseconds: one time format
+    assert not any(re.search(r"\d{4}-\d\d-\d\dT\d\d:", c) for c in cells)  # and no ISO-8601 either
+
+
+def test_the_retention_page_in_a_headless_browser(tmp_path: Path) -> None:
+    """The page loaded in a real headless Chromium: what it renders (its SVG) has one bar per segment, the
+    labelled now line, date tick labels in the table's format, the legend and the table."""
+    import re
+    import shutil
+
+    browser = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+    if browser is None:
+        pytest.skip("no headless Chromium here (`make test` installs Debian's chromium, as it does kcat)")
+    _, _, page = _retention_page(tmp_path)
+    page_file = tmp_path.parent / "page.html"
+    page_file.write_text(page)
+    shown = subprocess.run(
+        [browser, "--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=10000", "--dump-dom",
+         page_file.as_uri()],
+        capture_output=True, text=True, timeout=120,
+    ).stdout  # fmt: skip
+    assert 'class="main-svg"' in shown, "plotly drew nothing"
+    bars = shown[shown.index('class="barlayer') : shown.index('class="scatterlayer')]
+    assert bars.count('<g class="point"><path d="M') == len(list((tmp_path / "t-0").glob("*.log")))
+    labels = re.findall(r'class="annotation-text"[^>]*data-unformatted="([^"]*)"', shown)
+    assert any(re.fullmatch(r"now&lt;br&gt;\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", label) for label in labels), labels
+    ticks = re.findall(r'class="xtick"><text[^>]*>([^<]*)<', shown)
+    assert ticks and all(re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", t) for t in ticks), ticks
+    legend = re.findall(r'class="legendtext"[^>]*>([^<]*)<', shown)
+    assert "deleted at the next check" in legend and "renamed .deleted (retention check)" in legend
+    assert "<th>deleted at (UTC)</th>" in shown
+
+
+# ----- any other error: one line, exit 1, the traceback only with --debug --------------------------------------
+
+
+def test_an_unexpected_error_is_one_line_unless_debug(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import kafkalog.cli.offsets as offsets
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("the client library failed in an unforeseen way")
+
+    monkeypatch.setattr(offsets, "_offsets_offline", broken)
+    run("topics", "--log-dir", str(tmp_path), "--create", "--topic", "t")
+    result = run("get-offsets", "--log-dir", str(tmp_path), "--topic", "t")
+    assert result.exit_code == 1
+    assert result.output == (
+        "Error: RuntimeError: the client library failed in an unforeseen way (run with --debug for the traceback)\n"
+    )
+    debug = run("--debug", "get-offsets", "--log-dir", str(tmp_path), "--topic", "t")
+    assert debug.exit_code == 1 and isinstance(debug.exception, RuntimeError)
+
+
+@pytest.mark.parametrize("suffix", [".snapshot", ".timeindex", ".txnindex", ".index"])
+def test_verify_exits_1_on_a_garbage_file_of_every_kind(tmp_path: Path, suffix: str) -> None:
+    """verify, like dump: a damaged file beside a valid segment is a problem (exit 1) whatever its kind."""
+    import shutil
+
+    d = tmp_path / "d"
+    run("topics", "--log-dir", str(d), "--create", "--topic", "t")
+    log = _build_log(tmp_path, [(b"k", b"v")])
+    for old in (d / "t-0").glob("00000000000000000000.*"):
+        old.unlink()
+    shutil.copy(log, d / "t-0" / log.name)
+    (d / "t-0" / log.name).with_suffix(suffix).write_bytes(GARBAGE)
+    for name in ("recovery-point-offset-checkpoint", "replication-offset-checkpoint", "log-start-offset-checkpoint"):
+        (d / name).unlink(missing_ok=True)
+    result = run("verify", str(d))
+    assert result.exit_code == 1, (suffix, result.output)
+    assert f"PROBLEM t-0/00000000000000000000{suffix}" in result.output
+
+
+# ----- every command a message or the README recommends exists ------------------------------------------------
+
+
+def _command_exists(words: list[str]) -> bool:
+    import click
+
+    command: click.Command = main
+    for word in words:
+        if not isinstance(command, click.Group):
+            return True  # the rest are arguments
+        sub = command.commands.get(word)
+        if sub is None:
+            return False
+        command = sub
+    return True
+
+
+def test_every_recommended_command_is_a_real_one() -> None:
+    """Messages and the README name commands as `kafkalog <command> [<subcommand>] --option`: each must exist
+    (the Spark sink once recommended `kafkalog topics create`)."""
+    import re
+
+    root = Path(__file__).resolve().parents[1]
+    texts = [p.read_text(encoding="utf-8") for p in (root / "src" / "kafkalog").rglob("*.py")]
+    texts.append((root / "README.md").read_text(encoding="utf-8"))
+    found = set()
+    for text in texts:
+        for m in re.finditer(r"(?<!from )\bkafkalog ((?:[a-z][a-z-]*)(?: [a-z][a-z-]*)?)(?= --| [A-Z/.])", text):
+            found.add(m.group(1))
+    prose = {"source", "sink", "demo", "writes", "reads", "then", "knows", "extension", "did", "may", "does"}
+    candidates = {words for words in found if words.split()[0] not in prose}
+    assert {"topics", "dump", "spark"} <= {c.split()[0] for c in candidates}  # the scan finds them
+    missing = sorted(c for c in candidates if not _command_exists(c.split()))
+    assert missing == [], missing
+    # an option written as a sub-command ("kafkalog topics create" for "kafkalog topics --create")
+    import click
+
+    wrong = []
+    for text in texts:
+        for m in re.finditer(r"(?<![\w.])kafkalog ([a-z][a-z-]*) ([a-z][a-z-]*)\b", text):
+            command = main.commands.get(m.group(1))
+            if command is not None and not isinstance(command, click.Group):
+                options = {o for p in command.params for o in getattr(p, "opts", [])}
+                if f"--{m.group(2)}" in options:
+                    wrong.append(m.group(0))
+    assert wrong == [], wrong
+
+
+def test_a_refused_create_does_not_leave_a_new_log_dir_behind(tmp_path: Path) -> None:
+    d = tmp_path / "new"
+    bad_name = run("topics", "--log-dir", str(d), "--create", "--topic", "bad/name")
+    bad_config = run("topics", "--log-dir", str(d), "--create", "--topic", "t", "--config", "segment.bytes=13")
+    assert bad_name.exit_code == 1 and bad_config.exit_code == 1 and "segment.bytes" in bad_config.output
+    assert not d.exists()

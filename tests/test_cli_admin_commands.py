@@ -234,3 +234,39 @@ def test_topics_options_against_a_broker(broker) -> None:
     assert clash.exit_code == 1 and "Topic 'a_b' collides with existing topic: a.b" in clash.output
     grown = run("topics", *b, "--alter", "--topic", "a.b", "--partitions", "3")
     assert grown.exit_code == 0 and "PartitionCount: 3" in run("topics", *b, "--describe", "--topic", "a.b").output
+
+
+def test_exclude_internal_online_and_offline(broker, logdir: Path) -> None:
+    """TopicCommand's --exclude-internal and GetOffsetShell's --exclude-internal-topics leave out Topic.isInternal
+    names (__consumer_offsets, __transaction_state)."""
+    from kafka.admin import KafkaAdminClient
+
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        admin.describe_groups(["readers"])  # FindCoordinator: the group coordinator creates __consumer_offsets
+    finally:
+        admin.close()
+    with LogManager([logdir], {"log.cleaner.enable": "false"}) as manager:
+        manager.create_topic("__consumer_offsets", 1, {"cleanup.policy": "compact"})  # as the coordinator would
+    for where in _both(broker, logdir):
+        listed = run("topics", *where, "--list").output.split()
+        assert "__consumer_offsets" in listed, (where, listed)
+        assert "__consumer_offsets" not in run("topics", *where, "--list", "--exclude-internal").output.split()
+        described = run("topics", *where, "--describe", "--exclude-internal").output
+        assert "Topic: t\t" in described and "__consumer_offsets" not in described
+        offsets = run("get-offsets", *where, "--exclude-internal-topics").output.splitlines()
+        assert "t:0:5" in offsets and not any(line.startswith("__consumer_offsets:") for line in offsets)
+        assert any(line.startswith("__consumer_offsets:") for line in run("get-offsets", *where).output.splitlines())
+
+
+def test_topics_list_and_describe_take_a_regex_but_alter_and_delete_an_exact_name(broker, logdir: Path) -> None:
+    """TopicCommand: --topic "also accepts a regular expression, except for --create" (IncludeList); kafkalog keeps
+    --alter and --delete to the exact name, so a '.' never reaches another topic."""
+    for where in _both(broker, logdir):
+        assert run("topics", *where, "--list", "--topic", "t|u").output.split() == ["t", "u"]
+        assert run("topics", *where, "--list", "--topic", "[tu]").output.split() == ["t", "u"]
+        described = run("topics", *where, "--describe", "--topic", "t,u").output
+        assert "Topic: t\t" in described and "Topic: u\t" in described
+        wild = run("topics", *where, "--delete", "--topic", ".")
+        assert wild.exit_code == 1 and "Topic '.' does not exist as expected" in wild.output
+        assert run("topics", *where, "--list", "--topic", "t").output.split() == ["t"]

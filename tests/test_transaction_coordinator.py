@@ -341,3 +341,92 @@ def test_verify_partition_in_transaction(h: Harness) -> None:
     assert h.coordinator.verify("tx", pid, 0, (TOPIC, 1)) is Errors.INVALID_TXN_STATE
     assert h.coordinator.verify("tx", pid, 1, (TOPIC, 0)) is Errors.INVALID_PRODUCER_EPOCH
     assert h.coordinator.verify("zz", pid, 0, (TOPIC, 0)) is Errors.INVALID_PRODUCER_ID_MAPPING
+
+
+def test_verify_partitions_as_kafkas_verify_only(h: Harness) -> None:
+    init = h.coordinator.init_producer_id("tx", 60_000)
+    pid = init.producer_id
+    h.coordinator.add_partitions("tx", pid, 0, [(TOPIC, 0)])
+    assert h.coordinator.verify_partitions("tx", pid, 0, [(TOPIC, 0), (TOPIC, 1)]) == {
+        (TOPIC, 0): Errors.NONE,
+        (TOPIC, 1): Errors.INVALID_TXN_STATE,
+    }
+    assert h.coordinator.verify_partitions("tx", pid, 3, [(TOPIC, 0)]) == {(TOPIC, 0): Errors.PRODUCER_FENCED}
+    assert h.coordinator.verify_partitions("no", pid, 0, [(TOPIC, 0)]) == {
+        (TOPIC, 0): Errors.INVALID_PRODUCER_ID_MAPPING
+    }
+
+
+def test_config_from_properties_uses_kafkas_names_and_defaults() -> None:
+    from kafkalog.errors import InvalidConfigurationError
+
+    default = TransactionCoordinatorConfig.from_properties({})
+    assert default.transaction_max_timeout_ms == 900_000  # Kafka: 15 minutes
+    assert default.transaction_state_log_num_partitions == 50
+    assert default.transactional_id_expiration_ms == 604_800_000  # 7 days
+    assert default.abort_timed_out_transaction_cleanup_interval_ms == 10_000
+    assert default.partition_verification_enable is True
+    custom = TransactionCoordinatorConfig.from_properties(
+        {"transaction.max.timeout.ms": "1000", "transaction.partition.verification.enable": "false"}
+    )
+    assert custom.transaction_max_timeout_ms == 1000 and custom.partition_verification_enable is False
+    with pytest.raises(InvalidConfigurationError, match=r"transaction\.state\.log\.num\.partitions"):
+        TransactionCoordinatorConfig.from_properties({"transaction.state.log.num.partitions": "0"})
+    with pytest.raises(InvalidConfigurationError, match="either true or false"):
+        TransactionCoordinatorConfig.from_properties({"transaction.partition.verification.enable": "yes"})
+
+
+def test_markers_retried_until_written_and_the_transaction_waits(h: Harness) -> None:
+    """A marker that cannot be written yet (the partition is not led here for a while: NOT_LEADER_OR_FOLLOWER) is
+    retried; meanwhile the transaction stays PrepareCommit and the producer gets CONCURRENT_TRANSACTIONS, as
+    Kafka's clients do while markers are in flight."""
+    init = h.coordinator.init_producer_id("tx", 60_000)
+    pid = init.producer_id
+    h.coordinator.add_partitions("tx", pid, 0, [(TOPIC, 0)])
+    h.produce_txn(pid, 0)
+    epoch = h.partition().leader_epoch
+    h.partition().make_follower(5, epoch)
+    assert h.coordinator.end_transaction("tx", pid, 0, commit=True) is Errors.NONE
+    metadata = h.coordinator.transactions["tx"]
+    assert metadata.state is S.PREPARE_COMMIT and metadata.pending_state is S.COMPLETE_COMMIT
+    assert h.coordinator.end_transaction("tx", pid, 0, commit=True) is Errors.CONCURRENT_TRANSACTIONS
+    assert h.coordinator.init_producer_id("tx", 60_000).error is Errors.CONCURRENT_TRANSACTIONS
+    assert h.coordinator.add_partitions("tx", pid, 0, [(TOPIC, 1)]) is Errors.CONCURRENT_TRANSACTIONS
+    h.clock.advance(500)
+    assert metadata.state is S.PREPARE_COMMIT  # still not led here: still retrying
+    h.partition().make_leader(epoch + 1)
+    h.clock.advance(100)
+    assert metadata.state is S.COMPLETE_COMMIT and metadata.pending_state is None
+    assert h.batches()[-1].end_transaction_marker().type == ControlRecordType.COMMIT
+    assert h.markers == [(TopicPartition(TOPIC, 0), pid, True)]
+
+
+def test_exhausted_epoch_rotates_the_producer_id(tmp_path) -> None:
+    """Kafka keeps the last epochs for fencing: at epoch 32766 (Short.MaxValue - 1) an InitProducerId gets a new
+    producer id at epoch 0, remembering the old id (TransactionMetadata.prepareProducerIdRotation)."""
+    h = Harness(tmp_path)
+    try:
+        assert h.coordinator.ensure_state_topic() is Errors.NONE
+        now = h.clock.milliseconds()
+        value = value_from_state(500, 32766, 60_000, S.COMPLETE_COMMIT, [], now, now)
+        tp = TopicPartition(TRANSACTION_STATE_TOPIC_NAME, h.coordinator.partition_for("old"))
+        builder = RecordBatchBuilder()
+        builder.append(encode_key("old"), encode_value(value), now)
+        rm = h.manager.replica_manager
+        assert rm.append_records({tp: builder.build()}, -1, AppendOrigin.COORDINATOR)[tp].error is None
+        h.restart()
+        # the producer itself (InitProducerId v3+ with its id and epoch): rotation records its last epoch
+        rotated = h.coordinator.init_producer_id("old", 60_000, (500, 32766))
+        assert (rotated.error, rotated.producer_id, rotated.producer_epoch) == (Errors.NONE, 1000, 0)
+        metadata = h.coordinator.transactions["old"]
+        assert (metadata.last_producer_id, metadata.last_producer_epoch) == (500, 32766)
+        # its retry (the answer was lost): the old id with an exhausted epoch is still valid, and the expected
+        # epoch being the last one, the same (1000, 0) comes back without a bump
+        retried = h.coordinator.init_producer_id("old", 60_000, (500, 32766))
+        assert (retried.error, retried.producer_id, retried.producer_epoch) == (Errors.NONE, 1000, 0)
+        # any other old epoch of the old id is fenced; a new producer (no expected epoch) bumps
+        assert h.coordinator.init_producer_id("old", 60_000, (500, 12)).error is Errors.PRODUCER_FENCED
+        assert h.coordinator.init_producer_id("old", 60_000).producer_epoch == 1
+        assert h.state_records("old")[-1][1].previous_producer_id == 500  # tag 0 of the v1 value
+    finally:
+        h.close()

@@ -303,7 +303,7 @@ def _create_topics(bootstrap: str, names: list[str], partitions: int) -> None:
 def _write_input(bootstrap: str, topic: str, tag: str, records: int, partitions: int) -> None:
     from confluent_kafka import Producer
 
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5})
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5, "log_level": 4})
     for i in range(records):
         producer.produce(topic, key=b"k%d" % i, value=f"{tag}-{i}".encode(), partition=i % partitions)
     if producer.flush(60) != 0:
@@ -539,6 +539,7 @@ def main(argv: list[str] | None = None) -> int:
             args.transactional_id,
             args.batch,
             args.subscribe,
+            args.pace_ms,
         )
     root = Path(tempfile.mkdtemp(prefix="kafkalog-eos-"))
     try:

@@ -1,7 +1,7 @@
 """The request router (Kafka's KafkaApis dispatch): header, version check, decode, handler, response header.
 
-Handlers are looked up by API key; consumer groups and transactions will add their keys here, backed by
-their own coordinators, without touching the existing handlers.
+Handlers are looked up by API key; consumer groups (handlers/group.py) and transactions (handlers/txn.py) add
+their keys here, backed by their own coordinators (kafkalog.coordinator.group, kafkalog.coordinator.transaction).
 """
 
 from __future__ import annotations

@@ -300,9 +300,10 @@ APIS: dict[int, ApiSpec] = {
         ApiSpec(68, "ConsumerGroupHeartbeat", 0, 1, ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse),
         ApiSpec(69, "ConsumerGroupDescribe", 0, 0, ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse),
         # The transaction coordinator's APIs (kafkalog.coordinator.transaction, handlers/txn.py). Transactions v1:
-        # EndTxn stops at 4 and Produce at 11, so clients keep adding partitions with AddPartitionsToTxn (v0-3,
-        # the client path) and never expect KIP-890's epoch bump on every EndTxn (v5).
-        ApiSpec(24, "AddPartitionsToTxn", 0, 3, AddPartitionsToTxnRequest, AddPartitionsToTxnResponse),
+        # EndTxn stops at 3 and Produce at 11, so clients keep adding partitions with AddPartitionsToTxn (v0-3,
+        # the client path; v4 is the broker path, which clients never use) and never expect KIP-890's epoch bump
+        # on every EndTxn (v5).
+        ApiSpec(24, "AddPartitionsToTxn", 0, 4, AddPartitionsToTxnRequest, AddPartitionsToTxnResponse),
         ApiSpec(25, "AddOffsetsToTxn", 0, 3, AddOffsetsToTxnRequest, AddOffsetsToTxnResponse),
         ApiSpec(26, "EndTxn", 0, 3, EndTxnRequest, EndTxnResponse),
         ApiSpec(27, "WriteTxnMarkers", 1, 1, WriteTxnMarkersRequest, WriteTxnMarkersResponse),

@@ -25,6 +25,7 @@ from .cluster.node import ClusterNode, ClusterSettings
 from .cluster.producer_ids import ZkProducerIdManager
 from .config import KafkaConfig
 from .handlers.group import LoopScheduler
+from .handlers.txn import CLUSTER_UNSUPPORTED
 from .metrics import BrokerMetrics, MetricsEndpoint
 from .network import SocketSecurity, SocketServer
 from .producer_ids import ProducerIdManager
@@ -183,6 +184,8 @@ class KafkaServer:
         # loads __transaction_state; transactions caught in PrepareCommit/PrepareAbort get their markers now (and
         # the group coordinator, loaded first, makes their pending offsets visible or drops them)
         self.txn_coordinator.startup()
+        if self.cluster is not None:
+            log.warning("%s: FindCoordinator(TRANSACTION) answers COORDINATOR_NOT_AVAILABLE", CLUSTER_UNSUPPORTED)
         self.socket_server = SocketServer(
             self.config.listeners,
             RequestRouter(self),

@@ -27,10 +27,17 @@ class KafkaLogGroup(click.Group):
                 return super().invoke(ctx)
             except BrokenPipeError:
                 raise
+            except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+                raise  # click prints these itself (usage errors exit 2, data errors 1)
             except (KafkaLogError, OSError, ValueError) as e:
                 if ctx.obj and ctx.obj.get("debug"):
                     raise
                 click.echo(f"Error: {e}", err=True)
+                sys.exit(EXIT_ERROR)
+            except Exception as e:  # anything else (a client library's error, a bug): still one line, exit 1
+                if ctx.obj and ctx.obj.get("debug"):
+                    raise
+                click.echo(f"Error: {type(e).__name__}: {e} (run with --debug for the traceback)", err=True)
                 sys.exit(EXIT_ERROR)
 
 

@@ -118,6 +118,8 @@ class LineReader:
 
     def parse(self, line: bytes, number: int) -> dict[str, Any]:
         """The record of one input line (key, value, headers; no timestamp or partition of its own)."""
+        if not self.parse_key and not self.parse_headers and self.null_marker is None:  # the plain line: fast
+            return {"key": None, "value": line, "headers": self.fixed_headers[:], "timestamp": None, "partition": None}
         headers_text = self._part(self.parse_headers, line, 0, self.headers_delimiter, "headers delimiter", number)
         start = 0 if headers_text is None else len(headers_text) + len(self.headers_delimiter)
         key = self._part(self.parse_key, line, start, self.key_separator, "key separator", number)
@@ -298,13 +300,16 @@ READ_CHUNK = 65536
 
 
 class LineSource:
-    """The lines of an input, handed over as they arrive. ``read(timeout)`` returns the complete lines that came
-    (a list, empty when the timeout passed first) or None at the end of the input. A file descriptor (stdin, a
-    pipe, a terminal, a file) is read with select() and os.read(), so a line typed or written by ``tail -f`` is
-    produced without waiting for more input; an in-memory stream (click's test runner) is read line by line.
-    ``partial`` holds the bytes of an unfinished last line (no newline yet)."""
+    """The lines of an input, handed over as they arrive. ``read(timeout)`` returns the complete lines that came,
+    without their newline (a list, empty when the timeout passed first) or None at the end of the input. A file
+    descriptor (stdin, a pipe, a terminal, a file) is read with select() and os.read(), so a line typed or written
+    by ``tail -f`` is produced without waiting for more input; an in-memory stream (click's test runner) is read
+    line by line.
+    ``partial`` holds the bytes of an unfinished last line (no newline yet). On a terminal the prompt ``>`` is
+    printed on stdout whenever a new line is awaited, as Kafka's LineMessageReader does when System.console()
+    exists."""
 
-    def __init__(self, stream: IO[bytes]) -> None:
+    def __init__(self, stream: IO[bytes], prompt_to: IO[bytes] | None = None) -> None:
         self.stream = stream
         self.partial = b""
         self.eof = False
@@ -312,6 +317,15 @@ class LineSource:
             self.fd: int | None = stream.fileno()
         except (OSError, ValueError, AttributeError):
             self.fd = None
+        self.prompt_to = prompt_to if self.fd is not None and os.isatty(self.fd) else None
+        self._prompted = False
+
+    def _prompt(self) -> None:
+        if self.prompt_to is not None and not self._prompted and not self.partial:
+            with contextlib.suppress(OSError, ValueError):
+                self.prompt_to.write(b">")
+                self.prompt_to.flush()
+            self._prompted = True
 
     def read(self, timeout: float | None) -> list[bytes] | None:
         if self.eof:
@@ -321,7 +335,9 @@ class LineSource:
             if not line:
                 self.eof = True
                 return None
-            return [line]
+            return [line[:-1] if line.endswith(b"\n") else line]
+        if timeout != 0:
+            self._prompt()
         ready, _, _ = select.select([self.fd], [], [], timeout)
         if not ready:
             return []
@@ -330,9 +346,11 @@ class LineSource:
             self.eof = True
             last, self.partial = self.partial, b""
             return [last] if last else None
-        lines = (self.partial + data).split(b"\n")
+        lines = (self.partial + data).split(b"\n") if self.partial else data.split(b"\n")
         self.partial = lines.pop()
-        return [line + b"\n" for line in lines]
+        if lines:
+            self._prompted = False
+        return lines
 
 
 # ----- signals a command defers --------------------------------------------------------------------------------
@@ -423,20 +441,21 @@ def produce_lines(
             if signals.received is not None:
                 raise Interrupted(signals.received)
             due = sink.deadline()
-            if due is None:
-                sink.idle()
-                timeout = None
-            else:
-                timeout = max(0.0, due - clock())
             with signals.interruptible():
-                lines = source.read(timeout)
+                if due is not None:
+                    lines = source.read(max(0.0, due - clock()))
+                else:  # nothing pending: let go of the sink's hold (the dir lock) only if the input makes us wait
+                    lines = source.read(0)
+                    if lines == []:
+                        sink.idle()
+                        lines = source.read(None)
             if lines is None:
                 break
             for i, raw in enumerate(lines):
                 outcome.lines_read += 1
                 number = outcome.lines_read
                 try:
-                    record = parse(raw.rstrip(b"\r\n"), number)
+                    record = parse(raw[:-1] if raw.endswith(b"\r") else raw, number)
                     target = record.pop("partition")
                     if target is None:
                         target = partition

@@ -38,6 +38,7 @@ from ...errors import UnknownTopicOrPartitionError
 from ..messages import ConsumerGroupDescribeResponse, ConsumerGroupHeartbeatResponse
 from ..protocol import Response
 from ..security.acl import allowed, cluster_allowed
+from . import txn
 from .metadata import topic_uuid
 
 log = logging.getLogger("kafka.server.KafkaApis")
@@ -110,6 +111,8 @@ async def handle_find_coordinator(broker, header, request) -> Response:
             if error == Errors.NONE and _offsets_partition_offline(broker, key):
                 error = Errors.COORDINATOR_NOT_AVAILABLE
             message = None if error == Errors.NONE else "The coordinator is not available."
+        elif key_type == TRANSACTION_KEY_TYPE and not txn.coordinator_available(broker):
+            error, message = Errors.COORDINATOR_NOT_AVAILABLE, txn.CLUSTER_UNSUPPORTED
         elif key_type == TRANSACTION_KEY_TYPE:
             error = broker.txn_coordinator.ensure_state_topic()  # __transaction_state, created on first use
             message = None if error == 0 else "The coordinator is not available."

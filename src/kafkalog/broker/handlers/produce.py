@@ -56,6 +56,8 @@ def _unverified_transactional_write(broker, transactional_id, tp: TopicPartition
     coordinator = getattr(broker, "txn_coordinator", None)
     if not attributes & TRANSACTIONAL_FLAG or coordinator is None or getattr(broker, "cluster", None) is not None:
         return None
+    if not coordinator.config.partition_verification_enable:  # transaction.partition.verification.enable=false
+        return None
     producer_id, producer_epoch = struct.unpack_from(">qh", records, PRODUCER_OFFSET)
     if transactional_id is None:
         return INVALID_TXN_STATE, "A transactional batch needs the producer's transactional id in the request"

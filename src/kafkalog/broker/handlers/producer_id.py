@@ -10,6 +10,7 @@ import logging
 
 from ..protocol import (
     CLUSTER_AUTHORIZATION_FAILED,
+    COORDINATOR_NOT_AVAILABLE,
     NONE,
     TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
     InitProducerIdResponse,
@@ -17,7 +18,7 @@ from ..protocol import (
     error_code,
 )
 from ..security.acl import allowed, cluster_allowed
-from .txn import fenced_for
+from .txn import coordinator_available, fenced_for
 
 
 def _idempotent_write_allowed(broker) -> bool:
@@ -45,6 +46,11 @@ async def handle(broker, header, request) -> Response:
         )
         response = InitProducerIdResponse(
             version=version, throttle_time_ms=0, error_code=code, producer_id=-1, producer_epoch=-1
+        )
+        return Response.of(response, version)
+    if request.transactional_id is not None and not coordinator_available(broker):
+        response = InitProducerIdResponse(
+            version=version, throttle_time_ms=0, error_code=COORDINATOR_NOT_AVAILABLE, producer_id=-1, producer_epoch=-1
         )
         return Response.of(response, version)
     if request.transactional_id is not None:

@@ -46,6 +46,19 @@ DtState = DescribeTransactionsResponse.TransactionState
 LtState = ListTransactionsResponse.TransactionState
 
 
+CLUSTER_UNSUPPORTED = (
+    "Transactions are served on a single node only: this broker is part of a ZooKeeper cluster, whose transaction "
+    "markers would have to reach other brokers"
+)
+
+
+def coordinator_available(broker) -> bool:
+    """Whether this broker coordinates transactions: on one node, yes. On a ZooKeeper cluster the coordinator
+    could not write markers to partitions other brokers lead (markers over the wire are not built), so it answers
+    COORDINATOR_NOT_AVAILABLE rather than start transactions it could never complete."""
+    return getattr(broker, "cluster", None) is None
+
+
 def fenced_for(version: int, first_fenced_version: int, error: int) -> int:
     """KIP-588: clients older than ``first_fenced_version`` do not know PRODUCER_FENCED; Kafka answers them
     INVALID_PRODUCER_EPOCH, which they handle the same way."""
@@ -56,35 +69,73 @@ def fenced_for(version: int, first_fenced_version: int, error: int) -> int:
 
 # ----- AddPartitionsToTxn (24) ---------------------------------------------------------------------------------
 async def handle_add_partitions(broker, header, request) -> Response:
+    """v0-3: a client adds partitions to its transaction. v4: Kafka's broker path, several transactions per
+    request, each added or only verified (VerifyOnly); it needs CLUSTER_ACTION."""
     version = header.api_version
-    txn_id = request.v3_and_below_transactional_id
-    wanted = [(t.name, p) for t in request.v3_and_below_topics for p in t.partitions]
-    if not allowed(broker, "WRITE", "TRANSACTIONAL_ID", txn_id):
-        results = {tp: TRANSACTIONAL_ID_AUTHORIZATION_FAILED for tp in wanted}
-    else:
-        # Kafka: unauthorized topics and unknown partitions fail; then every other partition is OPERATION_NOT_ATTEMPTED
-        failed: dict[tuple[str, int], int] = {}
-        for topic, partition in wanted:
-            if not allowed(broker, "WRITE", "TOPIC", topic):
-                failed[(topic, partition)] = TOPIC_AUTHORIZATION_FAILED
-            elif not _partition_exists(broker, topic, partition):
-                failed[(topic, partition)] = int(Errors.UNKNOWN_TOPIC_OR_PARTITION)
-        if failed:
-            results = {tp: failed.get(tp, int(Errors.OPERATION_NOT_ATTEMPTED)) for tp in wanted}
-        else:
-            error = broker.txn_coordinator.add_partitions(
-                txn_id, request.v3_and_below_producer_id, request.v3_and_below_producer_epoch, wanted
+    if version < 4:
+        results = _add_partitions(
+            broker,
+            version,
+            request.v3_and_below_transactional_id,
+            request.v3_and_below_producer_id,
+            request.v3_and_below_producer_epoch,
+            [(t.name, p) for t in request.v3_and_below_topics for p in t.partitions],
+            False,
+        )
+        response = AddPartitionsToTxnResponse(
+            version=version, throttle_time_ms=0, results_by_topic_v3_and_below=_topic_results(results)
+        )
+        return Response.of(response, version)
+    if not cluster_allowed(broker, "CLUSTER_ACTION"):
+        response = AddPartitionsToTxnResponse(
+            version=version, throttle_time_ms=0, error_code=CLUSTER_AUTHORIZATION_FAILED, results_by_transaction=[]
+        )
+        return Response.of(response, version)
+    by_transaction = []
+    for txn in request.transactions:
+        wanted = [(t.name, p) for t in txn.topics for p in t.partitions]
+        results = _add_partitions(
+            broker, version, txn.transactional_id, txn.producer_id, txn.producer_epoch, wanted, bool(txn.verify_only)
+        )
+        by_transaction.append(
+            AddPartitionsToTxnResponse.AddPartitionsToTxnResult(
+                transactional_id=txn.transactional_id, topic_results=_topic_results(results)
             )
-            results = dict.fromkeys(wanted, fenced_for(version, 2, error))
+        )
+    response = AddPartitionsToTxnResponse(
+        version=version, throttle_time_ms=0, error_code=0, results_by_transaction=by_transaction
+    )
+    return Response.of(response, version)
+
+
+def _add_partitions(
+    broker, version: int, txn_id: str, producer_id: int, producer_epoch: int, wanted: list, verify_only: bool
+) -> dict[tuple[str, int], int]:
+    """Each partition's error code for one transaction: added (or verified) by the coordinator, after Kafka's
+    checks (WRITE on the transactional id and on each topic, existing partitions)."""
+    if not allowed(broker, "WRITE", "TRANSACTIONAL_ID", txn_id):
+        return dict.fromkeys(wanted, TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+    if verify_only:
+        verified = broker.txn_coordinator.verify_partitions(txn_id, producer_id, producer_epoch, wanted)
+        return {tp: int(code) for tp, code in verified.items()}
+    # Kafka: unauthorized topics and unknown partitions fail; then every other partition is OPERATION_NOT_ATTEMPTED
+    failed: dict[tuple[str, int], int] = {}
+    for topic, partition in wanted:
+        if not allowed(broker, "WRITE", "TOPIC", topic):
+            failed[(topic, partition)] = TOPIC_AUTHORIZATION_FAILED
+        elif not _partition_exists(broker, topic, partition):
+            failed[(topic, partition)] = int(Errors.UNKNOWN_TOPIC_OR_PARTITION)
+    if failed:
+        return {tp: failed.get(tp, int(Errors.OPERATION_NOT_ATTEMPTED)) for tp in wanted}
+    error = broker.txn_coordinator.add_partitions(txn_id, producer_id, producer_epoch, wanted)
+    return dict.fromkeys(wanted, fenced_for(version, 2, error))
+
+
+def _topic_results(results: dict[tuple[str, int], int]) -> list:
     by_topic: dict[str, list] = {}
     for (topic, partition), code in results.items():
         by_topic.setdefault(topic, []).append(ApPartition(partition_index=partition, partition_error_code=code))
-    response = AddPartitionsToTxnResponse(
-        version=version,
-        throttle_time_ms=0,
-        results_by_topic_v3_and_below=[ApResult(name=n, results_by_partition=ps) for n, ps in by_topic.items()],
-    )
-    return Response.of(response, version)
+    return [ApResult(name=name, results_by_partition=parts) for name, parts in by_topic.items()]
 
 
 def _partition_exists(broker, topic: str, partition: int) -> bool:

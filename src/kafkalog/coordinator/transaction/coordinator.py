@@ -33,6 +33,7 @@ import logging
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from ...errors import UnknownTopicOrPartitionError
 from ...manager import TopicPartition
@@ -72,6 +73,20 @@ def _int(props, key: str, default: int, minimum: int | None = None) -> int:
     return value
 
 
+def _bool(props, key: str, default: bool) -> bool:
+    from ...errors import InvalidConfigurationError
+
+    raw = props.get(key)
+    if raw is None:
+        return default
+    text = str(raw).strip().lower()
+    if text not in ("true", "false"):
+        raise InvalidConfigurationError(
+            f"Invalid value {raw} for configuration {key}: Expected value to be either true or false"
+        )
+    return text == "true"
+
+
 @dataclass(frozen=True)
 class TransactionCoordinatorConfig:
     """The transaction coordinator's broker configs, with Kafka's names and defaults.
@@ -90,6 +105,7 @@ class TransactionCoordinatorConfig:
     abort_timed_out_transaction_cleanup_interval_ms: int = 10_000
     remove_expired_transactional_id_cleanup_interval_ms: int = 3_600_000
     transaction_log_value_version: int = rec.HIGHEST_VALUE_VERSION
+    partition_verification_enable: bool = True
 
     @classmethod
     def from_properties(cls, props) -> TransactionCoordinatorConfig:
@@ -108,6 +124,7 @@ class TransactionCoordinatorConfig:
             remove_expired_transactional_id_cleanup_interval_ms=_int(
                 props, "transaction.remove.expired.transaction.cleanup.interval.ms", 3_600_000, 1
             ),
+            partition_verification_enable=_bool(props, "transaction.partition.verification.enable", True),
         )
 
 
@@ -183,7 +200,7 @@ class TransactionCoordinator:
         self.transactions: dict[str, TransactionMetadata] = {}
         self._unsent: dict[str, tuple[TxnTransit, set[TopicPartitionKey], int]] = {}
         self._marker_listeners: list[MarkerListener] = []
-        self._tasks: list = []
+        self._tasks: dict[str, Any] = {}  # name -> the scheduler's handle (has cancel())
         self._active = False
 
     # ================================================================ lifecycle
@@ -205,11 +222,13 @@ class TransactionCoordinator:
 
     def shutdown(self) -> None:
         self._active = False
-        for task in self._tasks:
+        for task in self._tasks.values():
             task.cancel()
         self._tasks.clear()
 
     def _every(self, name: str, fn: Callable[[], object], interval_ms: int) -> None:
+        """Run ``fn`` every ``interval_ms`` while active (the latest timer of each name is kept, to cancel it)."""
+
         def run() -> None:
             if not self._active:
                 return
@@ -217,9 +236,9 @@ class TransactionCoordinator:
                 fn()
             finally:
                 if self._active:
-                    self._tasks.append(self.scheduler.schedule_once(name, run, interval_ms))
+                    self._tasks[name] = self.scheduler.schedule_once(name, run, interval_ms)
 
-        self._tasks.append(self.scheduler.schedule_once(name, run, interval_ms))
+        self._tasks[name] = self.scheduler.schedule_once(name, run, interval_ms)
 
     def now(self) -> int:
         return int(self.clock.milliseconds())
@@ -411,7 +430,7 @@ class TransactionCoordinator:
                 )
         if remaining:
             self.scheduler.schedule_once(
-                f"txn-markers-{txn_id}", lambda: self._retry_markers(txn_id, commit), MARKER_RETRY_BACKOFF_MS
+                f"txn-markers-{txn_id}", lambda: self._retry_if_active(txn_id, commit), MARKER_RETRY_BACKOFF_MS
             )
             return
         if self._append_transit(metadata, complete) is Errors.NONE:
@@ -421,8 +440,13 @@ class TransactionCoordinator:
         # The Complete state could not be written: prepare it again and retry (Kafka's tryAppendToLog retries).
         self._unsent[txn_id] = (metadata.prepare_complete(self.now()), remaining, coordinator_epoch)
         self.scheduler.schedule_once(
-            f"txn-complete-{txn_id}", lambda: self._retry_markers(txn_id, commit), MARKER_RETRY_BACKOFF_MS
+            f"txn-complete-{txn_id}", lambda: self._retry_if_active(txn_id, commit), MARKER_RETRY_BACKOFF_MS
         )
+
+    def _retry_if_active(self, txn_id: str, commit: bool) -> None:
+        """A scheduled retry: nothing once shut down (the next start loads the Prepare state and completes it)."""
+        if self._active:
+            self._retry_markers(txn_id, commit)
 
     def _tell_listeners(self, tp: TopicPartition, producer_id: int, commit: bool) -> None:
         for listener in self._marker_listeners:
@@ -556,6 +580,27 @@ class TransactionCoordinator:
         if metadata.state != S.ONGOING or partition not in metadata.topic_partitions:
             return Errors.INVALID_TXN_STATE
         return Errors.NONE
+
+    def verify_partitions(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, partitions: Iterable[TopicPartitionKey]
+    ) -> dict[TopicPartitionKey, Errors]:
+        """AddPartitionsToTxn v4+ with VerifyOnly (Kafka's handleVerifyPartitionsInTransaction): per partition,
+        NONE when it is in the producer's transaction, INVALID_TXN_STATE when not; the producer's own errors
+        (unknown id, fenced epoch, a transaction completing) for every partition."""
+        wanted = list(partitions)
+        if not transactional_id:
+            return dict.fromkeys(wanted, Errors.INVALID_REQUEST)
+        metadata = self.transactions.get(transactional_id)
+        error = Errors.NONE
+        if metadata is None or metadata.producer_id != producer_id:
+            error = Errors.INVALID_PRODUCER_ID_MAPPING
+        elif metadata.producer_epoch != producer_epoch:
+            error = Errors.PRODUCER_FENCED
+        elif metadata.pending_transition_in_progress or metadata.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
+            error = Errors.CONCURRENT_TRANSACTIONS
+        if error is not Errors.NONE or metadata is None:
+            return dict.fromkeys(wanted, error)
+        return {tp: Errors.NONE if tp in metadata.topic_partitions else Errors.INVALID_TXN_STATE for tp in wanted}
 
     # ================================================================ EndTxn
     def end_transaction(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool) -> Errors:
