@@ -470,3 +470,11 @@ def test_every_recommended_command_is_a_real_one() -> None:
                 if f"--{m.group(2)}" in options:
                     wrong.append(m.group(0))
     assert wrong == [], wrong
+
+
+def test_a_refused_create_does_not_leave_a_new_log_dir_behind(tmp_path: Path) -> None:
+    d = tmp_path / "new"
+    bad_name = run("topics", "--log-dir", str(d), "--create", "--topic", "bad/name")
+    bad_config = run("topics", "--log-dir", str(d), "--create", "--topic", "t", "--config", "segment.bytes=13")
+    assert bad_name.exit_code == 1 and bad_config.exit_code == 1 and "segment.bytes" in bad_config.output
+    assert not d.exists()

@@ -234,3 +234,26 @@ def test_topics_options_against_a_broker(broker) -> None:
     assert clash.exit_code == 1 and "Topic 'a_b' collides with existing topic: a.b" in clash.output
     grown = run("topics", *b, "--alter", "--topic", "a.b", "--partitions", "3")
     assert grown.exit_code == 0 and "PartitionCount: 3" in run("topics", *b, "--describe", "--topic", "a.b").output
+
+
+def test_exclude_internal_online_and_offline(broker, logdir: Path) -> None:
+    """TopicCommand's --exclude-internal and GetOffsetShell's --exclude-internal-topics leave out Topic.isInternal
+    names (__consumer_offsets, __transaction_state)."""
+    from kafka.admin import KafkaAdminClient
+
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        admin.describe_groups(["readers"])  # FindCoordinator: the group coordinator creates __consumer_offsets
+    finally:
+        admin.close()
+    with LogManager([logdir], {"log.cleaner.enable": "false"}) as manager:
+        manager.create_topic("__consumer_offsets", 1, {"cleanup.policy": "compact"})  # as the coordinator would
+    for where in _both(broker, logdir):
+        listed = run("topics", *where, "--list").output.split()
+        assert "__consumer_offsets" in listed, (where, listed)
+        assert "__consumer_offsets" not in run("topics", *where, "--list", "--exclude-internal").output.split()
+        described = run("topics", *where, "--describe", "--exclude-internal").output
+        assert "Topic: t\t" in described and "__consumer_offsets" not in described
+        offsets = run("get-offsets", *where, "--exclude-internal-topics").output.splitlines()
+        assert "t:0:5" in offsets and not any(line.startswith("__consumer_offsets:") for line in offsets)
+        assert any(line.startswith("__consumer_offsets:") for line in run("get-offsets", *where).output.splitlines())

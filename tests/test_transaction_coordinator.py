@@ -399,3 +399,34 @@ def test_markers_retried_until_written_and_the_transaction_waits(h: Harness) -> 
     assert metadata.state is S.COMPLETE_COMMIT and metadata.pending_state is None
     assert h.batches()[-1].end_transaction_marker().type == ControlRecordType.COMMIT
     assert h.markers == [(TopicPartition(TOPIC, 0), pid, True)]
+
+
+def test_exhausted_epoch_rotates_the_producer_id(tmp_path) -> None:
+    """Kafka keeps the last epochs for fencing: at epoch 32766 (Short.MaxValue - 1) an InitProducerId gets a new
+    producer id at epoch 0, remembering the old id (TransactionMetadata.prepareProducerIdRotation)."""
+    h = Harness(tmp_path)
+    try:
+        assert h.coordinator.ensure_state_topic() is Errors.NONE
+        now = h.clock.milliseconds()
+        value = value_from_state(500, 32766, 60_000, S.COMPLETE_COMMIT, [], now, now)
+        tp = TopicPartition(TRANSACTION_STATE_TOPIC_NAME, h.coordinator.partition_for("old"))
+        builder = RecordBatchBuilder()
+        builder.append(encode_key("old"), encode_value(value), now)
+        rm = h.manager.replica_manager
+        assert rm.append_records({tp: builder.build()}, -1, AppendOrigin.COORDINATOR)[tp].error is None
+        h.restart()
+        # the producer itself (InitProducerId v3+ with its id and epoch): rotation records its last epoch
+        rotated = h.coordinator.init_producer_id("old", 60_000, (500, 32766))
+        assert (rotated.error, rotated.producer_id, rotated.producer_epoch) == (Errors.NONE, 1000, 0)
+        metadata = h.coordinator.transactions["old"]
+        assert (metadata.last_producer_id, metadata.last_producer_epoch) == (500, 32766)
+        # its retry (the answer was lost): the old id with an exhausted epoch is still valid, and the expected
+        # epoch being the last one, the same (1000, 0) comes back without a bump
+        retried = h.coordinator.init_producer_id("old", 60_000, (500, 32766))
+        assert (retried.error, retried.producer_id, retried.producer_epoch) == (Errors.NONE, 1000, 0)
+        # any other old epoch of the old id is fenced; a new producer (no expected epoch) bumps
+        assert h.coordinator.init_producer_id("old", 60_000, (500, 12)).error is Errors.PRODUCER_FENCED
+        assert h.coordinator.init_producer_id("old", 60_000).producer_epoch == 1
+        assert h.state_records("old")[-1][1].previous_producer_id == 500  # tag 0 of the v1 value
+    finally:
+        h.close()
