@@ -71,14 +71,14 @@ def topics_online(
 ) -> None:
     """kafka-topics.sh's --list, --describe, --create, --alter (partitions and config overrides) and --delete,
     through CreateTopics, Metadata, DescribeConfigs, CreatePartitions, IncrementalAlterConfigs and DeleteTopics."""
-    from .topics import KAFKA_INTERNAL_TOPICS
+    from .topics import KAFKA_INTERNAL_TOPICS, matching_topics
 
     opts = options or TopicsOptions()
     admin = admin_client(bootstrap, command_config, "kafkalog-topics")
     try:
         names = sorted(n for n in admin.list_topics() if not (opts.exclude_internal and n in KAFKA_INTERNAL_TOPICS))
         if topic and action in ("list", "describe", "alter", "delete"):
-            names = [n for n in names if n == topic]
+            names = matching_topics(names, topic, action)
             if not names and action != "list":
                 if opts.if_exists:
                     return
@@ -351,7 +351,7 @@ def produce_online(
     signals = DeferredSignals()
     try:
         with signals.installed():
-            outcome = produce_lines(LineSource(input_file), sink, parse, partition, signals)
+            outcome = produce_lines(LineSource(input_file, sys.stdout.buffer), sink, parse, partition, signals)
     finally:
         sink.close()
     report(sink, outcome)
@@ -440,12 +440,12 @@ def consume_online(
                 for record in records:
                     if max_messages is not None and printed >= max_messages:
                         break
+                    printed += 1  # counted before it is written, as Kafka's ConsoleConsumer.process
                     try:
                         out.write(render(record.partition, record, kafka_python_timestamp_type(record)))
                     except BrokenPipeError:
                         click.echo("Unable to write to standard out, closing consumer.", err=True)
                         raise
-                    printed += 1
                 out.flush()
     finally:
         if group is not None and config["enable_auto_commit"]:
