@@ -7,6 +7,8 @@ coordinates it, and the markers reach the data partitions' leaders on the other 
 
 from __future__ import annotations
 
+import random
+import threading
 import time
 
 import pytest
@@ -162,13 +164,19 @@ def test_coordinator_killed_mid_stream(cluster):
     coordinator = _find_coordinator(cluster, txn_id)
     committed: list[int] = []  # batch numbers whose commit_transaction returned
     batches = 40
-    kill_at = 12
-    killed_at = None
+    killed = threading.Event()
+
+    def kill_when_running() -> None:  # lands anywhere in a transaction: produce, AddPartitions, EndTxn, markers
+        while len(committed) < 12:
+            time.sleep(0.01)
+        time.sleep(random.Random(21).uniform(0.0, 0.3))
+        cluster.brokers[coordinator].kill()
+        killed.set()
+
+    killer = threading.Thread(target=kill_when_running, daemon=True)
+    killer.start()
     batch = 0
     while batch < batches:
-        if batch == kill_at and killed_at is None:
-            cluster.brokers[coordinator].kill()
-            killed_at = time.monotonic()
         try:
             producer.begin_transaction()
             for i in range(6):
@@ -188,7 +196,8 @@ def test_coordinator_killed_mid_stream(cluster):
             if f"b{batch}" in seen:  # the commit did happen before the error
                 committed.append(batch)
                 batch += 1
-    assert killed_at is not None
+    killer.join(60)
+    assert killed.is_set() and len(committed) == batches
     new_coordinator = _find_coordinator(cluster, txn_id)
     assert new_coordinator != coordinator
     values = [v for vs in _committed(cluster, topic, 3).values() for v in vs]

@@ -198,6 +198,7 @@ class TransactionCluster:
         NotLeaderOrFollowerError if leadership moved, RequestTimedOutError after ``timeout_ms``."""
         deadline = time.monotonic() + timeout_ms / 1000.0
         purgatory = self.node.server.purgatory
+        purgatory.notify(tp)  # the followers' long-polling fetches wait for the coordinator's new records too
         while True:
             try:
                 partition = self.node.replica_manager.get_partition(tp.topic, tp.partition)
