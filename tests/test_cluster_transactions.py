@@ -208,3 +208,60 @@ def test_coordinator_killed_mid_stream(cluster):
     assert sorted(by_batch) == sorted(f"b{b}" for b in committed), "a committed batch lost, or an aborted one seen"
     assert set(by_batch.values()) == {6}, "a transaction seen in part"
     cluster.brokers[coordinator].start()
+
+
+def test_produce_verified_with_a_coordinator_on_another_broker(cluster):
+    """Kafka's transaction verification across brokers: a transactional batch sent to a partition led by a broker
+    other than the id's coordinator, before the partition was added to the transaction, is refused with
+    INVALID_TXN_STATE (the leader asked the coordinator with AddPartitionsToTxn v4 VerifyOnly) and nothing is
+    written; once added, the same batch is written."""
+    from kafka.protocol.producer import InitProducerIdRequest, ProduceRequest
+    from kafka.protocol.producer.transaction import AddPartitionsToTxnRequest, EndTxnRequest
+
+    from brokertools import RawClient
+    from kafkalog.record.builder import RecordBatchBuilder
+
+    topic = "txn-verified"
+    _create(cluster, topic, 3)
+    txn_id = "verified-1"
+    coordinator = _find_coordinator(cluster, txn_id)  # (creates the state topic if no test did yet)
+    layout = cluster.metadata(topic)
+    partition = next(p for p, info in layout.items() if info["leader"] != coordinator)
+    leader = cluster.brokers[layout[partition]["leader"]]
+    with RawClient(cluster.brokers[coordinator].bootstrap) as txn_client, RawClient(leader.bootstrap) as data_client:
+        init = txn_client.call(InitProducerIdRequest(transactional_id=txn_id, transaction_timeout_ms=60000), 4)
+        assert init.error_code == 0
+
+        def produce() -> int:
+            builder = RecordBatchBuilder(
+                producer_id=init.producer_id, producer_epoch=init.producer_epoch, base_sequence=0, is_transactional=True
+            )
+            builder.append(b"k", b"verified", int(time.time() * 1000))
+            data = ProduceRequest.TopicProduceData
+            parts = [data.PartitionProduceData(index=partition, records=builder.build())]
+            request = ProduceRequest(
+                transactional_id=txn_id, acks=-1, timeout_ms=10000, topic_data=[data(name=topic, partition_data=parts)]
+            )
+            return int(data_client.call(request, 9).responses[0].partition_responses[0].error_code)
+
+        assert produce() == 48  # INVALID_TXN_STATE
+        assert _committed(cluster, topic, 3, "read_uncommitted")[partition] == []
+        Topic = AddPartitionsToTxnRequest.AddPartitionsToTxnTopic
+        added = txn_client.call(
+            AddPartitionsToTxnRequest(
+                v3_and_below_transactional_id=txn_id,
+                v3_and_below_producer_id=init.producer_id,
+                v3_and_below_producer_epoch=init.producer_epoch,
+                v3_and_below_topics=[Topic(name=topic, partitions=[partition])],
+            ),
+            3,
+        )
+        assert [
+            r.partition_error_code for t in added.results_by_topic_v3_and_below for r in t.results_by_partition
+        ] == [0]
+        assert produce() == 0
+        end = EndTxnRequest(
+            transactional_id=txn_id, producer_id=init.producer_id, producer_epoch=init.producer_epoch, committed=True
+        )
+        assert txn_client.call(end, 3).error_code == 0
+    assert _committed(cluster, topic, 3)[partition] == ["verified"]
