@@ -11,7 +11,8 @@ record of each partition shows where the group resumed. At the end of a cycle th
 consumer drains to the log end and commits, the broker stops cleanly, and tools.cluster.checker reads the log
 dir read-only. The row counts:
 
-- lost: a record the producer was told is written (acks=all) that is missing, or at another offset;
+- lost: a record the producer was told is written (acks=all) that is missing, or at another offset; a commit the
+  broker acknowledged before a kill that the group's committed offsets (read after each restart) no longer reach;
 - corrupt: a record duplicated in the log (an idempotent producer's retries after a restart must be recognised
   from the recovered producer state: none may be appended twice), reordered, or never sent; a group that resumed
   below its last acknowledged commit or above its last attempted one; a record of the log never delivered to the
@@ -254,10 +255,12 @@ def cycle(
                 consumer.final_commit = False
                 consumer.stop_event.set()
                 consumer.join(30)
+            acked_before = dict(consumed.acked_commit)
             broker.kill()
             row.runs += 1
             time.sleep(rng.uniform(0.0, 0.3))
             broker.start()
+            _check_commits_kept(row, broker.bootstrap, acked_before, f"{tag} round {round_no}")
             if swap:
                 acked, attempted = dict(consumed.acked_commit), dict(consumed.attempted_commit)
                 consumer = Consuming(broker.bootstrap, consumed)
@@ -301,6 +304,30 @@ def cycle(
             row.failures.append(f"{tag}: partition {p}: {len(missing)} records never delivered to the group")
     row.deliveries += consumed.deliveries
     row.records += sum(report.committed.values())
+
+
+def _check_commits_kept(row: Row, bootstrap: str, acked: dict[int, int], where: str) -> None:
+    """After a restart the group's committed offsets (OffsetFetch, from outside the group) are at least the last
+    ones the broker acknowledged before the kill: an acknowledged commit survives kill -9 like a record."""
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+    if not acked:
+        return
+    reader = Consumer({"bootstrap.servers": bootstrap, "group.id": GROUP, "enable.auto.commit": False, "log_level": 2})
+    try:
+        committed = reader.committed([TopicPartition(TOPIC, p) for p in acked], timeout=30)
+    except KafkaException as e:
+        row.failures.append(f"{where}: the committed offsets could not be read after the restart: {e}")
+        return
+    finally:
+        reader.close()
+    for tp in committed:
+        if tp.offset < acked[tp.partition]:
+            row.lost += 1
+            row.failures.append(
+                f"{where}: partition {tp.partition} committed offset {tp.offset} after the restart, "
+                f"{acked[tp.partition]} acknowledged before"
+            )
 
 
 def _check_resume(row: Row, consumed: Consumed, acked: dict[int, int], attempted: dict[int, int], where: str) -> None:

@@ -305,9 +305,11 @@ class LineSource:
     descriptor (stdin, a pipe, a terminal, a file) is read with select() and os.read(), so a line typed or written
     by ``tail -f`` is produced without waiting for more input; an in-memory stream (click's test runner) is read
     line by line.
-    ``partial`` holds the bytes of an unfinished last line (no newline yet)."""
+    ``partial`` holds the bytes of an unfinished last line (no newline yet). On a terminal the prompt ``>`` is
+    printed on stdout whenever a new line is awaited, as Kafka's LineMessageReader does when System.console()
+    exists."""
 
-    def __init__(self, stream: IO[bytes]) -> None:
+    def __init__(self, stream: IO[bytes], prompt_to: IO[bytes] | None = None) -> None:
         self.stream = stream
         self.partial = b""
         self.eof = False
@@ -315,6 +317,15 @@ class LineSource:
             self.fd: int | None = stream.fileno()
         except (OSError, ValueError, AttributeError):
             self.fd = None
+        self.prompt_to = prompt_to if self.fd is not None and os.isatty(self.fd) else None
+        self._prompted = False
+
+    def _prompt(self) -> None:
+        if self.prompt_to is not None and not self._prompted and not self.partial:
+            with contextlib.suppress(OSError, ValueError):
+                self.prompt_to.write(b">")
+                self.prompt_to.flush()
+            self._prompted = True
 
     def read(self, timeout: float | None) -> list[bytes] | None:
         if self.eof:
@@ -325,6 +336,8 @@ class LineSource:
                 self.eof = True
                 return None
             return [line[:-1] if line.endswith(b"\n") else line]
+        if timeout != 0:
+            self._prompt()
         ready, _, _ = select.select([self.fd], [], [], timeout)
         if not ready:
             return []
@@ -335,6 +348,8 @@ class LineSource:
             return [last] if last else None
         lines = (self.partial + data).split(b"\n") if self.partial else data.split(b"\n")
         self.partial = lines.pop()
+        if lines:
+            self._prompted = False
         return lines
 
 
@@ -402,6 +417,7 @@ class ProduceOutcome:
     bad_error: BaseException | None = None
     stopped_by: int | None = None  # a signal number
     unread_partial: int = 0  # bytes of an unfinished last line when stopped
+    reached_end: bool = False  # the whole input was read
 
 
 def produce_lines(
@@ -435,6 +451,7 @@ def produce_lines(
                         sink.idle()
                         lines = source.read(None)
             if lines is None:
+                outcome.reached_end = True
                 break
             for i, raw in enumerate(lines):
                 outcome.lines_read += 1
@@ -493,7 +510,7 @@ def records_noun(n: int) -> str:
 
 def report(sink: Sink, outcome: ProduceOutcome) -> None:
     """The summary on stderr; raises the bad line's error, the sink's, Interrupted, or a ClickException when some
-    records were not written, so that the command exits 2, 1 or 128+signal."""
+    records were not written, so that the command exits 1 (or 2 for a usage error) or 128+signal."""
     where = ", ".join(f"partition {p} offsets {a}-{b}" for p, (a, b) in sorted(sink.where.items()))
     stopped_early = outcome.bad_line is not None or sink.stop is not None
     not_written = dict(sink.failed)
@@ -520,7 +537,7 @@ def report(sink: Sink, outcome: ProduceOutcome) -> None:
             f"{noun} {ranges(sorted(not_written))}",
             err=True,
         )
-    if stopped_early:
+    if stopped_early and not outcome.reached_end:
         click.echo(f"Input after line {outcome.lines_read} was not read.", err=True)
     if outcome.stopped_by is not None:
         name = signal.Signals(outcome.stopped_by).name

@@ -247,7 +247,7 @@ def produce_command(
     signals = DeferredSignals()
     try:
         with signals.installed():
-            outcome = produce_lines(LineSource(input_file), sink, parse, partition, signals)
+            outcome = produce_lines(LineSource(input_file, sys.stdout.buffer), sink, parse, partition, signals)
     finally:
         sink.close()
     report(sink, outcome)
