@@ -517,3 +517,11 @@ def test_a_refused_create_does_not_leave_a_new_log_dir_behind(tmp_path: Path) ->
     bad_config = run("topics", "--log-dir", str(d), "--create", "--topic", "t", "--config", "segment.bytes=13")
     assert bad_name.exit_code == 1 and bad_config.exit_code == 1 and "segment.bytes" in bad_config.output
     assert not d.exists()
+
+
+@pytest.mark.parametrize("job", [["export", "--topic", "t", "--output", "out"], ["report"]])
+def test_spark_jobs_refuse_a_folder_that_is_not_a_log_dir_before_spark_starts(tmp_path: Path, job: list[str]) -> None:
+    pytest.importorskip("pyspark")
+    missing = tmp_path / "nowhere"
+    result = run("spark", job[0], "--log-dir", str(missing), *job[1:])
+    assert result.exit_code == 1 and result.output == f"Error: Log dir {missing} does not exist\n"
