@@ -417,6 +417,7 @@ class ProduceOutcome:
     bad_error: BaseException | None = None
     stopped_by: int | None = None  # a signal number
     unread_partial: int = 0  # bytes of an unfinished last line when stopped
+    reached_end: bool = False  # the whole input was read
 
 
 def produce_lines(
@@ -450,6 +451,7 @@ def produce_lines(
                         sink.idle()
                         lines = source.read(None)
             if lines is None:
+                outcome.reached_end = True
                 break
             for i, raw in enumerate(lines):
                 outcome.lines_read += 1
@@ -508,7 +510,7 @@ def records_noun(n: int) -> str:
 
 def report(sink: Sink, outcome: ProduceOutcome) -> None:
     """The summary on stderr; raises the bad line's error, the sink's, Interrupted, or a ClickException when some
-    records were not written, so that the command exits 2, 1 or 128+signal."""
+    records were not written, so that the command exits 1 (or 2 for a usage error) or 128+signal."""
     where = ", ".join(f"partition {p} offsets {a}-{b}" for p, (a, b) in sorted(sink.where.items()))
     stopped_early = outcome.bad_line is not None or sink.stop is not None
     not_written = dict(sink.failed)
@@ -535,7 +537,7 @@ def report(sink: Sink, outcome: ProduceOutcome) -> None:
             f"{noun} {ranges(sorted(not_written))}",
             err=True,
         )
-    if stopped_early:
+    if stopped_early and not outcome.reached_end:
         click.echo(f"Input after line {outcome.lines_read} was not read.", err=True)
     if outcome.stopped_by is not None:
         name = signal.Signals(outcome.stopped_by).name

@@ -42,6 +42,8 @@ from .fetcher import ReplicaFetcher
 
 log = logging.getLogger("kafka.cluster")
 
+TRANSACTION_STATE_TOPIC = "__transaction_state"
+
 
 def _int(props: dict[str, str], key: str, default: int) -> int:
     raw = props.get(key)
@@ -691,12 +693,16 @@ class ClusterNode:
             return
         for fetcher in self.fetchers.values():
             fetcher.remove(tp)
+        txn_newly_led = tp not in self.leaders
         now = time.monotonic() * 1000
         followers = {r: FollowerProgress(last_caught_up_ms=now) for r in replicas if r != self.broker_id}
         self.leaders[tp] = LeaderState(state, list(replicas), followers)
         partition.make_leader(state.leader_epoch, set(state.isr) | {self.broker_id})
         log.info("[Broker %d] %s: leader at epoch %d, isr %s", self.broker_id, tp, state.leader_epoch, state.isr)
         self.high_watermark_moved(tp)
+        txn = getattr(self.server, "txn_cluster", None)
+        if txn_newly_led and tp.topic == TRANSACTION_STATE_TOPIC and txn is not None:
+            txn.elected(tp, partition)  # the transaction coordinator loads the partition's ids
 
     def _become_follower(self, tp: TopicPartition, partition, state: zk.LeaderAndIsr) -> None:
         if (
@@ -708,6 +714,9 @@ class ClusterNode:
         was_leader = partition.is_leader
         self.leaders.pop(tp, None)
         partition.make_follower(state.leader, state.leader_epoch)
+        txn = getattr(self.server, "txn_cluster", None)
+        if tp.topic == TRANSACTION_STATE_TOPIC and txn is not None:
+            txn.resigned(tp)  # its ids answer NOT_COORDINATOR here from now on
         log.info("[Broker %d] %s: follower of %d at epoch %d", self.broker_id, tp, state.leader, state.leader_epoch)
         if was_leader:
             self.high_watermark_moved(tp)  # waiting acks=-1 produces answer NOT_LEADER_OR_FOLLOWER now

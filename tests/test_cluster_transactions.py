@@ -1,0 +1,186 @@
+"""Transactions on a ZooKeeper cluster of ``kafkalog serve`` brokers (issue 21, cluster part).
+
+A private ZooKeeper and three brokers on loopback (tools/cluster), confluent-kafka clients. ``__transaction_state``
+is replicated (replication factor 3, min.insync 2: Kafka's defaults), the leader of a transactional id's partition
+coordinates it, and the markers reach the data partitions' leaders on the other brokers as WriteTxnMarkers.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+
+import pytest
+
+from kafkalog.coordinator.group.coordinator import partition_for
+from tools.cluster import zookeeper
+from tools.cluster.txnload import read_all, transactional_producer
+
+missing = zookeeper.available()
+pytestmark = pytest.mark.skipif(missing is not None, reason=f"no ZooKeeper: {missing}")
+
+STATE_PARTITIONS = 4  # transaction.state.log.num.partitions (Kafka's 50 would only slow the test down)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    from tools.cluster.brokers import LocalCluster
+
+    overrides = {
+        "auto.leader.rebalance.enable": "false",
+        "transaction.state.log.num.partitions": str(STATE_PARTITIONS),
+    }
+    with LocalCluster(tmp_path_factory.mktemp("txn-cluster"), overrides=overrides) as c:
+        yield c
+
+
+def _create(cluster, topic: str, partitions: int) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    admin.create_topics([NewTopic(topic, partitions, 3, config={"min.insync.replicas": "2"})])[topic].result(30)
+    cluster.wait_for(
+        lambda: all(len(p["isr"]) == 3 and p["leader"] >= 0 for p in cluster.metadata(topic).values()),
+        30,
+        "a leader and a full ISR",
+    )
+
+
+def _find_coordinator(cluster, txn_id: str) -> int:
+    """The broker id FindCoordinator(TRANSACTION) v2 names, asked of a live broker over a plain socket."""
+    from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse
+
+    from tools.cluster import raw
+
+    live = next(b for b in cluster.brokers.values() if b.alive)
+    body = FindCoordinatorRequest(key=txn_id, key_type=1).encode(version=2)
+    deadline = time.monotonic() + 30
+    while True:
+        answer = FindCoordinatorResponse.decode(raw.request(live.bootstrap, 10, 2, body), version=2)
+        if answer.error_code == 0 or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert answer.error_code == 0, answer
+    return int(answer.node_id)
+
+
+def test_transactions_span_brokers(cluster):
+    """One transaction writes to three partitions led by three brokers: commits and aborts reach each of them
+    (markers over the wire), a read_committed consumer sees exactly the committed records, a read_uncommitted
+    one also the aborted ones; FindCoordinator answers the leader of the id's __transaction_state partition."""
+    topic = "txn-spread"
+    _create(cluster, topic, 3)
+    assert {p["leader"] for p in cluster.metadata(topic).values()} == {1, 2, 3}
+    txn_id = "spread-1"
+    producer = transactional_producer(cluster.bootstrap, txn_id)
+    state = cluster.metadata("__transaction_state")
+    assert len(state) == STATE_PARTITIONS and all(len(p["replicas"]) == 3 for p in state.values()), state
+    assert _find_coordinator(cluster, txn_id) == state[partition_for(txn_id, STATE_PARTITIONS)]["leader"]
+    expected: dict[int, list[str]] = {0: [], 1: [], 2: []}
+    everything: dict[int, list[str]] = {0: [], 1: [], 2: []}
+    for round_, commit in enumerate([True, False, True, False, True]):
+        producer.begin_transaction()
+        for p in range(3):
+            for i in range(3):
+                value = f"r{round_}-p{p}-{i}"
+                producer.produce(topic, value=value.encode(), partition=p)
+                everything[p].append(value)
+                if commit:
+                    expected[p].append(value)
+        if commit:
+            producer.commit_transaction(30)
+        else:
+            producer.flush(30)  # written to the logs first (librdkafka drops what it has not sent yet on abort)
+            producer.abort_transaction(30)
+    assert read_all(cluster, topic, 3) == expected
+    assert read_all(cluster, topic, 3, "read_uncommitted") == everything
+    # The coordinator is another broker than two of the data partitions' leaders: markers went over the wire.
+    logs = "".join(line for b in cluster.brokers.values() for line in b.lines)
+    assert "Elected as the txn coordinator for partition" in logs
+
+
+def test_coordinator_killed_mid_stream(cluster):
+    """The transaction coordinator is SIGKILLed while a transactional producer commits a transaction every few
+    records: a new leader of the state partition takes over (loading its state, completing what was prepared) and
+    the producer goes on (re-created after a fatal error, as an application does); every committed transaction is
+    read exactly once by a read_committed consumer, none partially, none twice, nothing aborted."""
+    from tools.cluster.txnload import TxnLog, check_exactly_once, kill_when, run_transactions
+
+    topic = "txn-failover"
+    _create(cluster, topic, 3)
+    txn_id = "failover-1"
+    coordinator = _find_coordinator(cluster, txn_id)
+    log = TxnLog()
+    delay = random.Random(21).uniform(0.0, 0.3)  # lands anywhere in a transaction: produce, EndTxn, markers
+
+    def kill() -> None:
+        time.sleep(delay)
+        cluster.brokers[coordinator].kill()
+
+    killer = kill_when(lambda: len(log.committed) >= 12, kill)
+    run_transactions(cluster, topic, "failover-1", 40, 6, 3, log, deadline_s=240)
+    killer.join(60)
+    assert not cluster.brokers[coordinator].alive and not log.errors, log.errors
+    assert _find_coordinator(cluster, txn_id) != coordinator
+    values = [v for vs in read_all(cluster, topic, 3).values() for v in vs]
+    problems = check_exactly_once(values, log.committed, 6)
+    assert problems == {"lost": [], "duplicated": [], "phantom": []}, problems
+    assert len(log.committed) == 40
+    cluster.brokers[coordinator].start()
+
+
+def test_produce_verified_with_a_coordinator_on_another_broker(cluster):
+    """Kafka's transaction verification across brokers: a transactional batch sent to a partition led by a broker
+    other than the id's coordinator, before the partition was added to the transaction, is refused with
+    INVALID_TXN_STATE (the leader asked the coordinator with AddPartitionsToTxn v4 VerifyOnly) and nothing is
+    written; once added, the same batch is written."""
+    from kafka.protocol.producer import InitProducerIdRequest, ProduceRequest
+    from kafka.protocol.producer.transaction import AddPartitionsToTxnRequest, EndTxnRequest
+
+    from brokertools import RawClient
+    from kafkalog.record.builder import RecordBatchBuilder
+
+    topic = "txn-verified"
+    _create(cluster, topic, 3)
+    txn_id = "verified-1"
+    coordinator = _find_coordinator(cluster, txn_id)  # (creates the state topic if no test did yet)
+    layout = cluster.metadata(topic)
+    partition = next(p for p, info in layout.items() if info["leader"] != coordinator)
+    leader = cluster.brokers[layout[partition]["leader"]]
+    with RawClient(cluster.brokers[coordinator].bootstrap) as txn_client, RawClient(leader.bootstrap) as data_client:
+        init = txn_client.call(InitProducerIdRequest(transactional_id=txn_id, transaction_timeout_ms=60000), 4)
+        assert init.error_code == 0
+
+        def produce() -> int:
+            builder = RecordBatchBuilder(
+                producer_id=init.producer_id, producer_epoch=init.producer_epoch, base_sequence=0, is_transactional=True
+            )
+            builder.append(b"k", b"verified", int(time.time() * 1000))
+            data = ProduceRequest.TopicProduceData
+            parts = [data.PartitionProduceData(index=partition, records=builder.build())]
+            request = ProduceRequest(
+                transactional_id=txn_id, acks=-1, timeout_ms=10000, topic_data=[data(name=topic, partition_data=parts)]
+            )
+            return int(data_client.call(request, 9).responses[0].partition_responses[0].error_code)
+
+        assert produce() == 48  # INVALID_TXN_STATE
+        assert read_all(cluster, topic, 3, "read_uncommitted")[partition] == []
+        Topic = AddPartitionsToTxnRequest.AddPartitionsToTxnTopic
+        added = txn_client.call(
+            AddPartitionsToTxnRequest(
+                v3_and_below_transactional_id=txn_id,
+                v3_and_below_producer_id=init.producer_id,
+                v3_and_below_producer_epoch=init.producer_epoch,
+                v3_and_below_topics=[Topic(name=topic, partitions=[partition])],
+            ),
+            3,
+        )
+        assert [
+            r.partition_error_code for t in added.results_by_topic_v3_and_below for r in t.results_by_partition
+        ] == [0]
+        assert produce() == 0
+        end = EndTxnRequest(
+            transactional_id=txn_id, producer_id=init.producer_id, producer_epoch=init.producer_epoch, committed=True
+        )
+        assert txn_client.call(end, 3).error_code == 0
+    assert read_all(cluster, topic, 3)[partition] == ["verified"]
