@@ -484,10 +484,14 @@ def test_online_sigterm_sends_what_lingers(broker) -> None:
 def test_online_sync_produce_a_group_that_commits_and_a_closed_pipe(broker) -> None:
     b = broker.bootstrap
     assert run("topics", "--bootstrap-server", b, "--create", "--topic", "g1").exit_code == 0
+    assert run("topics", "--bootstrap-server", b, "--create", "--topic", "hdr").exit_code == 0
     lines = "".join(f"m{i}\n" for i in range(30))
     sent = run("produce", "--bootstrap-server", b, "--topic", "g1", "--sync", "--batch-size", "100",
                "--producer-property", "max.request.size=200000", input=lines)  # fmt: skip
     assert sent.exit_code == 0 and sent.output == "Produced 30 records to g1.\n", sent.output
+    nulls = run("produce", "--bootstrap-server", b, "--topic", "hdr", "--property", "parse.headers=true",
+                "--property", "null.marker=NULL", input="h:NULL\tv\n")  # fmt: skip
+    assert nulls.exit_code == 0 and "Note: line 1: a null header value is sent as empty bytes" in nulls.output
     unknown = run("produce", "--bootstrap-server", b, "--topic", "g1", "--producer-property", "no.such=1", input="x\n")
     assert unknown.exit_code == 2 and "no.such is not a producer config" in unknown.output
     group = ("consume", "--bootstrap-server", b, "--topic", "g1", "--group", "readers", "--from-beginning",

@@ -262,6 +262,7 @@ class BrokerSink:
         self.failed: dict[int, str] = {}
         self.where: dict[int, list[int]] = {}
         self.stop: BaseException | None = None
+        self.null_header_noted = False
 
     def partition_count(self) -> int:
         partitions = self.producer.partitions_for(self.topic)
@@ -270,11 +271,21 @@ class BrokerSink:
         return len(partitions)
 
     def send(self, partition: int, record: dict[str, Any]) -> None:
+        headers = record["headers"]
+        if headers and any(v is None for _, v in headers):
+            if not self.null_header_noted:  # said once: kafka-python's send() takes bytes header values only
+                click.echo(
+                    f"Note: line {record['line']}: a null header value is sent as empty bytes (kafka-python's "
+                    "producer cannot send a null header value; offline --log-dir writes it as null)",
+                    err=True,
+                )
+                self.null_header_noted = True
+            headers = [(k, v if v is not None else b"") for k, v in headers]
         future = self.producer.send(
             self.topic,
             value=record["value"],
             key=record["key"],
-            headers=[(k, v if v is not None else b"") for k, v in record["headers"]],
+            headers=list(headers),
             partition=partition,
             timestamp_ms=record["timestamp"],
         )
