@@ -234,3 +234,71 @@ def test_create_partitions_across_brokers(cluster):
     shrink = _topics(cluster, "--alter", "--topic", "grow", "--partitions", "3")
     assert shrink.exit_code != 0 and "(error code 37)" in shrink.output, shrink.output
     assert "Topic currently has 5 partitions, which is higher than the requested 3." in shrink.output
+
+
+def _consume(cluster, group: str, topic: str, count: int, commit: bool) -> list[bytes]:
+    """``count`` records of ``topic`` read by a member of ``group`` (confluent-kafka), committed synchronously."""
+    from confluent_kafka import Consumer
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": cluster.bootstrap,
+            "group.id": group,
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "session.timeout.ms": 6000,
+        }
+    )
+    values: list[bytes] = []
+    try:
+        consumer.subscribe([topic])
+        deadline = time.monotonic() + 60
+        while len(values) < count and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is not None and message.error() is None:
+                values.append(message.value())
+                if commit and len(values) == count:
+                    consumer.commit(message=message, asynchronous=False)
+    finally:
+        consumer.close()
+    return values
+
+
+def _coordinator(cluster, group: str) -> int:
+    from confluent_kafka.admin import AdminClient
+
+    live = ",".join(b.bootstrap for b in cluster.brokers.values() if b.alive)
+    admin = AdminClient({"bootstrap.servers": live})  # kept referenced: a collected client never answers
+    described = admin.describe_consumer_groups([group])[group].result(30)
+    return int(described.coordinator.id)
+
+
+def test_group_coordinator_fails_over_with_its_committed_offsets(cluster):
+    """__consumer_offsets is replicated (offsets.topic.replication.factor 3): the coordinator broker is SIGKILLed,
+    the new leader of the group's partition loads the group, and the group resumes at its committed offset."""
+    from tools.cluster.load import produce
+
+    _create(cluster, "orders", 1)
+    assert len(produce(cluster.bootstrap, "orders", "o", 60).acked) == 60
+    first = _consume(cluster, "billing", "orders", 25, commit=True)
+    assert first == [f"o:{i}".encode() for i in range(25)]
+    offsets = cluster.metadata("__consumer_offsets")
+    assert len(offsets) == 3 and all(sorted(p["replicas"]) == [1, 2, 3] for p in offsets.values()), offsets
+    coordinator = _coordinator(cluster, "billing")
+    cluster.brokers[coordinator].kill()
+    try:
+        cluster.wait_for(lambda: _coordinator(cluster, "billing") != coordinator, 60, "a new coordinator")
+        rest = _consume(cluster, "billing", "orders", 35, commit=True)
+        assert rest == [f"o:{i}".encode() for i in range(25, 60)], rest[:5]
+        assert _coordinator(cluster, "billing") != coordinator
+    finally:
+        cluster.brokers[coordinator].start()
+    # The restarted broker follows the partition again; the group's offsets are still 60 wherever it is led.
+    cluster.wait_for(lambda: _settled(cluster, "__consumer_offsets"), 60, "the offsets topic's ISR to be whole")
+    from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    request = [ConsumerGroupTopicPartitions("billing", [TopicPartition("orders", 0)])]
+    listed = admin.list_consumer_group_offsets(request)["billing"].result(30)
+    assert [(p.topic, p.partition, p.offset) for p in listed.topic_partitions] == [("orders", 0, 60)]

@@ -271,3 +271,7 @@ class StaleControllerEpochError(KafkaLogError):
 
 class InvalidReplicaAssignmentError(KafkaLogError, ValueError):
     """Kafka's InvalidReplicaAssignmentException: a replica assignment naming unknown brokers or of the wrong size."""
+
+
+class CoordinatorNotAvailableError(KafkaLogError):
+    """Kafka's CoordinatorNotAvailableException: the coordinator's internal topic cannot be created or is offline."""

@@ -145,8 +145,9 @@ class KafkaServer:
             self.cluster.replica_manager = self.replica_manager
             for tp, partition in self.replica_manager.partitions.items():
                 # Lead nothing until ZooKeeper's state says so: a restarted broker may no longer be the leader.
-                # The group coordinator's __consumer_offsets is not replicated yet: it stays local and led here.
-                if not tp.topic.startswith("__"):
+                # __consumer_offsets is replicated like any topic; other internal topics (the transaction
+                # coordinator's) are not replicated yet: they stay local and led here.
+                if not tp.topic.startswith("__") or tp.topic == "__consumer_offsets":
                     partition.make_follower(-1, partition.leader_epoch)
         self.purgatory = FetchPurgatory(asyncio.get_running_loop())
         self.replica_manager.add_listener(self.purgatory.notify)
@@ -163,7 +164,11 @@ class KafkaServer:
             self.log_manager.clock,
             LoopScheduler(asyncio.get_running_loop()),
         )
-        self.group_coordinator.startup()  # loads the groups and offsets of __consumer_offsets
+        # A single node loads the groups and offsets of __consumer_offsets now; a broker of a cluster loads each
+        # partition when it becomes its leader.
+        if self.cluster is not None:
+            self.group_coordinator.cluster_partition_exists = self.cluster.partition_exists
+        self.group_coordinator.startup(clustered=self.cluster is not None)
         self.socket_server = SocketServer(
             self.config.listeners,
             RequestRouter(self),

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...errors import (
+    CoordinatorNotAvailableError,
     InvalidReplicationFactorError,
     NotControllerError,
     NotEnoughReplicasAfterAppendError,
@@ -41,6 +42,8 @@ from .controller import ControllerActions
 from .fetcher import ReplicaFetcher
 
 log = logging.getLogger("kafka.cluster")
+
+OFFSETS_TOPIC = "__consumer_offsets"
 
 
 def _int(props: dict[str, str], key: str, default: int) -> int:
@@ -77,6 +80,7 @@ class ClusterSettings:
     leader_imbalance_per_broker_percentage: int = 10
     delete_topic_enable: bool = True
     request_timeout_ms: int = 30000
+    offsets_topic_replication_factor: int = 3  # Kafka's default; a single node's group coordinator uses 1
 
     @classmethod
     def from_properties(cls, props: dict[str, str]) -> ClusterSettings | None:
@@ -106,6 +110,7 @@ class ClusterSettings:
             leader_imbalance_per_broker_percentage=_int(props, "leader.imbalance.per.broker.percentage", 10),
             delete_topic_enable=_bool(props, "delete.topic.enable", True),
             request_timeout_ms=_int(props, "controller.socket.timeout.ms", 30000),
+            offsets_topic_replication_factor=_int(props, "offsets.topic.replication.factor", 3),
         )
 
 
@@ -623,6 +628,10 @@ class ClusterNode:
 
     # ----- broker side: becoming leader / follower ------------------------------------------------------------
     def _apply(self, view: ClusterView) -> None:
+        coordinator = self.server.group_coordinator
+        offsets = view.topics.get(OFFSETS_TOPIC)
+        if coordinator is not None and offsets is not None:
+            coordinator.cluster_partition_count = len(offsets.partitions)
         wanted: dict[int, dict[TopicPartition, int]] = {}
         for topic, assignment in view.topics.items():
             if topic in view.deleting or (topic, assignment.topic_id) in self.deleted_replicas:
@@ -691,12 +700,15 @@ class ClusterNode:
             return
         for fetcher in self.fetchers.values():
             fetcher.remove(tp)
+        newly_led = tp not in self.leaders
         now = time.monotonic() * 1000
         followers = {r: FollowerProgress(last_caught_up_ms=now) for r in replicas if r != self.broker_id}
         self.leaders[tp] = LeaderState(state, list(replicas), followers)
         partition.make_leader(state.leader_epoch, set(state.isr) | {self.broker_id})
         log.info("[Broker %d] %s: leader at epoch %d, isr %s", self.broker_id, tp, state.leader_epoch, state.isr)
         self.high_watermark_moved(tp)
+        if newly_led and tp.topic == OFFSETS_TOPIC:
+            self._elected_offsets_partition(tp, partition)
 
     def _become_follower(self, tp: TopicPartition, partition, state: zk.LeaderAndIsr) -> None:
         if (
@@ -708,9 +720,80 @@ class ClusterNode:
         was_leader = partition.is_leader
         self.leaders.pop(tp, None)
         partition.make_follower(state.leader, state.leader_epoch)
+        if tp.topic == OFFSETS_TOPIC and self.server.group_coordinator is not None:
+            self.server.group_coordinator.on_resignation(tp.partition)
         log.info("[Broker %d] %s: follower of %d at epoch %d", self.broker_id, tp, state.leader, state.leader_epoch)
         if was_leader:
             self.high_watermark_moved(tp)  # waiting acks=-1 produces answer NOT_LEADER_OR_FOLLOWER now
+
+    # ----- the group coordinator's partitions (Kafka's onLeadershipChange for __consumer_offsets) ----------------
+    def _elected_offsets_partition(self, tp: TopicPartition, partition) -> None:
+        """This broker now leads a __consumer_offsets partition: its groups load (answering
+        COORDINATOR_LOAD_IN_PROGRESS meanwhile) once the high watermark has reached the log end this leader
+        started with, so that everything its predecessor acknowledged is read (bounded: 10 s)."""
+        coordinator = self.server.group_coordinator
+        if coordinator is None:
+            return
+        coordinator.begin_loading(tp.partition)
+        target = partition.log_end_offset
+        task = asyncio.get_running_loop().create_task(self._load_offsets_partition(tp, partition, target))
+        self._side_tasks.add(task)
+        task.add_done_callback(self._side_tasks.discard)
+
+    async def _load_offsets_partition(self, tp: TopicPartition, partition, target: int) -> None:
+        deadline = time.monotonic() + 10.0
+        while partition.high_watermark < target and time.monotonic() < deadline and tp in self.leaders:
+            await asyncio.sleep(0.05)
+        coordinator = self.server.group_coordinator
+        if tp not in self.leaders or coordinator is None:
+            return
+        coordinator.on_election(tp.partition)
+
+    def partition_exists(self, topic: str, partition: int) -> bool:
+        assignment = self.view.topics.get(topic)
+        return assignment is not None and partition in assignment.partitions and topic not in self.view.deleting
+
+    def coordinator_of(self, partition: int) -> tuple[int, str, int] | None:
+        """(broker id, host, port) of the leader of __consumer_offsets' ``partition``, None while it has none."""
+        state = self.view.states.get(TopicPartition(OFFSETS_TOPIC, partition))
+        if state is None or state.leader == zk.NO_LEADER:
+            return None
+        info = self.view.brokers.get(state.leader)
+        return None if info is None else (state.leader, info.host, info.port)
+
+    async def wait_for_replication(self, tp: TopicPartition, end_offset: int, timeout_ms: int) -> BaseException | None:
+        """Wait until the high watermark of ``tp`` (led here) reaches ``end_offset`` (a coordinator's acks=-1
+        write): None when it did, NotLeaderOrFollowerError if leadership moved, RequestTimedOutError otherwise."""
+        deadline = time.monotonic() + timeout_ms / 1000.0
+        while True:
+            try:
+                partition = self.replica_manager.get_partition(tp.topic, tp.partition)
+            except UnknownTopicOrPartitionError as e:
+                return e
+            if not partition.is_leader:
+                return NotLeaderOrFollowerError(f"Leadership of {tp} moved while waiting for the replicas")
+            if partition.high_watermark >= end_offset:
+                return None
+            if time.monotonic() >= deadline:
+                return RequestTimedOutError(f"Timed out waiting for the in-sync replicas of {tp}")
+            await asyncio.sleep(0.01)
+
+    async def ensure_offsets_topic(self, num_partitions: int, replication_factor: int, config: dict[str, str]) -> None:
+        """Create __consumer_offsets in ZooKeeper on first use (Kafka's auto-creation by FindCoordinator): refused
+        while fewer brokers are alive than offsets.topic.replication.factor, as Kafka refuses."""
+        if OFFSETS_TOPIC in self.view.topics:
+            return
+        brokers = await asyncio.to_thread(self.zk.get_children, zk.BROKER_IDS)
+        if len(brokers) < replication_factor:
+            raise CoordinatorNotAvailableError(
+                f"Number of alive brokers '{len(brokers)}' does not meet the required replication factor "
+                f"'{replication_factor}' for the offsets topic (configured via 'offsets.topic.replication.factor'). "
+                "This error can be ignored if the cluster is starting up and not all brokers are up yet."
+            )
+        with contextlib.suppress(TopicExistsError):
+            await self.create_topic(OFFSETS_TOPIC, num_partitions, replication_factor, config, False)
+            log.info("[Broker %d] created %s with %d partitions", self.broker_id, OFFSETS_TOPIC, num_partitions)
+        await self.wait_for_topic(OFFSETS_TOPIC)
 
     def high_watermark_moved(self, tp: TopicPartition) -> None:
         purgatory = self.server.purgatory

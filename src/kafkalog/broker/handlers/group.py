@@ -33,7 +33,7 @@ from kafka.protocol.consumer import (
 from kafka.protocol.metadata import FindCoordinatorResponse
 
 from ...coordinator.group import Errors, JoinResult, SyncResult
-from ...errors import UnknownTopicOrPartitionError
+from ...errors import NotLeaderOrFollowerError, UnknownTopicOrPartitionError
 from ..messages import ConsumerGroupDescribeResponse, ConsumerGroupHeartbeatResponse
 from ..protocol import Response
 from ..security.acl import allowed, cluster_allowed
@@ -79,6 +79,31 @@ async def _wait(register: Callable[[Callable], None]):
 
 
 # ----- FindCoordinator (10) ------------------------------------------------------------------------------------
+async def _find_in_cluster(broker, key: str) -> tuple[str, int, str | None, int, str, int]:
+    """FindCoordinator in a cluster: the leader of the group's __consumer_offsets partition (the topic created on
+    first use with offsets.topic.replication.factor replicas)."""
+    coordinator = broker.group_coordinator
+    cluster = broker.cluster
+    config = coordinator.config
+    topic_config = {
+        "cleanup.policy": "compact",
+        "segment.bytes": str(config.offsets_topic_segment_bytes),
+        "compression.type": "producer",
+    }
+    try:
+        await cluster.ensure_offsets_topic(
+            config.offsets_topic_num_partitions, cluster.settings.offsets_topic_replication_factor, topic_config
+        )
+    except Exception as e:
+        log.warning("FindCoordinator for %s: %s", key, e)
+        return key, int(Errors.COORDINATOR_NOT_AVAILABLE), "The coordinator is not available.", -1, "", -1
+    found = cluster.coordinator_of(coordinator.partition_for(key))
+    if found is None:
+        return key, int(Errors.COORDINATOR_NOT_AVAILABLE), "The coordinator is not available.", -1, "", -1
+    node, host, port = found
+    return key, int(Errors.NONE), None, node, host, port
+
+
 async def handle_find_coordinator(broker, header, request) -> Response:
     version = header.api_version
     key_type = request.key_type if version >= 1 else GROUP_KEY_TYPE
@@ -88,6 +113,9 @@ async def handle_find_coordinator(broker, header, request) -> Response:
     for key in keys:
         if key_type == GROUP_KEY_TYPE and not allowed(broker, "DESCRIBE", "GROUP", key):
             answers.append((key, GROUP_AUTHORIZATION_FAILED, "Group authorization failed.", -1, "", -1))
+            continue
+        if key_type == GROUP_KEY_TYPE and getattr(broker, "cluster", None) is not None:
+            answers.append(await _find_in_cluster(broker, key))
             continue
         if key_type == GROUP_KEY_TYPE:
             error = broker.group_coordinator.ensure_offsets_topic()
@@ -280,6 +308,8 @@ async def handle_offset_commit(broker, header, request) -> Response:
             request.retention_time_ms if 2 <= version <= 4 else -1,
         )
     )
+    if offsets and getattr(broker, "cluster", None) is not None and any(e == Errors.NONE for e in results.values()):
+        results = await _replicated(broker, request.group_id, results)
     results = {**results, **denied}
     topics = [
         CommitTopic(
@@ -294,6 +324,28 @@ async def handle_offset_commit(broker, header, request) -> Response:
         for topic in request.topics
     ]
     return Response.of(OffsetCommitResponse(version=version, throttle_time_ms=0, topics=topics), version)
+
+
+async def _replicated(broker, group_id: str, results: dict) -> dict:
+    """In a cluster, a commit is answered once the in-sync replicas of the group's partition have it (Kafka appends
+    offset commits with acks=-1): COORDINATOR_NOT_AVAILABLE after offsets.commit.timeout.ms, NOT_COORDINATOR if
+    leadership moved meanwhile (Kafka's mapping of the append's errors)."""
+    from ...manager import TopicPartition
+
+    coordinator = broker.group_coordinator
+    tp = TopicPartition("__consumer_offsets", coordinator.partition_for(group_id))
+    try:
+        end = broker.replica_manager.get_partition(tp.topic, tp.partition).log_end_offset
+    except UnknownTopicOrPartitionError:
+        return results
+    timeout_ms = int(broker.config.props.get("offsets.commit.timeout.ms", 5000))
+    error = await broker.cluster.wait_for_replication(tp, end, timeout_ms)
+    if error is None:
+        return results
+    moved = isinstance(error, NotLeaderOrFollowerError)
+    failed = Errors.NOT_COORDINATOR if moved else Errors.COORDINATOR_NOT_AVAILABLE
+    log.warning("Offset commit of group %s not replicated: %s", group_id, error)
+    return {tp_: (failed if e == Errors.NONE else e) for tp_, e in results.items()}
 
 
 def _fetch_group(broker, group_id: str, topics) -> tuple[int, list[tuple[str, list[tuple[int, int, int, str, int]]]]]:
