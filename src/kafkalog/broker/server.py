@@ -20,6 +20,7 @@ from ..manager import LogManager
 from .apis import RequestRouter
 from .cluster.node import ClusterNode, ClusterSettings
 from .cluster.producer_ids import ZkProducerIdManager
+from .cluster.security_zk import ZkAclStore, ZkCredentialStore
 from .config import KafkaConfig
 from .handlers.group import LoopScheduler
 from .metrics import BrokerMetrics, MetricsEndpoint
@@ -128,14 +129,23 @@ class KafkaServer:
     async def startup(self) -> None:
         log.info("[KafkaServer id=%d] starting", self.node_id)
         security = self._socket_security()
-        # ACLs and SCRAM credentials live in the first log dir (Kafka keeps them in ZooKeeper or the metadata log).
-        self.authorizer = Authorizer.from_config(self.config.props, self.config.log_dirs[0])
-        self.credential_store = CredentialStore(self.config.log_dirs[0])
-        self.quota_store = QuotaStore(self.config.log_dirs[0])
+        # A single node keeps its ACLs and SCRAM credentials in the first log dir; a broker of a ZooKeeper cluster
+        # keeps them where Kafka's ZooKeeper mode does, shared by every broker (cluster/security_zk.py).
+        props, first_dir = self.config.props, self.config.log_dirs[0]
+        if self.cluster_settings is None:
+            self.authorizer = Authorizer.from_config(props, first_dir)
+            self.credential_store = CredentialStore(first_dir)
+        self.quota_store = QuotaStore(first_dir)
         zk_cluster_id = None
         if self.cluster_settings is not None:
             self.cluster = ClusterNode(self, self.cluster_settings)
             zk_cluster_id = await self.cluster.connect()
+            zk_client = self.cluster.zk
+            acl_store = None
+            if props.get("authorizer.class.name", "").strip():
+                acl_store = await asyncio.to_thread(ZkAclStore, zk_client)
+            self.authorizer = Authorizer.from_config(props, first_dir, store=acl_store)
+            self.credential_store = await asyncio.to_thread(ZkCredentialStore, zk_client)
         meta = _meta_properties(self.config, zk_cluster_id)
         self.cluster_id = meta.cluster_id
         self.log_manager = LogManager(self.config.log_dirs, self.config.log)
@@ -233,11 +243,22 @@ class KafkaServer:
     def bound_addresses(self) -> list[tuple[str, int]]:
         return list(self.socket_server.bound) if self.socket_server else []
 
+    def advertised_endpoints(self) -> list[tuple[str, str, str, int]]:
+        """(listener, security protocol, host, port) of every advertised listener, the inter-broker one first
+        (what a broker of a cluster registers in ZooKeeper)."""
+        inter = self.config.inter_broker_listener
+        ordered = sorted(self.config.advertised, key=lambda e: e.name != inter)
+        return [(e.name, e.security_protocol, *self._resolved(e)) for e in ordered]
+
     def advertised_endpoint(self) -> tuple[str, int]:
         """(host, port) clients are told to connect to: the advertised listener of the request's listener (as
         Kafka answers with the endpoints of the listener a request came in on), else the first one."""
         listener = CURRENT.get().listener
         endpoint = next((e for e in self.config.advertised if e.name == listener), self.config.advertised[0])
+        return self._resolved(endpoint)
+
+    def _resolved(self, endpoint) -> tuple[str, int]:
+        """An advertised endpoint with port 0 or no host resolved to where its listener is bound."""
         host, port = endpoint.host, endpoint.port
         if port == 0 or not host or host == "0.0.0.0":
             bound = self.socket_server.bound_by_listener.get(endpoint.name) if self.socket_server else None

@@ -431,7 +431,9 @@ class ClusterNode:
         from kazoo.exceptions import NodeExistsError
 
         path = zk.broker_path(self.broker_id)
-        host, port = self.server.advertised_endpoint()
+        endpoints = tuple(self.server.advertised_endpoints())  # the inter-broker listener's first
+        name, _, host, port = endpoints[0]
+        info = zk.BrokerInfo(self.broker_id, host, port, name, None, endpoints)
         stat = self.zk.exists(path)
         if stat is not None:
             if stat.ephemeralOwner == self.zk.client_id[0]:
@@ -442,7 +444,7 @@ class ClusterNode:
                 log.info("[Broker %d] %s is held by an older session; waiting for it to expire", self.broker_id, path)
             return False
         try:
-            self.zk.create(path, zk.BrokerInfo(self.broker_id, host, port).encode(), ephemeral=True, makepath=True)
+            self.zk.create(path, info.encode(), ephemeral=True, makepath=True)
             created = self.zk.exists(path)
             self.broker_epoch = created.czxid if created is not None else -1
             log.info("[Broker %d] registered at %s:%d (epoch %d)", self.broker_id, host, port, self.broker_epoch)
@@ -753,13 +755,15 @@ class ClusterNode:
         assignment = self.view.topics.get(topic)
         return assignment is not None and partition in assignment.partitions and topic not in self.view.deleting
 
-    def coordinator_of(self, partition: int) -> tuple[int, str, int] | None:
-        """(broker id, host, port) of the leader of __consumer_offsets' ``partition``, None while it has none."""
+    def coordinator_of(self, partition: int, listener: str) -> tuple[int, str, int] | None:
+        """(broker id, host, port on ``listener``) of the leader of __consumer_offsets' ``partition``, None while
+        it has none (or that broker has no such listener)."""
         state = self.view.states.get(TopicPartition(OFFSETS_TOPIC, partition))
         if state is None or state.leader == zk.NO_LEADER:
             return None
         info = self.view.brokers.get(state.leader)
-        return None if info is None else (state.leader, info.host, info.port)
+        endpoint = None if info is None else info.endpoint_for(listener)
+        return None if endpoint is None else (state.leader, *endpoint)
 
     async def wait_for_replication(self, tp: TopicPartition, end_offset: int, timeout_ms: int) -> BaseException | None:
         """Wait until the high watermark of ``tp`` (led here) reaches ``end_offset`` (a coordinator's acks=-1

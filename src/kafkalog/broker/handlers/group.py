@@ -37,6 +37,7 @@ from ...errors import NotLeaderOrFollowerError, UnknownTopicOrPartitionError
 from ..messages import ConsumerGroupDescribeResponse, ConsumerGroupHeartbeatResponse
 from ..protocol import Response
 from ..security.acl import allowed, cluster_allowed
+from ..security.context import CURRENT
 from .metadata import topic_uuid
 
 log = logging.getLogger("kafka.server.KafkaApis")
@@ -97,7 +98,7 @@ async def _find_in_cluster(broker, key: str) -> tuple[str, int, str | None, int,
     except Exception as e:
         log.warning("FindCoordinator for %s: %s", key, e)
         return key, int(Errors.COORDINATOR_NOT_AVAILABLE), "The coordinator is not available.", -1, "", -1
-    found = cluster.coordinator_of(coordinator.partition_for(key))
+    found = cluster.coordinator_of(coordinator.partition_for(key), CURRENT.get().listener)
     if found is None:
         return key, int(Errors.COORDINATOR_NOT_AVAILABLE), "The coordinator is not available.", -1, "", -1
     node, host, port = found
