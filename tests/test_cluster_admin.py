@@ -68,11 +68,17 @@ def test_sigterm_moves_leadership_before_the_broker_stops(cluster):
         started = time.monotonic()
         cluster.brokers[leader].stop()
         stopped_in = time.monotonic() - started
-        md = cluster.metadata(topic)
-        # Moved by the controller before the broker left (not after its session expired), out of every ISR too.
-        assert all(p["leader"] not in (leader, -1) and leader not in p["isr"] for p in md.values()), md
+        # The controller moved every leadership while the broker was still registered, and took it out of every ISR.
         assert any("controlled shutdown succeeded" in line for line in cluster.brokers[leader].lines)
+        moved = f"controlled shutdown of broker {leader}: 0 partition(s) still led there"
+        assert any(moved in line for b in cluster.brokers.values() for line in b.lines)
         assert stopped_in < 15, stopped_in
+
+        def moved_off() -> bool:  # the other brokers' views follow ZooKeeper's within a watch round trip
+            md = cluster.metadata(topic)
+            return all(p["leader"] not in (leader, -1) and leader not in p["isr"] for p in md.values())
+
+        cluster.wait_for(moved_off, 10, "the metadata to show the new leaders")
         time.sleep(1.0)
     finally:
         cluster.brokers[leader].start()
@@ -171,7 +177,7 @@ def test_delete_topic_deletes_every_replica(cluster):
     assert all(dirs == [] for dirs in _replica_dirs(cluster, "doomed").values()), _replica_dirs(cluster, "doomed")
     assert "doomed" not in _topics(cluster, "--list").output.split()
     missing_topic = _topics(cluster, "--delete", "--topic", "doomed")
-    assert missing_topic.exit_code != 0 and "(error code 3)" in missing_topic.output, missing_topic.output
+    assert missing_topic.exit_code != 0 and "'doomed' does not exist" in missing_topic.output, missing_topic.output
 
     # One replica broker down: the deletion waits for it (the request times out, the marker stays).
     _create(cluster, "waiting", 1)

@@ -11,7 +11,6 @@ offset is what tells the leader how far it has come.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import struct
 from collections.abc import Callable
@@ -119,6 +118,7 @@ class ReplicaFetcher:
         self.partitions: dict[TopicPartition, FetchState] = {}
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._stopped = False
         self._conn: BrokerConnection | None = None
         cfg = node.settings
         self.max_wait_ms = cfg.replica_fetch_wait_max_ms
@@ -139,18 +139,20 @@ class ReplicaFetcher:
         self.partitions.pop(tp, None)
 
     async def stop(self) -> None:
+        self._stopped = True
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+            # Bounded, and the loop checks ``_stopped``: Python 3.11's wait_for may swallow a cancellation that
+            # races a fetch answer (fixed in 3.12), which would leave this await waiting for ever.
+            await asyncio.wait({task}, timeout=5.0)
         if self._conn is not None:
             self._conn.close()
             self._conn = None
 
     # ----- the loop --------------------------------------------------------------------------------------
     async def _run(self) -> None:
-        while True:
+        while not self._stopped:
             if not self.partitions:
                 self._wake.clear()
                 await self._wake.wait()
