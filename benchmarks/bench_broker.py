@@ -34,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -172,6 +173,9 @@ class LoadParams:
     consume_bytes: int  # the topic already on disk that the consumer drains
     mock_consume_partitions: int  # the consume shape the mock can hold (5 MiB per partition at most)
     mock_consume_bytes_per_partition: int
+    tls_consume_bytes: int  # read over TLS and PLAINTEXT from the consume topic
+    tls_rounds: int
+    kcat: bool  # also read with kcat (a C client), when it is installed
     latency_seconds: float  # at the goal's 10,000 msg/s
     ladder: tuple[int, ...]  # the rates tried after it, for the highest sustained one
     ladder_seconds: float
@@ -191,6 +195,9 @@ LOAD_FULL = LoadParams(
     consume_bytes=1024 * MiB,
     mock_consume_partitions=32,
     mock_consume_bytes_per_partition=4 * MiB,
+    tls_consume_bytes=256 * MiB,
+    tls_rounds=2,
+    kcat=True,
     latency_seconds=10.0,
     ladder=(20_000, 30_000, 40_000, 60_000, 80_000),
     ladder_seconds=4.0,
@@ -202,6 +209,9 @@ LOAD_QUICK = LoadParams(
     consume_bytes=16 * MiB,
     mock_consume_partitions=4,
     mock_consume_bytes_per_partition=2 * MiB,
+    tls_consume_bytes=8 * MiB,
+    tls_rounds=1,
+    kcat=False,
     latency_seconds=1.0,
     ladder=(),
     ladder_seconds=1.0,
@@ -285,7 +295,7 @@ def _memory(pid: int) -> dict[str, int]:
 def _create_topic(bootstrap: str, topic: str, partitions: int) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 4})  # no info line at its teardown
     for future in admin.create_topics([NewTopic(topic, partitions, 1)], operation_timeout=30).values():
         future.result(60)
 
@@ -354,10 +364,27 @@ def _load_produce(bootstrap: str, topic: str, records: int, size: int, acks: str
     return answer
 
 
-def _load_consume(bootstrap: str, topic: str, records: int, partitions: int) -> dict:
-    answer = _worker("consume", {"bootstrap": bootstrap, "topic": topic, "records": records, "partitions": partitions})
-    if answer["records"] != records or answer["bytes"] != records * 1024:
+def _load_consume(
+    bootstrap: str, topic: str, records: int, partitions: int, *, exact: bool = True, config: dict | None = None
+) -> dict:
+    """Read ``records`` 1 KiB records of ``topic`` (all of it when ``exact``; at least that many otherwise)."""
+    answer = _worker(
+        "consume",
+        {"bootstrap": bootstrap, "topic": topic, "records": records, "partitions": partitions, "config": config or {}},
+    )
+    got = answer["records"]
+    if (got != records if exact else got < records) or answer["bytes"] != got * 1024:
         raise AssertionError(f"consume of {records} 1 KiB records of {topic} at {bootstrap} failed: {answer}")
+    return answer
+
+
+def _kcat_consume(bootstrap: str, topic: str, records: int, p: LoadParams) -> dict | None:
+    """The whole of ``topic`` read by kcat (None when kcat is not installed or not wanted)."""
+    if not p.kcat or shutil.which("kcat") is None:
+        return None
+    answer = _worker("kcat-consume", {"bootstrap": bootstrap, "topic": topic, "records": records, "value_bytes": 1024})
+    if answer["records"] != records:
+        raise AssertionError(f"kcat read {answer['records']} of {records} records of {topic} at {bootstrap}: {answer}")
     return answer
 
 
@@ -404,6 +431,7 @@ def _consume_shapes(peers: _Peers, p: LoadParams, pid: int, log_dir: Path) -> di
     segment_bytes = sum(os.path.getsize(f) for f in files)
     limit = _sendfile_limit(files)
     ours, cpu = _measured(pid, _load_consume, server.bootstrap, "consume", records, 1)
+    kcat = _kcat_consume(server.bootstrap, "consume", records, p)
     disk = {
         "records": records,
         "payload_bytes": records * 1024,
@@ -415,6 +443,8 @@ def _consume_shapes(peers: _Peers, p: LoadParams, pid: int, log_dir: Path) -> di
         "ratio_vs_sendfile": limit["seconds"] / ours["seconds"],
         "broker_cpu_s": cpu,
         "broker_cpu_s_per_gb": cpu / (segment_bytes / 1e9),
+        "kcat_mb_per_s": segment_bytes / kcat["seconds"] / 1e6 if kcat else None,
+        "kcat_ratio_vs_sendfile": limit["seconds"] / kcat["seconds"] if kcat else None,
     }
     # The mock keeps at most 5 MiB per partition (rdkafka_mock.c), so its shape is many small partitions,
     # filled round-robin so that none overflows; the same shape is read from kafkalog.
@@ -425,6 +455,8 @@ def _consume_shapes(peers: _Peers, p: LoadParams, pid: int, log_dir: Path) -> di
         _load_produce(bootstrap, "consume-mock-shape", m_records, 1024, "1", "none", partitioned=parts)
     ours_m = _load_consume(server.bootstrap, "consume-mock-shape", m_records, parts)
     mock_m = _load_consume(peers.mock_bootstrap, "consume-mock-shape", m_records, parts)
+    ours_k = _kcat_consume(server.bootstrap, "consume-mock-shape", m_records, p)
+    mock_k = _kcat_consume(peers.mock_bootstrap, "consume-mock-shape", m_records, p)
     nbytes = m_records * 1024
     versus_mock = {
         "partitions": parts,
@@ -432,9 +464,36 @@ def _consume_shapes(peers: _Peers, p: LoadParams, pid: int, log_dir: Path) -> di
         "payload_bytes": nbytes,
         "kafkalog_mb_per_s": nbytes / ours_m["seconds"] / 1e6,
         "mock_mb_per_s": nbytes / mock_m["seconds"] / 1e6,
+        "kcat_kafkalog_mb_per_s": nbytes / ours_k["seconds"] / 1e6 if ours_k else None,
+        "kcat_mock_mb_per_s": nbytes / mock_k["seconds"] / 1e6 if mock_k else None,
     }
     versus_mock["ratio_vs_mock"] = versus_mock["kafkalog_mb_per_s"] / versus_mock["mock_mb_per_s"]
-    return {"on_disk": disk, "versus_mock": versus_mock}
+    versus_mock["kcat_ratio_vs_mock"] = (
+        versus_mock["kcat_kafkalog_mb_per_s"] / versus_mock["kcat_mock_mb_per_s"] if ours_k and mock_k else None
+    )
+    return {"on_disk": disk, "versus_mock": versus_mock, "tls": _tls_consume(server, p)}
+
+
+def _tls_consume(server: Any, p: LoadParams) -> dict[str, Any] | None:
+    """The same consumer over the broker's SSL listener and its PLAINTEXT one, alternating, on the consume topic
+    (PLAINTEXT answers with sendfile, TLS copies through the event loop): a figure to watch, not a goal."""
+    if "SSL" not in server.ports:
+        return None
+    records = min(p.consume_bytes, p.tls_consume_bytes) // 1024
+    tls_config = {"security.protocol": "SSL", "ssl.ca.location": str(server.tls_ca)}
+    runs: dict[str, list[float]] = {"PLAINTEXT": [], "SSL": []}
+    for _ in range(p.tls_rounds):
+        for listener, config in (("PLAINTEXT", {}), ("SSL", tls_config)):
+            answer = _load_consume(server.bootstrap_of(listener), "consume", records, 1, exact=False, config=config)
+            runs[listener].append(answer["records"] * 1024 / answer["seconds"] / 1e6)
+    plain, tls = max(runs["PLAINTEXT"]), max(runs["SSL"])
+    return {
+        "records": records,
+        "plaintext_mb_per_s": plain,
+        "tls_mb_per_s": tls,
+        "plaintext_vs_tls": plain / tls,
+        "runs": runs,
+    }
 
 
 def _e2e_latency_at(bootstrap: str, topic: str, rate: int, seconds: float) -> dict[str, Any]:
@@ -462,7 +521,10 @@ def _e2e_latency_at(bootstrap: str, topic: str, rate: int, seconds: float) -> di
     }
 
 
-def _e2e_latency(server: Any, p: LoadParams) -> dict[str, Any]:
+def _e2e_latency(server: Any, p: LoadParams, peers: _Peers) -> dict[str, Any]:
+    # The same pair against the mock first: the machine's own floor (scheduling of 2 shared cores).
+    peers.mock.ask("create latency-mock 1")
+    mock = _e2e_latency_at(peers.mock_bootstrap, "latency-mock", LATENCY_RATE, p.latency_seconds)
     at_goal = None
     steps = []
     for rate, seconds in [(LATENCY_RATE, p.latency_seconds)] + [(r, p.ladder_seconds) for r in p.ladder]:
@@ -475,7 +537,12 @@ def _e2e_latency(server: Any, p: LoadParams) -> dict[str, Any]:
         elif not step["sustained"]:
             break
     sustained = [s["rate"] for s in steps if s["sustained"]]
-    return {"at_10k": at_goal, "steps": steps, "highest_sustained_rate": max(sustained) if sustained else None}
+    return {
+        "at_10k": at_goal,
+        "mock_at_10k": mock,
+        "steps": steps,
+        "highest_sustained_rate": max(sustained) if sustained else None,
+    }
 
 
 def run_load(server: Any, log_dir: Path, scratch: Path, quick: bool) -> dict[str, Any]:
@@ -487,9 +554,9 @@ def run_load(server: Any, log_dir: Path, scratch: Path, quick: bool) -> dict[str
         peers = _Peers(server, mock)
         produce, limits = _produce_matrix(peers, p, pid, scratch)
         consume = _consume_shapes(peers, p, pid, log_dir)
+        latency = _e2e_latency(server, p, peers)
     finally:
         mock.close()
-    latency = _e2e_latency(server, p)
     memory = _memory(pid)
     produced = sum(r["payload_bytes"] for r in produce)
     cost = {
@@ -527,8 +594,15 @@ def load_ratios(load: dict[str, Any]) -> dict[str, float]:
         key = _shape(r).replace(" ", "_")
         ratios[f"produce_vs_limit[{key}]"] = r["ratio_vs_limit"]
         ratios[f"produce_vs_mock[{key}]"] = r["ratio_vs_mock"]
-    ratios["consume_vs_sendfile"] = load["consume"]["on_disk"]["ratio_vs_sendfile"]
-    ratios["consume_vs_mock"] = load["consume"]["versus_mock"]["ratio_vs_mock"]
+    consume = load["consume"]
+    ratios["consume_vs_sendfile"] = consume["on_disk"]["ratio_vs_sendfile"]
+    ratios["consume_vs_mock"] = consume["versus_mock"]["ratio_vs_mock"]
+    if consume["on_disk"]["kcat_ratio_vs_sendfile"] is not None:
+        ratios["consume_vs_sendfile[kcat]"] = consume["on_disk"]["kcat_ratio_vs_sendfile"]
+    if consume["versus_mock"]["kcat_ratio_vs_mock"] is not None:
+        ratios["consume_vs_mock[kcat]"] = consume["versus_mock"]["kcat_ratio_vs_mock"]
+    if consume["tls"] is not None:
+        ratios["consume_plaintext_vs_tls"] = consume["tls"]["plaintext_vs_tls"]
     return ratios
 
 
@@ -600,23 +674,63 @@ def print_load(console: Console, load: dict[str, Any], goals: list[dict[str, Any
         f"{disk['ratio_vs_sendfile']:.3f}",
         f"{disk['broker_cpu_s_per_gb']:.1f}",
     )
+    vm_shape = f"{vm['partitions']}p x {vm['payload_bytes'] // vm['partitions'] // MiB} MiB"
     table.add_row(
-        f"{vm['partitions']}p x {vm['payload_bytes'] // vm['partitions'] // MiB} MiB",
+        vm_shape,
         f"{vm['kafkalog_mb_per_s']:.1f}",
         "librdkafka mock",
         f"{vm['mock_mb_per_s']:.1f}",
         f"{vm['ratio_vs_mock']:.3f}",
         "",
     )
+    if disk["kcat_mb_per_s"] is not None:
+        table.add_row(
+            "kcat (C client): same 1p topic",
+            f"{disk['kcat_mb_per_s']:.1f}",
+            "sendfile of the segments",
+            f"{disk['sendfile_mb_per_s']:.0f}",
+            f"{disk['kcat_ratio_vs_sendfile']:.3f}",
+            "",
+        )
+    if vm["kcat_ratio_vs_mock"] is not None:
+        table.add_row(
+            f"kcat (C client): {vm_shape}",
+            f"{vm['kcat_kafkalog_mb_per_s']:.1f}",
+            "librdkafka mock",
+            f"{vm['kcat_mock_mb_per_s']:.1f}",
+            f"{vm['kcat_ratio_vs_mock']:.3f}",
+            "",
+        )
+    tls = load["consume"]["tls"]
+    if tls is not None:
+        table.add_row(
+            f"PLAINTEXT listener, {tls['records'] * 1024 // MiB} MiB (best of {len(tls['runs']['SSL'])})",
+            f"{tls['plaintext_mb_per_s']:.1f}",
+            "SSL listener (same reads)",
+            f"{tls['tls_mb_per_s']:.1f}",
+            f"{tls['plaintext_vs_tls']:.3f}",
+            "",
+        )
     console.print(table)
     lat = load["latency"]
     table = Table(
         title="Produce-to-consume latency, 1 KiB, acks=all, linger.ms=1 (send times from the schedule)",
         caption=f"highest sustained rate: {lat['highest_sustained_rate'] or 'none'} msg/s "
-        f"(all records arrive, p99 <= {SUSTAINED_P99_MS:.0f} ms)",
+        f"(all records arrive, p99 <= {SUSTAINED_P99_MS:.0f} ms); the mock row is the same pair against librdkafka's "
+        "mock, for reference only (it is no latency floor: its fetch handling differs)",
     )
     for col in ("msg/s", "seconds", "p50 ms", "p99 ms", "p99.9 ms", "max ms", "sustained"):
         table.add_column(col, justify="right")
+    mock = lat["mock_at_10k"]
+    table.add_row(
+        f"{mock['rate']:,} (librdkafka mock)",
+        f"{mock['seconds']:.0f}",
+        f"{mock['p50_ms']:.2f}",
+        f"{mock['p99_ms']:.2f}",
+        f"{mock['p999_ms']:.2f}",
+        f"{mock['max_ms']:.2f}",
+        "yes" if mock["sustained"] else "no",
+    )
     for s in lat["steps"]:
         table.add_row(
             f"{s['rate']:,}",
@@ -642,6 +756,28 @@ def print_load(console: Console, load: dict[str, Any], goals: list[dict[str, Any
     console.print(table)
 
 
+def _broker_settings(root: Path) -> tuple[dict[str, str], Path | None]:
+    """The broker's overrides: one partition by default, and an SSL listener beside PLAINTEXT when the test
+    certificates can be made (``cryptography``, a test dependency); the CA file the clients trust."""
+    settings = {"num.partitions": "1"}
+    try:
+        from tests.securitytools import make_pki
+    except ImportError:
+        return settings, None
+    pki = make_pki(root / "pki")
+    settings.update(
+        {
+            "listeners": "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SSL:SSL",
+            "ssl.keystore.type": "PEM",
+            "ssl.keystore.location": str(pki.server_keystore),
+            "ssl.truststore.type": "PEM",
+            "ssl.truststore.location": str(pki.ca),
+        }
+    )
+    return settings, pki.ca
+
+
 def run(*, quick: bool = False, results_dir: Path, console: Console | None = None) -> dict[str, Any]:
     """Run the broker benchmark, write ``results_dir/broker.json``, print the tables; return the result."""
     from tests.brokertools import BrokerProcess
@@ -650,7 +786,9 @@ def run(*, quick: bool = False, results_dir: Path, console: Console | None = Non
     p = QUICK if quick else FULL
     scratch = common.Scratch("broker")
     try:
-        with BrokerProcess(scratch.root / "logs", {"num.partitions": "1"}) as server:
+        settings, ca = _broker_settings(scratch.root)
+        with BrokerProcess(scratch.root / "logs", settings) as server:
+            server.tls_ca = ca  # type: ignore[attr-defined]
             rows = []
             _produce(server.bootstrap, "warm-up", 10, "none")  # connections and metadata, untimed
             for codec in ("none", "lz4"):

@@ -10,6 +10,7 @@ Roles:
   then reads ``create TOPIC PARTITIONS`` lines on stdin and answers ``ok``; it stops at end of input.
 - ``produce``: a throughput-tuned confluent-kafka producer pushes ``records`` values of ``value_bytes``.
 - ``consume``: an assigned confluent-kafka consumer reads ``records`` records of every partition from 0.
+- ``kcat-consume``: kcat (librdkafka in C) reads a whole topic from the beginning to its end.
 - ``sink``: a plain TCP receiver that writes what it gets to a file (``path``) or discards it.
 - ``send``: a plain TCP sender of ``total`` bytes from memory, in ``chunk``-byte writes.
 - ``sendfile``: ``os.sendfile`` of whole files (a topic's segments) over one TCP connection.
@@ -27,6 +28,7 @@ import os
 import random
 import socket
 import struct
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -50,10 +52,18 @@ CONSUMER_TUNING: dict[str, Any] = {
 _STAMP = struct.Struct(">q")
 
 
+POOL = 1024  # distinct values a producer cycles through: more than lz4's 64 KiB window holds at 1 KiB
+
+
 def payload(size: int, seed: int = 23) -> bytes:
-    """One record value: seeded random bytes (OpenMessaging's payload files are random too), so lz4 cannot
-    shrink it to nothing and every shape moves the same bytes."""
-    return random.Random(seed).randbytes(size)
+    """One record value: half seeded random bytes, half zeros, so lz4 halves it (as it might text) rather than
+    shrinking a batch of one repeated value to nothing."""
+    return random.Random(seed).randbytes(size - size // 2) + bytes(size // 2)
+
+
+def payloads(size: int) -> list[bytes]:
+    """``POOL`` distinct values of ``size`` bytes (OpenMessaging's randomized payload pool)."""
+    return [payload(size, seed) for seed in range(POOL)]
 
 
 def _emit(result: dict[str, Any]) -> None:
@@ -123,7 +133,7 @@ def role_produce(args: dict[str, Any]) -> None:
     producer = Producer(conf)
     topic, n = args["topic"], args["records"]
     producer.list_topics(topic, timeout=30)  # connection and metadata before the clock starts
-    value = payload(args["value_bytes"])
+    values = payloads(args["value_bytes"])
     errors: list[Any] = []
     delivered = [0]
 
@@ -135,19 +145,29 @@ def role_produce(args: dict[str, Any]) -> None:
 
     produce, poll = producer.produce, producer.poll
     spread = args.get("partitioned", 0)  # round-robin over this many partitions (else the default partitioner)
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     for i in range(n):
         partition = i % spread if spread else -1  # -1: librdkafka's partitioner chooses
         try:
-            produce(topic, value, partition=partition, on_delivery=report)
+            produce(topic, values[i & 1023], partition=partition, on_delivery=report)
         except BufferError:
             poll(0.005)
-            produce(topic, value, partition=partition, on_delivery=report)
+            produce(topic, values[i & 1023], partition=partition, on_delivery=report)
         if not i & 0x3FFF:
             poll(0)
     left = producer.flush(300)
     elapsed = time.perf_counter() - start
-    _emit({"records": n, "seconds": elapsed, "delivered": delivered[0], "left": left, "errors": errors[:3]})
+    cpu = time.process_time() - cpu_start  # the client's own CPU (all its threads): is it the bottleneck?
+    _emit(
+        {
+            "records": n,
+            "seconds": elapsed,
+            "client_cpu_s": cpu,
+            "delivered": delivered[0],
+            "left": left,
+            "errors": errors[:3],
+        }
+    )
 
 
 def _consumer(bootstrap: str, extra: dict[str, Any] | None = None) -> Any:
@@ -159,23 +179,48 @@ def _consumer(bootstrap: str, extra: dict[str, Any] | None = None) -> Any:
 def role_consume(args: dict[str, Any]) -> None:
     from confluent_kafka import TopicPartition
 
-    consumer = _consumer(args["bootstrap"])
+    consumer = _consumer(args["bootstrap"], args.get("config"))
     topic, n, partitions = args["topic"], args["records"], args["partitions"]
     consumer.list_topics(topic, timeout=30)
     consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
     count = nbytes = 0
     consume = consumer.consume
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     deadline = start + args.get("timeout", 300)
     while count < n and time.perf_counter() < deadline:
         batch = consume(10_000, 0.05)
         count += len(batch)
         nbytes += sum(map(len, batch))  # in C: the client's own cost stays small next to the broker's
     elapsed = time.perf_counter() - start
+    cpu = time.process_time() - cpu_start
     errors = [str(m.error()) for m in batch if m.error() is not None] if count != n else []
     consumer.close()
     # An error event counts as a record of 0 bytes: the caller checks records and bytes both.
-    _emit({"records": count, "bytes": nbytes, "seconds": elapsed, "errors": errors[:3]})
+    _emit({"records": count, "bytes": nbytes, "seconds": elapsed, "client_cpu_s": cpu, "errors": errors[:3]})
+
+
+def role_kcat_consume(args: dict[str, Any]) -> None:
+    """The same read by kcat (librdkafka's C command-line client): what a client without Python per-record
+    work drains, to tell the broker's cost from confluent-kafka's Python loop. One line per record, counted."""
+    topic, n = args["topic"], args["records"]
+    command = ["kcat", "-C", "-b", args["bootstrap"], "-t", topic, "-o", "beginning", "-e", "-q", "-f", "%p\n"]
+    for key in ("fetch.max.bytes", "max.partition.fetch.bytes", "receive.message.max.bytes"):
+        command += ["-X", f"{key}={CONSUMER_TUNING[key]}"]
+    for key, value in (args.get("config") or {}).items():
+        command += ["-X", f"{key}={value}"]
+    start = time.perf_counter()
+    proc = subprocess.run(command, capture_output=True, timeout=args.get("timeout", 300))
+    elapsed = time.perf_counter() - start
+    count = proc.stdout.count(b"\n")
+    _emit(
+        {
+            "records": count,
+            "bytes": count * args["value_bytes"],
+            "seconds": elapsed,
+            "code": proc.returncode,
+            "errors": [proc.stderr.decode(errors="replace")[-300:]] if count != n else [],
+        }
+    )
 
 
 # ----- the limits: plain sockets ---------------------------------------------------------------------------
@@ -315,6 +360,7 @@ ROLES = {
     "mock": role_mock,
     "produce": role_produce,
     "consume": role_consume,
+    "kcat-consume": role_kcat_consume,
     "sink": role_sink,
     "send": role_send,
     "sendfile": role_sendfile,

@@ -124,10 +124,25 @@ def test_describe_producers_shows_an_open_transaction(broker):
     admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
     admin.create_topics([NewTopic("open-txn", 1, 1)])
     admin.close()
+    from kafka.protocol.producer.transaction import AddPartitionsToTxnRequest
+
     with RawClient(broker.bootstrap) as client:
-        init = client.call(InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=60000), 1)
+        # the transaction coordinator's producer: a transactional write must go to a partition added to its
+        # transaction (the broker verifies it, as Kafka's KIP-890 verification does)
+        init = client.call(InitProducerIdRequest(transactional_id="raw-txn", transaction_timeout_ms=60000), 1)
         assert init.error_code == 0
         pid, epoch = init.producer_id, init.producer_epoch
+        Added = AddPartitionsToTxnRequest.AddPartitionsToTxnTopic
+        added = client.call(
+            AddPartitionsToTxnRequest(
+                v3_and_below_transactional_id="raw-txn",
+                v3_and_below_producer_id=pid,
+                v3_and_below_producer_epoch=epoch,
+                v3_and_below_topics=[Added(name="open-txn", partitions=[0])],
+            ),
+            3,
+        )
+        assert added.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code == 0
         plain = _batch(pid, epoch, 0, 2, 1_700_000_001_000)  # offsets 0-1, not transactional
         txn = _batch(pid, epoch, 2, 3, 1_700_000_002_000, transactional=True)  # offsets 2-4
         Data = ProduceRequest.TopicProduceData

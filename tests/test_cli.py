@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -158,7 +159,9 @@ def test_explain_retention_table_and_html(tmp_path: Path) -> None:
     page = html_file.read_text()
     # Each "record i" batch is 61 + 15 bytes (length, attributes, deltas, null key, 8-byte value, no headers);
     # a segment rolls once its size exceeds segment.bytes - 76 = 124, so after two batches: two segments.
-    assert page.count("<rect") == 2 and "retention horizon" in page
+    figure = json.loads(re.search(r"<script type='application/json' id='figure-0'>(.*?)</script>", page, re.S)[1])
+    segments = {y for trace in figure["data"] if trace["type"] == "bar" for y in trace["y"]}
+    assert len(segments) == 2 and any(a["text"].startswith("now<br>") for a in figure["layout"]["annotations"])
 
 
 def test_console_script_and_debug_flag(tmp_path: Path) -> None:

@@ -265,3 +265,216 @@ def test_dump_print_data_log_replaces_malformed_utf8_as_kafka(tmp_path: Path) ->
     records = [line for line in result.stdout.splitlines() if line.startswith("| ")]
     assert records[0].endswith(" key: k\ufffdz payload: a\ufffd\ufffdb")
     assert records[1].endswith(" key: ok payload: fine")
+
+
+# ----- spark jobs: one line, and only real commands recommended ----------------------------------------------
+
+
+def test_spark_ingest_into_a_missing_topic_is_one_line_naming_the_real_command(tmp_path: Path) -> None:
+    pytest.importorskip("pyspark")
+    logs = tmp_path / "logs"
+    run("topics", "--log-dir", str(logs), "--create", "--topic", "other")
+    (tmp_path / "in.json").write_text('{"a": 1}\n')
+    result = run("spark", "ingest", str(tmp_path / "in.json"), "--log-dir", str(logs), "--topic", "nope")
+    assert result.exit_code == 1, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.output, result.output
+    assert lines[0].startswith("Error: Topic 'nope' does not exist in ")
+    assert f"kafkalog topics --log-dir {logs} --create --topic nope" in lines[0]
+    assert "topics create" not in result.output
+    # the command it recommends is a real one: run it, then the ingest's topic check passes
+    assert run("topics", "--log-dir", str(logs), "--create", "--topic", "nope").exit_code == 0
+
+
+def test_spark_errors_from_a_worker_or_from_spark_become_one_line() -> None:
+    from kafkalog.cli.spark_jobs import spark_error_line
+
+    class JavaError(Exception):  # what py4j raises: the JVM's exception, whose text carries the worker's traceback
+        def __init__(self, text: str) -> None:
+            super().__init__("An error occurred while calling o51.save.")
+            self.java_exception = type("J", (), {"toString": lambda _self: text})()
+
+    worker = JavaError(
+        "org.apache.spark.SparkException: Job aborted due to stage failure: Task 0 in stage 3.0 failed 1 times\n"
+        "org.apache.spark.api.python.PythonException: Traceback (most recent call last):\n"
+        '  File "/x/kafkalog/spark/writer.py", line 470, in _load\n'
+        "kafkalog.errors.UnknownTopicOrPartitionError: Topic nope not present in the log dirs /d\n"
+        "\tat org.apache.spark.api.python.BasePythonRunner$ReaderIterator.handlePythonException(...)\n"
+    )
+    assert spark_error_line(worker) == "UnknownTopicOrPartitionError: Topic nope not present in the log dirs /d"
+    analysis = Exception("[PATH_NOT_FOUND] Path does not exist: file:/nowhere. SQLSTATE: 42K03\n\nJVM stacktrace:\n...")
+    assert spark_error_line(analysis) == "[PATH_NOT_FOUND] Path does not exist: file:/nowhere. SQLSTATE: 42K03"
+
+
+def test_a_spark_job_error_is_one_line_unless_debug(spark, tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    run("topics", "--log-dir", str(logs), "--create", "--topic", "t")
+    args = ["spark", "ingest", str(tmp_path / "missing.json"), "--log-dir", str(logs), "--topic", "t"]
+    result = run(*args)
+    assert result.exit_code == 1, result.output
+    assert (
+        result.output.startswith("Error: [PATH_NOT_FOUND] Path does not exist")
+        and len(result.output.strip().splitlines()) == 1
+    ), result.output
+    debug = run("--debug", *args)
+    assert debug.exit_code == 1 and debug.exception is not None and "PATH_NOT_FOUND" in str(debug.exception)
+
+
+# ----- explain retention --html: a chart read at a glance ------------------------------------------------------
+
+
+def _figures(page: str) -> list[dict]:
+    """The plotly figures the page draws: each chart is drawn from its <script type=application/json> block (no
+    headless browser here: the figure JSON that Plotly.newPlot receives is read instead)."""
+    import json
+    import re
+
+    return [json.loads(m) for m in re.findall(r"<script type='application/json' id='figure-\d+'>(.*?)</script>", page,
+                                             re.S)]  # fmt: skip
+
+
+def test_explain_retention_html_is_a_timeline_from_the_first_segment_to_the_files_gone_time(tmp_path: Path) -> None:
+    import datetime as dt
+    import re
+    import time
+
+    from kafkalog.manager import LogManager
+
+    day = 86_400_000
+    now = int(time.time() * 1000)
+    with LogManager([tmp_path], {"log.cleaner.enable": "false"}) as manager:
+        manager.create_topic("t", 1, {"segment.bytes": "200", "retention.ms": str(3 * day)})
+        for i, age in enumerate([30 * day, 2 * day, day, 0]):  # timestamps a month apart and minutes apart
+            manager.produce("t", b"record %d" % i, partition=0, timestamp=now - age)
+    page_file = tmp_path.parent / "timeline.html"
+    result = run("explain", "retention", str(tmp_path), "--topic", "t", "--html", str(page_file))
+    assert result.exit_code == 0, result.output
+    page = page_file.read_text()
+    assert "<script src=" not in page and "Plotly.newPlot" in page  # self-contained: plotly.js inline
+    (figure,) = _figures(page)
+    layout = figure["layout"]
+
+    def ms(text: str) -> int:
+        return int(dt.datetime.fromisoformat(text).replace(tzinfo=dt.UTC).timestamp() * 1000)
+
+    bars = [t for t in figure["data"] if t["type"] == "bar"]
+    rows = [row for t in bars for row in t["customdata"]]
+    assert len(rows) == len(list((tmp_path / "t-0").glob("*.log"))) >= 3  # every segment has its bar
+    # the axis: from the first segment's largest timestamp to the last files-gone time (padded), not to "now"
+    lo, hi = (ms(x) for x in layout["xaxis"]["range"])
+    first = min(ms(b) for t in bars for b in t["base"])
+    gone = max(ms(r[6]) for r in rows if r[6] != "-")
+    assert lo < first and first - lo <= (hi - lo) * 0.1
+    assert gone < hi and hi - gone <= (hi - lo) * 0.1 and gone > now  # the newest records go in ~3 days
+    # a labelled "now" line
+    texts = [a["text"] for a in layout["annotations"]]
+    assert any(text.startswith("now<br>") for text in texts)
+    assert any(s["type"] == "line" and abs(ms(s["x0"]) - now) < 120_000 for s in layout["shapes"])
+    # every column of the CLI table, in its hover text and in the HTML table, with one time format
+    from kafkalog.cli.explain import RETENTION_COLUMNS
+
+    assert "deleted at (UTC)" in RETENTION_COLUMNS and len(RETENTION_COLUMNS) == 8
+    assert all(len(row) == 8 for row in rows)
+    assert all(f"{c}: %{{customdata[{i}]}}" in bars[0]["hovertemplate"] for i, c in enumerate(RETENTION_COLUMNS))
+    for column in RETENTION_COLUMNS:
+        assert f"<th>{column}</th>" in page
+        assert column in result.output or column.split(" (")[0] in result.output  # the CLI table's own columns
+    when = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d|-)$")
+    assert all(when.match(row[i].removesuffix(" (mtime)")) for row in rows for i in (3, 5, 6)), rows
+    cells = re.findall(r"<td>([^<]*)</td>", page)
+    assert not any(re.fullmatch(r"1[6-9]\d{11}", c) for c in cells)  # no epoch milliseconds in the table
+
+
+# ----- any other error: one line, exit 1, the traceback only with --debug --------------------------------------
+
+
+def test_an_unexpected_error_is_one_line_unless_debug(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import kafkalog.cli.offsets as offsets
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("the client library failed in an unforeseen way")
+
+    monkeypatch.setattr(offsets, "_offsets_offline", broken)
+    run("topics", "--log-dir", str(tmp_path), "--create", "--topic", "t")
+    result = run("get-offsets", "--log-dir", str(tmp_path), "--topic", "t")
+    assert result.exit_code == 1
+    assert result.output == (
+        "Error: RuntimeError: the client library failed in an unforeseen way (run with --debug for the traceback)\n"
+    )
+    debug = run("--debug", "get-offsets", "--log-dir", str(tmp_path), "--topic", "t")
+    assert debug.exit_code == 1 and isinstance(debug.exception, RuntimeError)
+
+
+@pytest.mark.parametrize("suffix", [".snapshot", ".timeindex", ".txnindex", ".index"])
+def test_verify_exits_1_on_a_garbage_file_of_every_kind(tmp_path: Path, suffix: str) -> None:
+    """verify, like dump: a damaged file beside a valid segment is a problem (exit 1) whatever its kind."""
+    import shutil
+
+    d = tmp_path / "d"
+    run("topics", "--log-dir", str(d), "--create", "--topic", "t")
+    log = _build_log(tmp_path, [(b"k", b"v")])
+    for old in (d / "t-0").glob("00000000000000000000.*"):
+        old.unlink()
+    shutil.copy(log, d / "t-0" / log.name)
+    (d / "t-0" / log.name).with_suffix(suffix).write_bytes(GARBAGE)
+    for name in ("recovery-point-offset-checkpoint", "replication-offset-checkpoint", "log-start-offset-checkpoint"):
+        (d / name).unlink(missing_ok=True)
+    result = run("verify", str(d))
+    assert result.exit_code == 1, (suffix, result.output)
+    assert f"PROBLEM t-0/00000000000000000000{suffix}" in result.output
+
+
+# ----- every command a message or the README recommends exists ------------------------------------------------
+
+
+def _command_exists(words: list[str]) -> bool:
+    import click
+
+    command: click.Command = main
+    for word in words:
+        if not isinstance(command, click.Group):
+            return True  # the rest are arguments
+        sub = command.commands.get(word)
+        if sub is None:
+            return False
+        command = sub
+    return True
+
+
+def test_every_recommended_command_is_a_real_one() -> None:
+    """Messages and the README name commands as `kafkalog <command> [<subcommand>] --option`: each must exist
+    (the Spark sink once recommended `kafkalog topics create`)."""
+    import re
+
+    root = Path(__file__).resolve().parents[1]
+    texts = [p.read_text(encoding="utf-8") for p in (root / "src" / "kafkalog").rglob("*.py")]
+    texts.append((root / "README.md").read_text(encoding="utf-8"))
+    found = set()
+    for text in texts:
+        for m in re.finditer(r"(?<!from )\bkafkalog ((?:[a-z][a-z-]*)(?: [a-z][a-z-]*)?)(?= --| [A-Z/.])", text):
+            found.add(m.group(1))
+    prose = {"source", "sink", "demo", "writes", "reads", "then", "knows", "extension", "did", "may", "does"}
+    candidates = {words for words in found if words.split()[0] not in prose}
+    assert {"topics", "dump", "spark"} <= {c.split()[0] for c in candidates}  # the scan finds them
+    missing = sorted(c for c in candidates if not _command_exists(c.split()))
+    assert missing == [], missing
+    # an option written as a sub-command ("kafkalog topics create" for "kafkalog topics --create")
+    import click
+
+    wrong = []
+    for text in texts:
+        for m in re.finditer(r"(?<![\w.])kafkalog ([a-z][a-z-]*) ([a-z][a-z-]*)\b", text):
+            command = main.commands.get(m.group(1))
+            if command is not None and not isinstance(command, click.Group):
+                options = {o for p in command.params for o in getattr(p, "opts", [])}
+                if f"--{m.group(2)}" in options:
+                    wrong.append(m.group(0))
+    assert wrong == [], wrong
+
+
+def test_a_refused_create_does_not_leave_a_new_log_dir_behind(tmp_path: Path) -> None:
+    d = tmp_path / "new"
+    bad_name = run("topics", "--log-dir", str(d), "--create", "--topic", "bad/name")
+    bad_config = run("topics", "--log-dir", str(d), "--create", "--topic", "t", "--config", "segment.bytes=13")
+    assert bad_name.exit_code == 1 and bad_config.exit_code == 1 and "segment.bytes" in bad_config.output
+    assert not d.exists()

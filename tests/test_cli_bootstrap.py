@@ -98,7 +98,7 @@ def test_produce_online_reports_what_the_broker_refused(broker) -> None:
         input="short\n" + "x" * 600 + "\nshort again\n",
     )  # fmt: skip
     assert result.exit_code == 1
-    assert "Produced 2 records to small before the error (partition 0 offsets 0-1)" in result.output
+    assert "Produced 2 records to small (partition 0 offsets 0-1)" in result.output
     assert "Not produced: 1 of the 3 lines read: line 2" in result.output
     assert "MessageSizeTooLargeError" in result.output
     consumed = run(
@@ -116,8 +116,8 @@ def test_produce_online_reports_what_the_broker_refused(broker) -> None:
     assert consumed.stdout == "short\nshort again\n"
     # a bad line stops the reading; what was sent before it is produced
     bad = run("produce", "--bootstrap-server", b, "--topic", "small", "--json", input='{"value": "ok"}\nnot json\n')
-    assert bad.exit_code == 2 and "line 2 is not JSON" in bad.output
-    assert "Produced 1 records to small before the error" in bad.output and "Not produced: 1 of the 2" in bad.output
+    assert bad.exit_code == 1 and "line 2 is not JSON" in bad.output
+    assert "Produced 1 record to small before the error" in bad.output and "Not produced: 1 of the 2" in bad.output
 
 
 @pytest.mark.parametrize(

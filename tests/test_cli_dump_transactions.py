@@ -120,6 +120,24 @@ def test_states_partitions_tombstones_and_unknown_versions(tmp_path: Path) -> No
     ]
 
 
+def test_partition_order_matches_real_kafka_dumps(tmp_path: Path) -> None:
+    """Two lines printed by real Kafka 3.x brokers' kafka-dump-log.sh for consume-transform-produce applications
+    (published in public write-ups of Kafka transactions): the same two kinds of partitions, in opposite orders,
+    ``partitions=[output-topic-0,__consumer_offsets-12]`` and ``partitions=[__consumer_offsets-12,wc-output-0]``.
+    The order is the Scala HashSet's, whatever order the record lists the topics in."""
+    for output_topic, expected in (
+        ("output-topic", "[output-topic-0,__consumer_offsets-12]"),
+        ("wc-output", "[__consumer_offsets-12,wc-output-0]"),
+    ):
+        for topics in (
+            [(output_topic, [0]), ("__consumer_offsets", [12])],
+            [("__consumer_offsets", [12]), (output_topic, [0])],
+        ):
+            path = _segment(tmp_path, [(_key("kafka-txn-0"), _value_v0(0, 0, 60_000, 1, topics, 1, 1))])
+            (line,) = record_lines(run("--transaction-log-decoder", "--files", str(path)).output)
+            assert f",partitions={expected}," in line
+
+
 def test_json_output(tmp_path: Path) -> None:
     path = _segment(
         tmp_path,
@@ -151,3 +169,53 @@ def test_a_record_without_a_key_stops_the_dump(tmp_path: Path) -> None:
     assert "Failed to decode message at offset 0 using transaction log decoder (message had a missing key)" in (
         result.stderr
     )
+
+
+# ----- files written by kafkalog serve ----------------------------------------------------------------------------
+def test_transaction_state_written_by_the_broker(tmp_path: Path) -> None:
+    """A confluent-kafka transactional producer commits one transaction and aborts the next against kafkalog serve;
+    the broker's __transaction_state segment, dumped, shows the coordinator's state machine as Kafka's would:
+    Empty (InitProducerId), Ongoing with the partition (AddPartitionsToTxn), PrepareCommit, CompleteCommit, then
+    Ongoing, PrepareAbort, CompleteAbort, all for the producer id and timeout the client used."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from brokertools import BrokerProcess
+
+    log_dir = tmp_path / "logs"
+    with BrokerProcess(log_dir, {"transaction.state.log.num.partitions": "1"}) as broker:
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        admin.create_topics([NewTopic("orders", 1, 1)])["orders"].result(30)
+        producer = Producer(
+            {"bootstrap.servers": broker.bootstrap, "transactional.id": "dump-me", "transaction.timeout.ms": 45000}
+        )
+        producer.init_transactions(30)
+        for commit in (True, False):
+            producer.begin_transaction()
+            producer.produce("orders", b"v", partition=0)
+            producer.flush(30)
+            (producer.commit_transaction if commit else producer.abort_transaction)(30)
+    segment = log_dir / "__transaction_state-0" / f"{SEG0}.log"
+    result = run("--transaction-log-decoder", "--files", str(segment))
+    assert result.exit_code == 0, result.output
+    payloads = []
+    for line in record_lines(result.output):
+        key, payload = line.split(" key: ", 1)[1].split(" payload: ")
+        assert key == "transaction_metadata::transactionalId=dump-me"
+        fields = dict(
+            part.replace(":", "=", 1).split("=", 1) for part in payload.split(",") if "=" in part or ":" in part
+        )
+        payloads.append(fields)
+    states = [p["state"] for p in payloads]
+    assert states == ["Empty", "Ongoing", "PrepareCommit", "CompleteCommit", "Ongoing", "PrepareAbort", "CompleteAbort"]
+    assert {p["txnTimeoutMs"] for p in payloads} == {"45000"}
+    assert len({p["producerId"] for p in payloads}) == 1
+    assert [p["partitions"] for p in payloads] == [
+        "[]",
+        "[orders-0]",
+        "[orders-0]",
+        "[]",
+        "[orders-0]",
+        "[orders-0]",
+        "[]",
+    ]

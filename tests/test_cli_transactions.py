@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 from click.testing import CliRunner
@@ -18,6 +19,8 @@ from click.testing import CliRunner
 from brokertools import REPO, BrokerProcess
 from kafkalog.cli import main
 from kafkalog.cli.transactions import table
+from kafkalog.manager import LogManager
+from kafkalog.record import RecordBatchBuilder
 
 
 def kafkalog(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
@@ -135,3 +138,223 @@ def test_describe_producers_of_an_unknown_partition(broker) -> None:
     assert result.returncode == 1
     assert result.stderr.startswith("Failed to describe producers for partition nope-0 on leader: ")
     assert result.stderr.rstrip().endswith(". Enable debug logging for additional detail.")
+
+
+# ----- hanging transactions: found, then aborted ------------------------------------------------------------------
+HANGING_PID, HANGING_EPOCH = 4242, 3
+OLD_PID = 4343
+
+
+def _batch(records: int, ts: int, pid: int = -1, epoch: int = -1, transactional: bool = False) -> bytes:
+    builder = RecordBatchBuilder(
+        producer_id=pid, producer_epoch=epoch, base_sequence=0 if pid >= 0 else -1, is_transactional=transactional
+    )
+    for i in range(records):
+        builder.append(b"k", b"v%d" % i, timestamp=ts)
+    return builder.build()
+
+
+@pytest.fixture(scope="module")
+def hanging(tmp_path_factory):
+    """A log dir whose partitions hold transactions no coordinator knows (their producer's coordinator state is
+    gone, as after a lost __transaction_state or a bug), written before the broker starts: the records' last
+    timestamp is 20 minutes old, past the default 15-minute maximum transaction timeout."""
+    log_dir = tmp_path_factory.mktemp("hanging")
+    old = int(time.time() * 1000) - 20 * 60_000
+    with LogManager([log_dir], {"log.dirs": str(log_dir)}) as manager:
+        manager.create_topic("hang", 1)
+        manager.create_topic("hang2", 1)
+        part = manager.replica_manager.get_partition("hang", 0)
+        part.append_records_to_leader(_batch(2, old), -1)  # offsets 0-1
+        part.append_records_to_leader(_batch(3, old, HANGING_PID, HANGING_EPOCH, transactional=True), -1)  # 2-4
+        part.append_records_to_leader(_batch(1, old), -1)  # offset 5
+        manager.replica_manager.get_partition("hang2", 0).append_records_to_leader(
+            _batch(1, old, OLD_PID, 0, transactional=True), -1
+        )  # offset 0
+    server = BrokerProcess(log_dir).start()
+    yield server, old
+    assert server.stop() == 0, server.log
+
+
+def _committed_end(bootstrap: str, topic: str) -> int:
+    """The last stable offset, as a read_committed consumer's end offset (ListOffsets with isolation level 1)."""
+    from kafka import KafkaConsumer
+    from kafka import TopicPartition as KTP
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed")
+    try:
+        return consumer.end_offsets([KTP(topic, 0)])[KTP(topic, 0)]
+    finally:
+        consumer.close()
+
+
+FIND_HEADERS = [
+    "Topic",
+    "Partition",
+    "ProducerId",
+    "ProducerEpoch",
+    "CoordinatorEpoch",
+    "StartOffset",
+    "LastTimestamp",
+    "Duration(min)",
+]
+
+
+def test_find_hanging_then_abort(hanging) -> None:
+    broker, old = hanging
+    bootstrap = broker.bootstrap
+    assert _committed_end(bootstrap, "hang") == 2  # the open transaction at offset 2 holds the LSO back
+    found = kafkalog("transactions", "--bootstrap-server", bootstrap, "find-hanging", "--topic", "hang")
+    assert found.returncode == 0, found.stderr
+    (header, row) = rows(found.stdout)
+    assert header == FIND_HEADERS
+    assert row[:7] == ["hang", "0", str(HANGING_PID), str(HANGING_EPOCH), "-1", "2", str(old)]
+    assert int(row[7]) in (20, 21)  # minutes since the last record
+    # By broker: every partition with a replica on broker 0.
+    by_broker = kafkalog("transactions", "--bootstrap-server", bootstrap, "find-hanging", "--broker-id", "0")
+    assert by_broker.returncode == 0, by_broker.stderr
+    assert sorted(r[:6] for r in rows(by_broker.stdout)[1:]) == [
+        ["hang", "0", str(HANGING_PID), str(HANGING_EPOCH), "-1", "2"],
+        ["hang2", "0", str(OLD_PID), "0", "-1", "0"],
+    ]
+    # With a maximum timeout longer than the transaction's age, nothing is suspect yet.
+    patient = kafkalog(
+        "transactions",
+        "--bootstrap-server",
+        bootstrap,
+        "find-hanging",
+        "--topic",
+        "hang",
+        "--max-transaction-timeout",
+        "30",
+    )
+    assert rows(patient.stdout) == [FIND_HEADERS]
+
+    wrong = kafkalog(
+        "transactions",
+        "--bootstrap-server",
+        bootstrap,
+        "abort",
+        "--topic",
+        "hang",
+        "--partition",
+        "0",
+        "--start-offset",
+        "3",
+    )
+    assert wrong.returncode == 1
+    assert wrong.stderr.strip() == "Could not find any open transactions starting at offset 3 on partition hang-0"
+
+    aborted = kafkalog(
+        "transactions",
+        "--bootstrap-server",
+        bootstrap,
+        "abort",
+        "--topic",
+        "hang",
+        "--partition",
+        "0",
+        "--start-offset",
+        "2",
+    )
+    assert aborted.returncode == 0, aborted.stderr
+    assert aborted.stdout == ""  # Kafka's tool prints nothing on success
+    # The ABORT marker went to offset 6: the LSO moves to the log end, the aborted records stay hidden.
+    assert _committed_end(bootstrap, "hang") == 7
+    described = kafkalog(
+        "transactions", "--bootstrap-server", bootstrap, "describe-producers", "--topic", "hang", "--partition", "0"
+    )
+    (_, producer) = rows(described.stdout)
+    assert producer[0:3] == [str(HANGING_PID), str(HANGING_EPOCH), "0"] and producer[5] == "None"
+    again = kafkalog("transactions", "--bootstrap-server", bootstrap, "find-hanging", "--topic", "hang")
+    assert rows(again.stdout) == [FIND_HEADERS]
+
+    from kafka import KafkaConsumer
+    from kafka import TopicPartition as KTP
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed", consumer_timeout_ms=3000)
+    consumer.assign([KTP("hang", 0)])
+    consumer.seek_to_beginning()
+    assert [m.offset for m in consumer] == [0, 1, 5]
+    consumer.close()
+
+
+def test_abort_by_producer_id_for_older_brokers(hanging) -> None:
+    broker, _ = hanging
+    assert _committed_end(broker.bootstrap, "hang2") == 0
+    # coordinator epoch -1 (as DescribeProducers shows for a producer never given a marker) is sent as 0
+    result = kafkalog(
+        "transactions",
+        "--bootstrap-server",
+        broker.bootstrap,
+        "abort",
+        "--topic",
+        "hang2",
+        "--partition",
+        "0",
+        "--producer-id",
+        str(OLD_PID),
+        "--producer-epoch",
+        "0",
+        "--coordinator-epoch",
+        "-1",
+    )
+    assert result.returncode == 0, result.stderr
+    assert _committed_end(broker.bootstrap, "hang2") == 2
+
+
+# ----- list and describe ------------------------------------------------------------------------------------------
+def test_list_and_describe_an_ongoing_then_committed_transaction(broker) -> None:
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic("ledger", 2, 1)])["ledger"].result(30)
+    producer = Producer(
+        {"bootstrap.servers": broker.bootstrap, "transactional.id": "lister", "transaction.timeout.ms": 50000}
+    )
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    before = int(time.time() * 1000)
+    producer.produce("ledger", b"a", partition=1)
+    producer.produce("ledger", b"b", partition=0)
+    producer.flush(30)
+    listed = kafkalog("transactions", "--bootstrap-server", broker.bootstrap, "list")
+    assert listed.returncode == 0, listed.stderr
+    table_rows = rows(listed.stdout)
+    assert table_rows[0] == ["TransactionalId", "Coordinator", "ProducerId", "TransactionState"]
+    (mine,) = [r for r in table_rows[1:] if r[0] == "lister"]
+    assert mine[1] == "0" and mine[3] == "Ongoing"
+    producer_id = mine[2]
+
+    described = kafkalog(
+        "transactions", "--bootstrap-server", broker.bootstrap, "describe", "--transactional-id", "lister"
+    )
+    assert described.returncode == 0, described.stderr
+    header, row = rows(described.stdout)
+    assert header == [
+        "CoordinatorId",
+        "TransactionalId",
+        "ProducerId",
+        "ProducerEpoch",
+        "TransactionState",
+        "TransactionTimeoutMs",
+        "CurrentTransactionStartTimeMs",
+        "TransactionDurationMs",
+        "TopicPartitions",
+    ]
+    assert row[:3] == ["0", "lister", producer_id] and row[4:6] == ["Ongoing", "50000"]
+    assert before - 5000 <= int(row[6]) <= int(time.time() * 1000) and int(row[7]) >= 0
+    # The Java client's HashSet order, by hand: "ledger".hashCode() = 0xbe09ad69; TopicPartition.hashCode() =
+    # 31 * (31 + p) + that = 0xbe09b12a (p=0), 0xbe09b149 (p=1); HashMap spreads h ^ (h >>> 16), whose low 16 bits
+    # are 0xb12a ^ 0xbe09 = 0x0f23 (bucket 3 of 16) and 0xb149 ^ 0xbe09 = 0x0f40 (bucket 0): ledger-1 comes first.
+    assert row[8] == "ledger-1,ledger-0"
+    producer.commit_transaction(30)
+    after = kafkalog("transactions", "--bootstrap-server", broker.bootstrap, "describe", "--transactional-id", "lister")
+    assert rows(after.stdout)[1][4] == "CompleteCommit"
+
+    missing = kafkalog(
+        "transactions", "--bootstrap-server", broker.bootstrap, "describe", "--transactional-id", "nobody"
+    )
+    assert missing.returncode == 1
+    assert missing.stderr.startswith("Failed to describe transaction state of transactional-id `nobody`: ")

@@ -653,3 +653,54 @@ def test_kip848_members_and_epochs_survive_a_restart_in_kafkas_records(h):
     assert h.coordinator.delete_groups(["cg"]) == {"cg": Errors.NONE}
     h.restart()
     assert "cg" not in h.coordinator.consumer_groups
+
+
+# ----- transactional offset commits (TxnOffsetCommit) ------------------------------------------------------------
+def _write_marker(h: Harness, group: str, producer_id: int, epoch: int, commit: bool) -> None:
+    from kafkalog.record.builder import control_batch
+    from kafkalog.record.types import ControlRecordType
+    from kafkalog.storage.producer_state import AppendOrigin
+
+    tp = TopicPartition(GROUP_METADATA_TOPIC_NAME, h.coordinator.partition_for(group))
+    control = ControlRecordType.COMMIT if commit else ControlRecordType.ABORT
+    batch = control_batch(control, producer_id, epoch, 0, h.clock.milliseconds())
+    assert h.manager.replica_manager.append_records({tp: batch}, -1, AppendOrigin.COORDINATOR)[tp].error is None
+
+
+def test_transactional_offsets_stay_pending_until_the_commit_marker(h):
+    """Kafka writes a TxnOffsetCommit as a transactional batch of the producer and shows it only once the COMMIT
+    marker reaches the group's partition (GroupMetadataManager.handleTxnCompletion); an ABORT drops it."""
+    h.manager.create_topic("t", 2)
+    results = h.coordinator.commit_transactional_offsets("g", 77, 0, "", None, -1, {("t", 0): (5, -1, "m")})
+    assert results == {("t", 0): Errors.NONE}
+    assert h.coordinator.fetch_offsets("g", [("t", 0)]) == (Errors.NONE, {("t", 0): None})
+    assert h.coordinator.has_pending_offsets("g", "t", 0)
+    # the batch on disk is transactional, of producer 77
+    part = h.manager.replica_manager.get_partition(GROUP_METADATA_TOPIC_NAME, h.coordinator.partition_for("g"))
+    batch = list(part.fetch_records(0, 1 << 20, "log_end").records.batches())[-1]
+    assert batch.is_transactional and batch.producer_id == 77 and batch.producer_epoch == 0
+    _write_marker(h, "g", 77, 0, commit=True)
+    h.coordinator.complete_transaction(77, h.coordinator.partition_for("g"), committed=True)
+    _, found = h.coordinator.fetch_offsets("g", [("t", 0)])
+    assert found[("t", 0)].offset == 5 and not h.coordinator.has_pending_offsets("g", "t", 0)
+    h.coordinator.commit_transactional_offsets("g", 77, 0, "", None, -1, {("t", 0): (9, -1, "")})
+    _write_marker(h, "g", 77, 0, commit=False)
+    h.coordinator.complete_transaction(77, h.coordinator.partition_for("g"), committed=False)
+    assert h.coordinator.fetch_offsets("g", [("t", 0)])[1][("t", 0)].offset == 5
+
+
+def test_transactional_offsets_reloaded_as_kafka_reads_them(h):
+    """After a restart: a transaction with its COMMIT marker in the log is visible, an aborted one is not, and one
+    without a marker yet stays pending until its coordinator decides."""
+    h.manager.create_topic("t", 3)
+    for pid, partition in ((1, 0), (2, 1), (3, 2)):
+        h.coordinator.commit_transactional_offsets("g", pid, 0, "", None, -1, {("t", partition): (10 + pid, -1, "")})
+    _write_marker(h, "g", 1, 0, commit=True)
+    _write_marker(h, "g", 2, 0, commit=False)
+    h.restart()
+    _, found = h.coordinator.fetch_offsets("g", [("t", 0), ("t", 1), ("t", 2)])
+    assert found[("t", 0)].offset == 11 and found[("t", 1)] is None and found[("t", 2)] is None
+    assert h.coordinator.has_pending_offsets("g", "t", 2) and not h.coordinator.has_pending_offsets("g", "t", 1)
+    _write_marker(h, "g", 3, 0, commit=True)
+    h.coordinator.complete_transaction(3, h.coordinator.partition_for("g"), committed=True)
+    assert h.coordinator.fetch_offsets("g", [("t", 2)])[1][("t", 2)].offset == 13

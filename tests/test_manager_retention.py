@@ -25,8 +25,9 @@ import pytest
 
 from kafkalog import LogManager
 from kafkalog.errors import OffsetOutOfRangeError
-from kafkalog.retention import RULE_LOG_START, RULE_SIZE, RULE_TIME, RetentionExplanation, SegmentRetention
+from kafkalog.retention import RetentionExplanation, SegmentRetention
 from kafkalog.storage.checkpoints import OffsetCheckpointFile
+from kafkalog.storage.retention import RULE_LOG_START, RULE_SIZE, RULE_TIME
 from kafkalog.testing import MockTime
 
 T0 = 1_700_000_000_000

@@ -14,15 +14,13 @@ from pathlib import Path
 import pytest
 
 from kafkalog.retention import (
-    RULE_LOG_START,
-    RULE_SIZE,
-    RULE_TIME,
     RetentionExplanation,
     SegmentRetention,
     explain_retention,
     worst_case_lifetime_ms,
 )
 from kafkalog.storage import Log
+from kafkalog.storage.retention import RULE_LOG_START, RULE_SIZE, RULE_TIME
 from kafkalog.testing import MockTime
 
 T0 = 1_700_000_000_000

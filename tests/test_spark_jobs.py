@@ -118,3 +118,28 @@ def test_ingest_json_files_keyed_by_a_column(spark, tmp_path: Path) -> None:
     from kafkalog.record import default_partition
 
     assert all(p == default_partition(k, 3) for p, k, _ in got)  # keyed: murmur2 placement
+
+
+def test_report_explain_and_retention_agree_when_the_active_segment_goes_too(spark, tmp_path: Path) -> None:
+    """Every segment of the partition, the active one included, is past retention.ms: a retention check rolls a new
+    empty segment and deletes them all. `explain retention` and the Spark report count them all too (the report
+    used to leave the active segment out: 3 where Kafka deletes 4)."""
+    logs = tmp_path / "logs"
+    with LogManager([logs], {"log.cleaner.enable": "false"}) as manager:
+        manager.create_topic("clicks", 1, {"segment.bytes": 600, "retention.ms": 3_600_000})
+        for i in range(8):
+            _produce(manager, "clicks", 0, i * 20, 20, T0)  # years old
+        segments = len(manager.get_log("clicks", 0).segments)
+    assert segments >= 3
+    from kafkalog.spark.jobs import report
+
+    _, partitions = report(spark, [str(logs)])
+    assert [p.retention_deletes_segments for p in partitions] == [segments]
+    explained = CliRunner().invoke(main, ["explain", "retention", str(logs), "--topic", "clicks"])
+    assert explained.exit_code == 0, explained.output
+    assert f"Deletable now: {segments} segment(s)" in explained.output
+    assert "Every segment goes, so it first rolls an empty one." in explained.output
+    with LogManager([logs], {"log.cleaner.enable": "false"}) as manager:
+        log = manager.get_log("clicks", 0)
+        assert log.delete_old_segments() == segments
+        assert [s.size for s in log.segments] == [0] and log.log_start_offset == 160

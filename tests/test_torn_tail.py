@@ -34,22 +34,28 @@ def test_torn_tail_after_clean_shutdown_keeps_the_complete_batches_and_the_next_
     assert produced.exit_code == 0, produced.output
     assert (tmp_path / ".kafka_cleanshutdown").exists()
     segment = tmp_path / "t-0" / "00000000000000000000.log"
-    with open(segment, "r+b") as f:  # truncate -s -100: the sixth batch of 500 records is torn
+    data = segment.read_bytes()
+    position, last_base = 0, 0
+    while position < len(data):  # the producer's batches: base offset (int64), then the batch length (int32)
+        last_base = int.from_bytes(data[position : position + 8], "big")
+        position += 12 + int.from_bytes(data[position + 8 : position + 12], "big")
+    assert 0 < last_base < 2999, "the input fits in one batch: nothing to tear"
+    with open(segment, "r+b") as f:  # truncate -s -100: the last batch is torn
         f.truncate(segment.stat().st_size - 100)
 
     described = run("topics", "--log-dir", d, "--describe", "--topic", "t")
     assert described.exit_code == 0, described.output
-    assert _describe_field(described.output, "LogEndOffset") == 2500
+    assert _describe_field(described.output, "LogEndOffset") == last_base
 
     result = run("produce", "--log-dir", d, "--topic", "t", input="x\n")
     assert result.exit_code == 0, result.output
-    consumed = run("consume", "--log-dir", d, "--topic", "t", "--partition", "0", "--offset", "2490")
+    consumed = run("consume", "--log-dir", d, "--topic", "t", "--partition", "0", "--offset", str(last_base - 10))
     assert consumed.exit_code == 0, consumed.output
     lines = consumed.stdout.splitlines()
-    assert lines == [str(i) for i in range(2491, 2501)] + ["x"]
+    assert lines == [str(i) for i in range(last_base - 9, last_base + 1)] + ["x"]
     with Log.open(tmp_path / "t-0", had_clean_shutdown=True) as reopened:
-        assert reopened.log_end_offset == 2501
-        assert [r.offset for r in reopened.records(2499, "log_end")] == [2499, 2500]
+        assert reopened.log_end_offset == last_base + 1
+        assert [r.offset for r in reopened.records(last_base - 1, "log_end")] == [last_base - 1, last_base]
 
 
 def test_whole_tail_after_clean_shutdown_is_not_recovered(tmp_path: Path) -> None:

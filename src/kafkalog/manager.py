@@ -266,7 +266,7 @@ class LogManager:
             log.warning(
                 "The configs of %d topics in these log dirs are unknown to kafkalog (%s): %s. Their retention, "
                 "which deletes segments, does not run until their configs are confirmed: set them (kafkalog topics "
-                "alter) or, if the broker defaults are right for them, set "
+                "--log-dir DIR --alter --topic NAME --config k=v) or, if the broker defaults are right for them, set "
                 "kafkalog.adopted.topics.retention.enable=true.",
                 len(self._unconfirmed),
                 "; ".join(sorted(set(self._unconfirmed.values()))),

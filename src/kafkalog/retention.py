@@ -1,8 +1,8 @@
 """Why is this data still here, and when will it go? Retention explained for one partition.
 
-``explain_retention(log, now_ms=..., check_interval_ms=..., next_check_ms=...)`` replays, on a copy of the
-segment list and without touching the log, the pass ``Log.delete_old_segments`` runs (Kafka's
-UnifiedLog.deleteOldSegments, spec section 8):
+``explain_retention(log, now_ms=..., check_interval_ms=..., next_check_ms=...)`` asks the retention planner
+(``storage.retention.plan_retention``, the one ``Log.delete_old_segments`` carries out) what the pass at ``now_ms``
+deletes, without touching the log, and explains it (Kafka's UnifiedLog.deleteOldSegments, spec section 8):
 
 1. three walks, in this order, each seeing what the previous one left: the log-start-offset rule (a segment
    goes when the *next* segment's base offset ≤ the log start offset), then, only when cleanup.policy has
@@ -28,18 +28,14 @@ batch's timestamp), plus up to one check interval, plus file.delete.delay.ms; se
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from .layout import INT64_MIN
 from .storage.config import LogConfig
 from .storage.log import Log
+from .storage.retention import RULE_LOG_START, RULE_SIZE, RULE_TIME, Deletion, plan_retention
 from .storage.segment import LogSegment
-
-RULE_LOG_START = "log-start-offset"
-RULE_SIZE = "retention.bytes"
-RULE_TIME = "retention.ms"
 
 
 @dataclass
@@ -117,46 +113,22 @@ class _Seg:
     size: int
     largest: int
     source: str
-    segment: LogSegment | None  # None for the empty segment a roll adds
+    segment: LogSegment
     rule: str | None = None
     note: str = ""
     eligible: int | None = None
 
+    @property
+    def base_offset(self) -> int:  # the planner's RetentionSegment
+        return self.base
 
-@dataclass
-class _State:
-    segs: list[_Seg]
-    log_start: int
-    log_end: int
-    hw: int
-    removed: list[_Seg] = field(default_factory=list)
+    @property
+    def largest_timestamp(self) -> int:
+        return self.largest
 
 
 def _upper(segs: list[_Seg], i: int, log_end: int) -> int:
     return segs[i + 1].base if i + 1 < len(segs) else log_end
-
-
-def _run_walk(state: _State, rule: str, predicate: Callable[[_Seg, _Seg | None], bool]) -> None:
-    """deletableSegments + deleteSegments on the model: walk oldest first, stop at the first kept one."""
-    segs = state.segs
-    count = 0
-    for i, seg in enumerate(segs):
-        following = segs[i + 1] if i + 1 < len(segs) else None
-        upper = following.base if following is not None else state.log_end
-        is_last_and_empty = following is None and seg.size == 0
-        if state.hw >= upper and predicate(seg, following) and not is_last_and_empty:
-            count += 1
-        else:
-            break
-    if count == 0:
-        return
-    if count == len(segs):  # every segment would go: roll a new empty active segment first
-        segs.append(_Seg(state.log_end, 0, -1, "mtime", None))
-    for seg in segs[:count]:
-        seg.rule = rule
-    state.removed.extend(segs[:count])
-    state.segs = segs[count:]
-    state.log_start = max(state.log_start, state.segs[0].base)
 
 
 def _segment_timestamps(segment: LogSegment) -> tuple[int, str]:
@@ -211,6 +183,39 @@ def _duration(ms: int) -> str:
     return sign + " ".join(parts)
 
 
+def _annotate(
+    model: list[_Seg], deletions: list[Deletion], log_start: int, log_end: int, retention: tuple[int, int], now_ms: int
+) -> list[_Seg]:
+    """Mark the segments the plan deletes with their rule and why (and, time rule, when each qualified)."""
+    retention_bytes, retention_ms = retention
+    removed = []
+    cumulative = INT64_MIN
+    for deletion in deletions:
+        seg = model[deletion.index]
+        seg.rule = deletion.rule
+        if deletion.rule == RULE_LOG_START:
+            following = model[deletion.index + 1].base if deletion.index + 1 < len(model) else log_end
+            seg.note = (
+                f"the log start offset {log_start} ≥ the next segment's base offset {following} "
+                "(moved by DeleteRecords or by an earlier deletion)"
+            )
+        elif deletion.rule == RULE_SIZE:
+            seg.note = (
+                f"the log is {deletion.log_bytes} bytes, {deletion.excess_bytes} over retention.bytes="
+                f"{retention_bytes} (after the older segments this pass deletes), and its {seg.size} bytes fit in "
+                "that excess"
+            )
+        else:
+            cumulative = max(cumulative, seg.largest + retention_ms + 1)
+            seg.eligible = cumulative
+            seg.note = (
+                f"its largest timestamp {_stamp(seg)} is {_duration(now_ms - seg.largest)}"
+                f" old, more than retention.ms={retention_ms}"
+            )
+        removed.append(seg)
+    return removed
+
+
 def explain_retention(
     log: Log,
     *,
@@ -244,50 +249,18 @@ def explain_retention(
     originals = list(model)
     next_of = {s.base: _upper(originals, i, log_end) for i, s in enumerate(originals)}
     total = sum(s.size for s in originals)
-    state = _State(list(model), log_start, log_end, hw)
-
-    # ----- the pass at now_ms, rule by rule, as Log.delete_old_segments runs it --------------------------
-    def breaches_log_start(seg: _Seg, following: _Seg | None) -> bool:
-        ok = following is not None and following.base <= state.log_start
-        if ok:
-            seg.note = (
-                f"the log start offset {state.log_start} ≥ the next segment's base offset {following.base} "
-                "(moved by DeleteRecords or by an earlier deletion)"
-            )
-        return ok
-
-    _run_walk(state, RULE_LOG_START, breaches_log_start)
-    if config.delete:
-        size_now = sum(s.size for s in state.segs)
-        if retention_bytes >= 0 and size_now >= retention_bytes:
-            diff = [size_now - retention_bytes]
-
-            def breaches_size(seg: _Seg, _following: _Seg | None) -> bool:
-                if diff[0] - seg.size >= 0:
-                    seg.note = (
-                        f"the log is {size_now} bytes, {diff[0]} over retention.bytes={retention_bytes} "
-                        f"(after the older segments this pass deletes), and its {seg.size} bytes fit in that excess"
-                    )
-                    diff[0] -= seg.size
-                    return True
-                return False
-
-            _run_walk(state, RULE_SIZE, breaches_size)
-        if retention_ms >= 0:
-            cumulative = [INT64_MIN]
-
-            def breaches_time(seg: _Seg, _following: _Seg | None) -> bool:
-                ok = now_ms - seg.largest > retention_ms
-                if ok and seg.segment is not None:
-                    cumulative[0] = max(cumulative[0], seg.largest + retention_ms + 1)
-                    seg.eligible = cumulative[0]
-                    seg.note = (
-                        f"its largest timestamp {_stamp(seg)} is {_duration(now_ms - seg.largest)}"
-                        f" old, more than retention.ms={retention_ms}"
-                    )
-                return ok
-
-            _run_walk(state, RULE_TIME, breaches_time)
+    plan = plan_retention(
+        model,
+        log_start_offset=log_start,
+        log_end_offset=log_end,
+        high_watermark=hw,
+        delete_policy=config.delete,
+        retention_bytes=retention_bytes,
+        retention_ms=retention_ms,
+        now_ms=now_ms,
+    )
+    removed = _annotate(model, plan.deletions, log_start, log_end, (retention_bytes, retention_ms), now_ms)
+    plan_log_start = plan.log_start_offset
 
     def first_check(at: int) -> int:
         if at <= next_check_ms:
@@ -295,11 +268,9 @@ def explain_retention(
         return next_check_ms + -(-(at - next_check_ms) // check_interval_ms) * check_interval_ms
 
     results: dict[int, SegmentRetention] = {}
-    rolled = state.segs and state.segs[-1].segment is None and len(state.removed) == len(originals)
+    rolled = plan.rolled_by is not None
 
-    for seg in state.removed:
-        if seg.segment is None:
-            continue
+    for seg in removed:
         is_active = seg.segment is active
         eligible = seg.eligible if seg.rule == RULE_TIME and seg.eligible is not None else now_ms
         reason = f"deletable now: {seg.rule}: {seg.note}"
@@ -315,7 +286,7 @@ def explain_retention(
         )  # fmt: skip
 
     # ----- what is kept, why, and when the time rule will take it ----------------------------------------
-    kept = [s for s in state.segs if s.segment is not None]
+    kept = [s for s in model if s.rule is None]
     kept_total = sum(s.size for s in kept)
     blocker: _Seg | None = None
     blocker_why = ""
@@ -341,7 +312,7 @@ def explain_retention(
             if following is None:
                 why += ", and never the last one"
             else:
-                why += f", once the log start offset (now {state.log_start}) reaches {following.base}"
+                why += f", once the log start offset (now {plan_log_start}) reaches {following.base}"
         elif last_and_empty:
             why = (
                 "kept: the empty active segment; a log always keeps one segment and an empty last one is never deleted"
@@ -392,9 +363,9 @@ def explain_retention(
             )
         elif config.delete and retention_bytes < 0 and retention_ms < 0:
             why += "; retention.bytes=-1 (unlimited)"
-        if seg.base < state.log_start < upper:
+        if seg.base < plan_log_start < upper:
             why += (
-                f"; the log start offset {state.log_start} is inside it: offsets below it can no longer be read, "
+                f"; the log start offset {plan_log_start} is inside it: offsets below it can no longer be read, "
                 f"but the segment stays until the log start reaches {upper}"
             )
 

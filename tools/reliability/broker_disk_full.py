@@ -8,8 +8,10 @@ sends 1 KB records to both partitions until the tmpfs is full. Then, as Kafka's 
 
 - the produce that hit ENOSPC is answered KAFKA_STORAGE_ERROR, and so is every later produce to that dir's
   partition (a raw Produce request shows the code); nothing of a failed append stays in the log;
-- the dir is offline: Metadata says LEADER_NOT_AVAILABLE with the replica in offline_replicas, DescribeLogDirs
-  and the Prometheus endpoint (``kafka_log_logmanager_offlinelogdirectorycount``) say so;
+- the dir is offline: Metadata says LEADER_NOT_AVAILABLE with the replica in offline_replicas, and the Prometheus
+  endpoint (``kafka_log_logmanager_offlinelogdirectorycount``) says so; a group whose __consumer_offsets partition
+  is in that dir gets COORDINATOR_NOT_AVAILABLE from FindCoordinator, one whose partition is in the other dir a
+  coordinator;
 - the other dir keeps serving: its partition takes produces and serves fetches, and a new topic is placed there;
 - a clean shutdown writes nothing into the failed dir (no clean-shutdown marker: the next start recovers it)
   and after a restart -- the tmpfs still full -- every acknowledged record of both partitions is served, at the
@@ -72,6 +74,23 @@ def tmpfs(directory: Path, size: str = TMPFS_SIZE):  # type: ignore[no-untyped-d
 def value_for(partition: int, seq: int) -> bytes:
     head = b"p%d:%d:" % (partition, seq)
     return head + b"x" * (VALUE_BYTES - len(head))
+
+
+def _find_coordinator(bootstrap: str, group: str) -> int:
+    """One FindCoordinator v1 for ``group``: its error code."""
+    from kafka.protocol.metadata import FindCoordinatorRequest
+
+    from kafkalog.broker.protocol import APIS
+
+    body = raw_request(bootstrap, 10, 1, FindCoordinatorRequest(key=group, key_type=0).encode(version=1))
+    return int(APIS[10].response[1].decode(body).error_code)
+
+
+def _group_on(offsets_partition: int, partitions: int) -> str:
+    """A group id whose __consumer_offsets partition is ``offsets_partition`` (Kafka's partitionFor)."""
+    from kafkalog.coordinator.group.coordinator import partition_for
+
+    return next(g for i in range(1000) if partition_for(g := f"group-{i}", partitions) == offsets_partition)
 
 
 def _raw_produce(bootstrap: str, partition: int, value: bytes) -> int:
@@ -177,7 +196,12 @@ def disk_full(root: Path) -> Row:
     with tmpfs(full_dir):
         broker = Broker(
             base / "unused",
-            {"log.dirs": f"{full_dir},{roomy_dir}", "metrics.port": "0", "metrics.host": "127.0.0.1"},
+            {
+                "log.dirs": f"{full_dir},{roomy_dir}",
+                "metrics.port": "0",
+                "metrics.host": "127.0.0.1",
+                "offsets.topic.num.partitions": "2",
+            },
         )
         try:
             _fill_and_check(row, broker, [full_dir, roomy_dir])
@@ -200,6 +224,10 @@ def _fill_and_check(row: Row, broker: Broker, dirs: list[Path]) -> None:
     if small is None or roomy is None:
         fail(f"the partitions were not spread over both dirs: {placement}")
         return
+    if _find_coordinator(broker.bootstrap, "disk-full-probe") != 0:  # creates __consumer_offsets, one per dir
+        fail("FindCoordinator failed before the fault")
+    offsets = _partition_dirs(dirs, "__consumer_offsets")
+    groups = {d: _group_on(p, 2) for p, d in offsets.items()}
     producer = _Producer(broker.bootstrap)
     rounds = 0
     while not any(p == small for p, _ in producer.errors) and rounds < 40:  # 8 MiB is ~8,000 records
@@ -235,6 +263,15 @@ def _fill_and_check(row: Row, broker: Broker, dirs: list[Path]) -> None:
             fail("the metrics do not count one offline log dir")
         if f'kafka_log_logmanager_logdirectoryoffline{{logDirectory="{full_dir}"}} 1.0' not in text:
             fail("the metrics do not mark the full dir offline")
+    # a group whose offsets partition is in the failed dir has no coordinator; one in the other dir has
+    if set(groups) == {full_dir, roomy_dir}:
+        codes = {d: _find_coordinator(broker.bootstrap, g) for d, g in groups.items()}
+        if codes != {full_dir: 15, roomy_dir: 0}:
+            fail(
+                f"FindCoordinator after the fault: {codes} (COORDINATOR_NOT_AVAILABLE (15) for the failed dir's groups)"
+            )
+    else:
+        fail(f"__consumer_offsets was not spread over both dirs: {offsets}")
     # the other dir keeps serving: produce, fetch, a new topic placed there
     before = len(producer.acked.get(roomy, {}))
     producer.send(roomy, 200)

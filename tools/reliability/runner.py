@@ -20,6 +20,9 @@
   log cleaner at work; peak open fds, RSS and memory maps against bounds predicted from the configuration, no
   deadlock, no descriptor or map left on a deleted file, every acknowledged record readable
   (``tools.reliability.load``).
+- exactly-once (full runs; the quick form is tests/test_eos_loop.py): a confluent-kafka consume-transform-produce
+  program against ``kafkalog serve``, SIGKILLed at random moments and restarted until it has consumed its input;
+  every input's output exactly once in the read_committed output (``tools.reliability.eos``; 50 runs).
 - kill -9 of ``kafkalog serve`` (full runs, or ``--broker-only``): an idempotent acks=all librdkafka producer and
   a consumer group under 200 broker SIGKILLs per flush policy; nothing acknowledged lost or duplicated, the group
   resumes at its committed offsets (``tools.reliability.broker_kill9``); a tmpfs log dir that fills up under
@@ -510,11 +513,13 @@ def run(quick: bool = False, iterations: int | None = None, seed: int = 1, root:
         rows.append(other_fault_case(root, "EIO", "shutdown"))
         rows.append(rlimit_fsize(root))
         rows.append(load_row(quick, root))
-        if not quick:  # the quick forms are tests/test_replication.py and tests/test_broker_kill9.py
+        if not quick:  # the quick forms are tests/test_replication.py, test_broker_kill9.py and test_eos_loop.py
+            from .eos import eos_row
             from .replication import replication_rows
 
             rows += replication_rows(False, root, seed + 4)
             rows += broker_rows(False, root, seed + 5)
+            rows.append(eos_row(50, root, seed + 6))
         return rows
     finally:
         if own_root:

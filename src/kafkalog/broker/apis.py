@@ -1,7 +1,7 @@
 """The request router (Kafka's KafkaApis dispatch): header, version check, decode, handler, response header.
 
-Handlers are looked up by API key; consumer groups and transactions will add their keys here, backed by
-their own coordinators, without touching the existing handlers.
+Handlers are looked up by API key; consumer groups (handlers/group.py) and transactions (handlers/txn.py) add
+their keys here, backed by their own coordinators (kafkalog.coordinator.group, kafkalog.coordinator.transaction).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from .handlers import (
     quotas,
     security,
     topics,
+    txn,
 )
 from .network import CLOSE, Connection
 from .protocol import (
@@ -74,6 +75,13 @@ HANDLERS = {
     47: group.handle_offset_delete,
     68: group.handle_consumer_group_heartbeat,
     69: group.handle_consumer_group_describe,
+    24: txn.handle_add_partitions,
+    25: txn.handle_add_offsets,
+    26: txn.handle_end_txn,
+    27: txn.handle_write_txn_markers,
+    28: txn.handle_txn_offset_commit,
+    65: txn.handle_describe_transactions,
+    66: txn.handle_list_transactions,
     29: acls.handle_describe,
     30: acls.handle_create,
     31: acls.handle_delete,

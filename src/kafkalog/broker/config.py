@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..coordinator.group import GroupCoordinatorConfig
+from ..coordinator.transaction import TransactionCoordinatorConfig
 from ..errors import InvalidConfigurationError
 from ..storage.config import BrokerConfig, load_properties
 
@@ -203,6 +204,7 @@ class KafkaConfig:
             )
         self.metrics_host = p.get("metrics.host", "").strip()
         self.group_coordinator = GroupCoordinatorConfig.from_properties(p)  # offsets.*, group.* (checked here)
+        self.transaction_coordinator = TransactionCoordinatorConfig.from_properties(p)  # transaction.* (checked)
         self.log = BrokerConfig(self.props)
 
     def _inter_broker_listener(self) -> str:

@@ -17,7 +17,8 @@ closes the connection); the principal is the client certificate's subject. On SA
 :class:`~.security.sasl.SaslAuthenticator` decides which requests may pass before login (the router asks it).
 Limits: ``max.connections`` (a new connection waits for a slot, as Kafka's acceptor stops accepting),
 ``max.connections.per.ip`` with its overrides (a connection over the limit is closed at once and logged), and
-``connections.max.idle.ms`` (a connection idle that long between requests is closed).
+``connections.max.idle.ms`` (a connection idle that long between requests, or in the middle of one, is closed, as
+is one whose client has not taken a response within it).
 
 The loop is asyncio's own: uvloop's transports have no native sendfile (loop.sendfile would copy), so it
 would cost the zero-copy path.
@@ -29,6 +30,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import os
 import socket
 import ssl
 import struct
@@ -49,6 +51,12 @@ if TYPE_CHECKING:
 log = logging.getLogger("kafka.network.SocketServer")
 
 _SIZE = struct.Struct(">i")
+_LINGER_RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close() resets the connection
+# The stream reader's limit: a connection stops reading when twice this much is buffered and not yet taken.
+# asyncio's default (64 KiB) pauses and resumes the socket several times for each 1 MiB produce request,
+# each time through the selector; a limit above a throughput-tuned producer's request size reads a request
+# in one go (measured in benchmarks/ab_broker.py) and still bounds what a client can pipeline into memory.
+READ_AHEAD_LIMIT = 1 << 20
 CLOSE = object()  # a handler's answer meaning: close this connection (e.g. an acks=0 produce that failed)
 
 Handler = Callable[["Connection", memoryview], Awaitable["tuple[bytes, Response] | object | None"]]
@@ -155,7 +163,9 @@ class SocketServer:
         for endpoint in self.listeners:
             host = endpoint.host or None
             accept = functools.partial(self._accept, endpoint)
-            server = await asyncio.start_server(accept, host, endpoint.port, reuse_address=True, backlog=1024)
+            server = await asyncio.start_server(
+                accept, host, endpoint.port, reuse_address=True, backlog=1024, limit=READ_AHEAD_LIMIT
+            )
             self._servers.append(server)
             for sock in server.sockets:
                 address = sock.getsockname()
@@ -268,8 +278,38 @@ class SocketServer:
             log.debug("Closing connection %s: idle for more than connections.max.idle.ms=%d", conn.id, idle)
             raise
 
+    async def _read_frame_body(self, conn: Connection, size: int) -> bytes:
+        """The ``size`` bytes of a request, closing the connection (TimeoutError) if they stop coming for
+        ``connections.max.idle.ms``: Kafka's idle expiry counts a half-sent request as idle too, so a slowloris
+        client cannot hold a connection forever. Only what has arrived is held, never ``size`` up front."""
+        idle = self.security.connections_max_idle_ms
+        if idle < 0:
+            return await conn.reader.readexactly(size)
+        seconds = idle / 1000.0
+        loop = asyncio.get_running_loop()
+        parts: list[bytes] = []
+        left = size
+        try:
+            async with asyncio.timeout(seconds) as timer:
+                while left:
+                    chunk = await conn.reader.read(left)
+                    if not chunk:
+                        raise asyncio.IncompleteReadError(b"".join(parts), size)
+                    parts.append(chunk)
+                    left -= len(chunk)
+                    timer.reschedule(loop.time() + seconds)
+        except TimeoutError:
+            log.debug(
+                "Closing connection %s: %d of a %d-byte request received, then nothing for connections.max.idle.ms=%d",
+                conn.id,
+                size - left,
+                size,
+                idle,
+            )
+            raise
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
     async def _serve(self, conn: Connection) -> None:
-        reader = conn.reader
         while not self._stopping:
             head = await self._read_frame_head(conn)
             (size,) = _SIZE.unpack(head)
@@ -282,7 +322,7 @@ class SocketServer:
                     self.max_request_bytes,
                 )
                 return
-            frame = await reader.readexactly(size)
+            frame = await self._read_frame_body(conn, size)
             started = time.perf_counter()
             conn.busy = True
             conn.request_metric = None
@@ -296,7 +336,7 @@ class SocketServer:
             if answer is not None:
                 header, response = answer
                 try:
-                    await self._send(conn, header, response)
+                    await self._send_within_idle(conn, header, response)
                 finally:
                     response.close()
             if self.metrics is not None and conn.request_metric is not None:
@@ -304,6 +344,30 @@ class SocketServer:
             if conn.close_after_send:
                 return
             conn.busy = False
+
+    async def _send_within_idle(self, conn: Connection, header: bytes, response: Response) -> None:
+        """Write a response, closing the connection (TimeoutError) if the client has not taken it within
+        ``connections.max.idle.ms``: a client that never reads its responses holds neither its connection nor the
+        segment files of its fetch forever. (Kafka's idle expiry waits for traffic to stop; this one bounds the
+        whole response, which at the default 10 minutes only cuts a client reading under ~100 KB/s.)"""
+        idle = self.security.connections_max_idle_ms
+        if idle < 0:
+            await self._send(conn, header, response)
+            return
+        try:
+            async with asyncio.timeout(idle / 1000.0):
+                await self._send(conn, header, response)
+        except TimeoutError:
+            log.debug(
+                "Closing connection %s: its response was not read within connections.max.idle.ms=%d", conn.id, idle
+            )
+            # Reset, not a graceful close: that would wait, with the unsent bytes, for a client that does not read.
+            sock = conn.writer.get_extra_info("socket")
+            if sock is not None:
+                with contextlib.suppress(OSError):
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_RESET)
+            conn.writer.transport.abort()
+            raise
 
     async def _send(self, conn: Connection, header: bytes, response: Response) -> None:
         """Write one response: its size and header, then each part (file regions by sendfile when zero-copy)."""
@@ -328,9 +392,32 @@ class SocketServer:
         await writer.drain()
 
     async def _sendfile(self, writer: asyncio.StreamWriter, part: FileRegion) -> None:
-        loop = asyncio.get_running_loop()
+        """Send a file region with os.sendfile: at once while the socket takes it, then through the loop.
+
+        ``loop.sendfile`` waits for the transport to drain, pauses reading, and goes through a future and the
+        selector even when the socket could take the whole region now: several loop iterations per region,
+        which a consumer's small fetches (and every long poll answered with new records) pay in latency. So
+        the region is first offered to the socket directly when nothing else is queued before it (the
+        response's head went out with it), and only what the socket does not take waits for the loop.
+        """
         self.sendfile_calls += 1
-        sent = await loop.sendfile(writer.transport, _Fd(part.fd), part.position, part.size, fallback=False)
+        sent, eof = 0, False
+        sock = writer.get_extra_info("socket")
+        if sock is not None and writer.transport.get_write_buffer_size() == 0:
+            out = sock.fileno()
+            try:
+                while sent < part.size:
+                    n = os.sendfile(out, part.fd, part.position + sent, part.size - sent)
+                    if n == 0:  # end of file: truncated under the send
+                        eof = True
+                        break
+                    sent += n
+            except (BlockingIOError, InterruptedError):
+                pass  # the socket's buffer is full: the loop sends the rest when it drains
+        if sent < part.size and not eof:
+            loop = asyncio.get_running_loop()
+            rest = part.size - sent
+            sent += await loop.sendfile(writer.transport, _Fd(part.fd), part.position + sent, rest, fallback=False)
         if sent != part.size:  # a file truncated under the send: the frame cannot be completed (FileRecords.writeTo)
             raise ConnectionError(f"Size of {part.path} was truncated during a send: sent {sent} of {part.size}")
 

@@ -54,7 +54,14 @@ from kafka.protocol.admin import (
     ListGroupsRequest,
     ListGroupsResponse,
 )
-from kafka.protocol.admin.transactions import DescribeProducersRequest, DescribeProducersResponse
+from kafka.protocol.admin.transactions import (
+    DescribeProducersRequest,
+    DescribeProducersResponse,
+    DescribeTransactionsRequest,
+    DescribeTransactionsResponse,
+    ListTransactionsRequest,
+    ListTransactionsResponse,
+)
 from kafka.protocol.consumer import (
     FetchRequest,
     FetchResponse,
@@ -86,6 +93,18 @@ from kafka.protocol.metadata import (
     MetadataResponse,
 )
 from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdResponse, ProduceRequest, ProduceResponse
+from kafka.protocol.producer.transaction import (
+    AddOffsetsToTxnRequest,
+    AddOffsetsToTxnResponse,
+    AddPartitionsToTxnRequest,
+    AddPartitionsToTxnResponse,
+    EndTxnRequest,
+    EndTxnResponse,
+    TxnOffsetCommitRequest,
+    TxnOffsetCommitResponse,
+    WriteTxnMarkersRequest,
+    WriteTxnMarkersResponse,
+)
 from kafka.protocol.sasl import (
     SaslAuthenticateRequest,
     SaslAuthenticateResponse,
@@ -176,6 +195,7 @@ _ERROR_CODES = {
     "DuplicateSequenceError": DUPLICATE_SEQUENCE_NUMBER,
     "InvalidProducerEpochError": INVALID_PRODUCER_EPOCH,
     "InvalidTxnStateError": INVALID_TXN_STATE,
+    "TransactionCoordinatorFencedError": 52,
     "KafkaStorageError": KAFKA_STORAGE_ERROR,
     "FencedLeaderEpochError": FENCED_LEADER_EPOCH,
     "UnknownLeaderEpochError": UNKNOWN_LEADER_EPOCH,
@@ -279,6 +299,17 @@ APIS: dict[int, ApiSpec] = {
         ApiSpec(47, "OffsetDelete", 0, 0, OffsetDeleteRequest, OffsetDeleteResponse),
         ApiSpec(68, "ConsumerGroupHeartbeat", 0, 1, ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse),
         ApiSpec(69, "ConsumerGroupDescribe", 0, 0, ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse),
+        # The transaction coordinator's APIs (kafkalog.coordinator.transaction, handlers/txn.py). Transactions v1:
+        # EndTxn stops at 3 and Produce at 11, so clients keep adding partitions with AddPartitionsToTxn (v0-3,
+        # the client path; v4 is the broker path, which clients never use) and never expect KIP-890's epoch bump
+        # on every EndTxn (v5).
+        ApiSpec(24, "AddPartitionsToTxn", 0, 4, AddPartitionsToTxnRequest, AddPartitionsToTxnResponse),
+        ApiSpec(25, "AddOffsetsToTxn", 0, 3, AddOffsetsToTxnRequest, AddOffsetsToTxnResponse),
+        ApiSpec(26, "EndTxn", 0, 3, EndTxnRequest, EndTxnResponse),
+        ApiSpec(27, "WriteTxnMarkers", 1, 1, WriteTxnMarkersRequest, WriteTxnMarkersResponse),
+        ApiSpec(28, "TxnOffsetCommit", 0, 3, TxnOffsetCommitRequest, TxnOffsetCommitResponse),
+        ApiSpec(65, "DescribeTransactions", 0, 0, DescribeTransactionsRequest, DescribeTransactionsResponse),
+        ApiSpec(66, "ListTransactions", 0, 2, ListTransactionsRequest, ListTransactionsResponse),
         # Security (broker/security/, handlers/security.py).
         ApiSpec(29, "DescribeAcls", 1, 3, DescribeAclsRequest, DescribeAclsResponse),
         ApiSpec(30, "CreateAcls", 1, 3, CreateAclsRequest, CreateAclsResponse),

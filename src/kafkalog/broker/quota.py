@@ -72,6 +72,8 @@ class QuotaStore:
 
     def lookup(self, user: str, client_id: str, key: str) -> tuple[Entity, float] | None:
         """The quota entity that applies and its bound, by Kafka's precedence (None: unlimited)."""
+        if not self.entries:  # no quota anywhere (the usual case): every request asks, so answer at once
+            return None
         levels: list[Entity] = [
             (("client-id", client_id), ("user", user)),
             (("client-id", None), ("user", user)),

@@ -11,18 +11,22 @@ import asyncio
 import dataclasses
 import logging
 import signal
+import threading
 from pathlib import Path
 
-from ..coordinator.group import GroupCoordinator
+from ..coordinator.group import GROUP_METADATA_TOPIC_NAME, GroupCoordinator
+from ..coordinator.transaction import TransactionCoordinator
 from ..errors import InconsistentClusterIdError, KafkaStorageError
 from ..logdir import MetaProperties
 from ..manager import LogManager
+from ..storage.validator import warm_up
 from .apis import RequestRouter
 from .cluster.node import ClusterNode, ClusterSettings
 from .cluster.producer_ids import ZkProducerIdManager
 from .cluster.security_zk import ZkAclStore, ZkCredentialStore
 from .config import KafkaConfig
 from .handlers.group import LoopScheduler
+from .handlers.txn import CLUSTER_UNSUPPORTED
 from .metrics import BrokerMetrics, MetricsEndpoint
 from .network import SocketSecurity, SocketServer
 from .producer_ids import ProducerIdManager
@@ -87,6 +91,7 @@ class KafkaServer:
         self.purgatory: FetchPurgatory | None = None
         self.socket_server: SocketServer | None = None
         self.group_coordinator: GroupCoordinator | None = None
+        self.txn_coordinator: TransactionCoordinator | None = None
         self.cluster_id: str | None = None
         # ZooKeeper mode (zookeeper.connect set): this broker's membership of the cluster; None = a single node.
         self.cluster_settings = ClusterSettings.from_properties(config.props)
@@ -128,6 +133,9 @@ class KafkaServer:
 
     async def startup(self) -> None:
         log.info("[KafkaServer id=%d] starting", self.node_id)
+        # The record kernel's one-off load (about a second) overlaps the log loading, not the first produce.
+        warming = threading.Thread(target=warm_up, name="kafkalog-warm-up", daemon=True)
+        warming.start()
         security = self._socket_security()
         # A single node keeps its ACLs and SCRAM credentials in the first log dir; a broker of a ZooKeeper cluster
         # keeps them where Kafka's ZooKeeper mode does, shared by every broker (cluster/security_zk.py).
@@ -179,6 +187,20 @@ class KafkaServer:
         if self.cluster is not None:
             self.group_coordinator.cluster_partition_exists = self.cluster.partition_exists
         self.group_coordinator.startup(clustered=self.cluster is not None)
+        await asyncio.get_running_loop().run_in_executor(None, warming.join)
+        self.txn_coordinator = TransactionCoordinator(
+            self.log_manager,
+            self.config.transaction_coordinator,
+            self.log_manager.clock,
+            LoopScheduler(asyncio.get_running_loop()),
+            self.producer_ids.generate_producer_id,
+        )
+        self.txn_coordinator.add_marker_listener(self._on_txn_marker)
+        # loads __transaction_state; transactions caught in PrepareCommit/PrepareAbort get their markers now (and
+        # the group coordinator, loaded first, makes their pending offsets visible or drops them)
+        self.txn_coordinator.startup()
+        if self.cluster is not None:
+            log.warning("%s: FindCoordinator(TRANSACTION) answers COORDINATOR_NOT_AVAILABLE", CLUSTER_UNSUPPORTED)
         self.socket_server = SocketServer(
             self.config.listeners,
             RequestRouter(self),
@@ -211,6 +233,8 @@ class KafkaServer:
         self.stopping = True
         if self.purgatory is not None:
             self.purgatory.wake_all()  # long polls answer now rather than at their max wait
+        if self.txn_coordinator is not None:
+            self.txn_coordinator.shutdown()
         if self.group_coordinator is not None:
             self.group_coordinator.shutdown()  # waiting JoinGroup / SyncGroup answer NOT_COORDINATOR now
         if self.cluster is not None:
@@ -237,6 +261,14 @@ class KafkaServer:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.remove_signal_handler(sig)
             await self.shutdown()
+
+    def _on_txn_marker(self, tp, producer_id: int, committed: bool) -> None:
+        """A transaction marker reached a partition: wake its long polls (the LSO moved) and, in
+        __consumer_offsets, settle the transaction's pending offsets (Kafka's onTransactionCompleted)."""
+        if self.purgatory is not None:
+            self.purgatory.notify(tp)
+        if tp.topic == GROUP_METADATA_TOPIC_NAME and self.group_coordinator is not None:
+            self.group_coordinator.complete_transaction(producer_id, tp.partition, committed)
 
     # ----- what the handlers use ----------------------------------------------------------------------
     @property

@@ -20,13 +20,25 @@ class KafkaLogGroup(click.Group):
     """A click group that turns kafkalog's errors and OS errors into one line on stderr."""
 
     def invoke(self, ctx: click.Context):
-        try:
-            return super().invoke(ctx)
-        except (KafkaLogError, OSError, ValueError) as e:
-            if ctx.obj and ctx.obj.get("debug"):
+        from .common import process_guard
+
+        with process_guard():  # SIGTERM, Ctrl-C and a closed stdout (`| head`), the same way for every command
+            try:
+                return super().invoke(ctx)
+            except BrokenPipeError:
                 raise
-            click.echo(f"Error: {e}", err=True)
-            sys.exit(EXIT_ERROR)
+            except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+                raise  # click prints these itself (usage errors exit 2, data errors 1)
+            except (KafkaLogError, OSError, ValueError) as e:
+                if ctx.obj and ctx.obj.get("debug"):
+                    raise
+                click.echo(f"Error: {e}", err=True)
+                sys.exit(EXIT_ERROR)
+            except Exception as e:  # anything else (a client library's error, a bug): still one line, exit 1
+                if ctx.obj and ctx.obj.get("debug"):
+                    raise
+                click.echo(f"Error: {type(e).__name__}: {e} (run with --debug for the traceback)", err=True)
+                sys.exit(EXIT_ERROR)
 
 
 @click.group(cls=KafkaLogGroup, context_settings={"help_option_names": ["-h", "--help"]})

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
+import signal
+import sys
 import tempfile
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -137,3 +141,56 @@ def parse_key_values(items: tuple[str, ...], what: str) -> dict[str, str]:
             raise click.BadParameter(f"expected key=value, got {item!r}", param_hint=what)
         out[key.strip()] = value.strip()
     return out
+
+
+# ----- signals and a closed stdout, for every command (the group's invoke wraps each command in process_guard) --
+EXIT_OK = 0
+EXIT_SIGNAL_BASE = 128  # a command stopped by signal N exits 128 + N, as the JVM running Kafka's tools does
+
+
+class Interrupted(BaseException):
+    """SIGTERM (or SIGINT where a command defers it) as an exception, so that ``finally`` blocks run: a producer
+    flushes what it read, a consumer closes and prints its total. A BaseException, as KeyboardInterrupt, so that
+    ``except Exception`` does not swallow it."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"stopped by {signal.Signals(signum).name}")
+        self.signum = signum
+
+
+def _raise_interrupted(signum: int, _frame: object) -> None:
+    raise Interrupted(signum)
+
+
+def quiet_closed_stdout() -> None:
+    """After a BrokenPipeError on stdout (``| head``): point fd 1 at /dev/null, so that the interpreter's last
+    flush of what is still buffered does not fail again and print "Exception ignored ... Broken pipe"."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+
+
+@contextlib.contextmanager
+def process_guard() -> Iterator[None]:
+    """Runs one command: SIGTERM raises :class:`Interrupted` (Python's default would kill the process without
+    running ``finally``); a reader that went away (``kafkalog consume ... | head -1``) ends the command quietly with
+    exit code 0, as Kafka's tools (Java's PrintStream swallows the error) instead of ``Error: [Errno 32] Broken
+    pipe``; Ctrl-C and SIGTERM exit 130 and 143 without a traceback, after the command's own clean-up ran."""
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, _raise_interrupted)
+    try:
+        yield
+        with contextlib.suppress(ValueError):  # stdout already closed
+            sys.stdout.flush()  # what is still buffered: a closed pipe shows here when nothing failed before
+    except BrokenPipeError:
+        quiet_closed_stdout()
+        sys.exit(EXIT_OK)
+    except KeyboardInterrupt:
+        sys.exit(EXIT_SIGNAL_BASE + signal.SIGINT)
+    except Interrupted as e:
+        sys.exit(EXIT_SIGNAL_BASE + e.signum)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)

@@ -24,6 +24,7 @@ from pathlib import Path
 import click
 
 from .client_config import admin_client
+from .common import log_dir_or_broker_options, online_or_offline
 
 _ITEM = re.compile(r"\s*([A-Za-z0-9._-]+)\s*(?:=\s*(\[[^\]]*\]|[^,]*))?\s*(?:,|$)")
 _MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
@@ -77,21 +78,62 @@ def parse_add_config(text: str) -> dict[str, dict[str, str]]:
 
 
 @click.command("configs")
-@click.option("--bootstrap-server", required=True, help="The broker to connect to (host:port).")
-@click.option(
-    "--command-config",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    default=None,
-    help="Client properties (security.protocol, sasl.*, ssl.*), as Kafka's tools take.",
-)
-@click.option("--entity-type", type=click.Choice(["users", "clients"]), required=True)
+@log_dir_or_broker_options
+@click.option("--entity-type", type=click.Choice(["topics", "brokers", "users", "clients"]), required=True)
 @click.option("--entity-name", default=None)
 @click.option("--entity-default", is_flag=True, help="The default user or client id (quotas).")
 @click.option("--alter", is_flag=True)
 @click.option("--describe", is_flag=True)
-@click.option("--add-config", default=None)
-@click.option("--delete-config", default=None)
+@click.option("--all", "describe_all", is_flag=True, help="With --describe: every config, with defaults and sources.")
+@click.option("--add-config", default=None, help="k1=v1,k2=[v1,v2] (lists in square brackets).")
+@click.option("--delete-config", default=None, help="k1,k2")
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="Offline: the broker's server.properties (its static configs and topic defaults).",
+)
 def configs_command(
+    log_dirs,
+    bootstrap_server,
+    command_config,
+    entity_type,
+    entity_name,
+    entity_default,
+    alter,
+    describe,
+    describe_all,
+    add_config,
+    delete_config,
+    config_file,
+) -> None:
+    """Describe or change configs as kafka-configs.sh: topics and brokers (online, or offline on log dirs), SCRAM
+    credentials and client quotas (online)."""
+    online = online_or_offline(log_dirs, bootstrap_server, command_config)
+    if alter == describe:
+        raise click.UsageError("Command must include exactly one action: --alter or --describe")
+    if describe_all and not describe:
+        raise click.UsageError("--all is only valid with --describe")
+    if config_file is not None and online:
+        raise click.UsageError("--config (a broker's server.properties) applies to --log-dir only")
+    if entity_type in ("topics", "brokers"):
+        from .resource_configs import resource_configs
+
+        resource_configs(
+            log_dirs, bootstrap_server, command_config, config_file, entity_type, entity_name, entity_default,
+            alter, describe_all, add_config, delete_config,
+        )  # fmt: skip
+        return
+    if not online:
+        raise click.UsageError(f"--entity-type {entity_type} needs --bootstrap-server (they live on a broker)")
+    _users_and_clients(
+        bootstrap_server, command_config, entity_type, entity_name, entity_default, alter, describe, add_config,
+        delete_config,
+    )  # fmt: skip
+
+
+def _users_and_clients(
     bootstrap_server,
     command_config,
     entity_type,
@@ -105,8 +147,6 @@ def configs_command(
     """Add, change, delete or describe SCRAM credentials and client quotas on a running broker."""
     from kafka.admin import ScramMechanism, UserScramCredentialDeletion, UserScramCredentialUpsertion
 
-    if alter == describe:
-        raise click.UsageError("Command must include exactly one action: --alter or --describe")
     if entity_default and entity_name:
         raise click.UsageError("--entity-name and --entity-default cannot be used together")
     quota_type = "user" if entity_type == "users" else "client-id"

@@ -10,12 +10,15 @@ from __future__ import annotations
 import base64
 import json
 import sys
+import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import click
 
 from ..manager import TopicPartition
-from ..record import CODEC_NAMES, build_batch, default_partition
+from ..record import CODEC_NAMES, build_batch
 from ..storage.config import load_properties
 from .common import (
     broker_config_option,
@@ -25,11 +28,124 @@ from .common import (
     open_readonly,
     parse_key_values,
 )
-
-BATCH_RECORDS = 500  # records per batch appended to one partition
-
+from .console import (
+    DeferredSignals,
+    LineReader,
+    LineSource,
+    MessageFormatter,
+    parse_properties,
+    produce_lines,
+    ranges,
+    records_noun,
+    report,
+)
 
 ACKS_CHOICES = {"0": 0, "1": 1, "-1": -1, "all": -1}
+# kafka-console-producer's defaults (tools/src/main/java/org/apache/kafka/tools/ConsoleProducer.java):
+# --timeout (linger.ms) 1000 ms, --batch-size (batch.size) 16384 bytes.
+DEFAULT_LINGER_MS = 1000
+DEFAULT_BATCH_SIZE = 16 * 1024
+BATCH_OVERHEAD = 61  # a v2 batch's header
+RECORD_OVERHEAD = 36  # a record's varints at their widest: length, attributes, deltas, key/value lengths, count
+HEADER_OVERHEAD = 10
+# --producer-property keys that mean something to a log dir; the others configure a network client
+OFFLINE_PRODUCER_PROPERTIES = {"linger.ms", "batch.size", "acks", "compression.type"}
+
+
+def console_producer_options(command):
+    """kafka-console-producer's options that produce takes offline and online."""
+    options = [
+        click.option(
+            "--property",
+            "properties",
+            multiple=True,
+            metavar="KEY=VALUE",
+            help="Kafka's line reader properties: parse.key, key.separator, parse.headers, headers.delimiter, "
+            "headers.separator, headers.key.separator, ignore.error, null.marker.",
+        ),
+        click.option(
+            "--producer-property",
+            "producer_properties",
+            multiple=True,
+            metavar="KEY=VALUE",
+            help="Producer configs (linger.ms, batch.size, acks, compression.type; online any kafka-python knows).",
+        ),
+        click.option(
+            "--producer.config",
+            "producer_config_file",
+            type=click.Path(exists=True, dir_okay=False, path_type=Path),
+            help="A properties file of producer configs (--producer-property wins).",
+        ),
+        click.option("--sync", is_flag=True, help="Write each line by itself as it arrives (one request each)."),
+        click.option(
+            "--batch-size",
+            type=click.IntRange(min=1),
+            help=f"batch.size in bytes per partition (default {DEFAULT_BATCH_SIZE}, as Kafka's).",
+        ),
+        click.option(
+            "--timeout",
+            "--linger-ms",
+            "linger_ms",
+            type=click.IntRange(min=0),
+            help=f"linger.ms: how long a line waits for more to fill its batch (default {DEFAULT_LINGER_MS}, as "
+            "kafka-console-producer's --timeout).",
+        ),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
+@dataclass
+class ProducerSettings:
+    """The producer's settings after Kafka's precedence: an explicit option, then --producer-property, then the
+    console producer's default."""
+
+    acks: int
+    codec: str
+    linger_ms: int
+    batch_size: int
+    sync: bool
+    extra: dict[str, str]  # the other --producer-property values
+
+
+def producer_settings(
+    producer_config_file: Path | None,
+    producer_properties: tuple[str, ...],
+    acks: str | None,
+    codec: str | None,
+    linger_ms: int | None,
+    batch_size: int | None,
+    sync: bool,
+) -> ProducerSettings:
+    props = {k: str(v) for k, v in load_properties(producer_config_file).items()} if producer_config_file else {}
+    props.update(parse_key_values(producer_properties, "--producer-property"))
+
+    def number(key: str) -> int | None:
+        if key not in props:
+            return None
+        try:
+            return int(props.pop(key))
+        except ValueError:
+            raise click.BadParameter(f"{key} must be a number", param_hint="--producer-property") from None
+
+    acks_text = acks if acks is not None else props.pop("acks", "-1")
+    if acks_text not in ACKS_CHOICES:
+        raise click.BadParameter(f"acks must be one of {', '.join(ACKS_CHOICES)}", param_hint="--producer-property")
+    codec_text = codec if codec is not None else props.pop("compression.type", "none")
+    if codec_text not in CODEC_NAMES:
+        raise click.BadParameter(f"compression.type must be one of {', '.join(CODEC_NAMES)}")
+    props.pop("acks", None)
+    props.pop("compression.type", None)
+    from_props_linger, from_props_batch = number("linger.ms"), number("batch.size")
+    return ProducerSettings(
+        acks=ACKS_CHOICES[acks_text],
+        codec=codec_text,
+        linger_ms=linger_ms if linger_ms is not None else (from_props_linger or DEFAULT_LINGER_MS),
+        batch_size=batch_size if batch_size is not None else (from_props_batch or DEFAULT_BATCH_SIZE),
+        sync=sync,
+        extra=props,
+    )
 
 
 @click.command("produce")
@@ -39,16 +155,23 @@ ACKS_CHOICES = {"0": 0, "1": 1, "-1": -1, "all": -1}
 @click.option("--partition", type=int, help="Write every record to this partition (else by key, else round robin).")
 @click.option("--key-separator", help="Each line is <key><separator><value> (parse.key=true in Kafka's producer).")
 @click.option("--header", "headers", multiple=True, help="A header k=v added to every record (repeatable).")
-@click.option("--compression-codec", type=click.Choice(CODEC_NAMES), default="none", show_default=True)
+@click.option(
+    "--compression-codec",
+    type=click.Choice(CODEC_NAMES),
+    is_flag=False,
+    flag_value="gzip",
+    default=None,
+    help="none, gzip, snappy, lz4 or zstd; given without a value gzip, as Kafka's [default: none]",
+)
 @click.option(
     "--request-required-acks",
     "acks",
     type=click.Choice(list(ACKS_CHOICES)),
-    default="-1",
-    show_default=True,
-    help="The producer's acks, as kafka-console-producer's: -1/all waits for every in-sync replica and fails "
-    "(NotEnoughReplicasError) when the topic's min.insync.replicas exceeds them; 1 the leader; 0 none.",
+    default=None,
+    help="The producer's acks, as kafka-console-producer's (default -1): -1/all waits for every in-sync replica "
+    "and fails (NotEnoughReplicasError) when the topic's min.insync.replicas exceeds them; 1 the leader; 0 none.",
 )
+@console_producer_options
 @click.option(
     "--json",
     "json_lines",
@@ -65,197 +188,243 @@ def produce_command(
     partition: int | None,
     key_separator: str | None,
     headers: tuple[str, ...],
-    compression_codec: str,
-    acks: str,
+    compression_codec: str | None,
+    acks: str | None,
+    properties: tuple[str, ...],
+    producer_properties: tuple[str, ...],
+    producer_config_file: Path | None,
+    sync: bool,
+    batch_size: int | None,
+    linger_ms: int | None,
     json_lines: bool,
     input_file,
 ) -> None:
-    """Append lines from INPUT_FILE (default stdin) to a topic, one record per line.
+    """Append lines from INPUT_FILE (default stdin) to a topic, one record per line, as kafka-console-producer.
 
-    Records go through the log manager's replica manager, in batches of up to 500 per partition. If anything
-    fails part-way (a bad line, a refused append), every line before a bad line is still produced, as
-    kafka-console-producer sends each line as it reads it; the summary says how many records were written
-    and lists the lines that were not, and the command exits non-zero.
+    Lines are sent as they arrive: a partition's records go out when they fill --batch-size bytes or when the first
+    of them has waited --timeout/--linger-ms (1000 ms), so `tail -f app.log | kafkalog produce ...` works. Offline
+    the log dir is locked only while records are written: it is let go whenever the input is idle. A batch never
+    exceeds the topic's max.message.bytes or segment.bytes (it is split).
 
-    With --bootstrap-server the records go to a running broker through kafka-python's producer, as they are
-    read; the summary counts what the broker acknowledged and lists the lines it did not.
+    A bad line stops the reading (every line before it is produced), as Kafka's line reader, unless
+    --property ignore.error=true. A refused record (too large, not enough replicas) is reported with its line number
+    and the rest goes on, as Kafka's asynchronous producer; with --sync the first refusal stops. SIGINT and SIGTERM
+    write every complete line read, then exit 130/143. The summary on stderr says how many records were written,
+    where, and which input lines were not; the exit code is non-zero when any was not.
     """
     online = online_or_offline(log_dirs, bootstrap_server, command_config)
-    fixed_headers = [(k, v.encode()) for k, v in parse_key_values(headers, "--header").items()]
+    props = parse_properties(properties, "--property")
+    if key_separator is not None:
+        props.setdefault("parse.key", "true")
+        props.setdefault("key.separator", key_separator)
+    fixed_headers: list[tuple[str, bytes | None]] = [
+        (k, v.encode()) for k, v in parse_key_values(headers, "--header").items()
+    ]
+    reader = LineReader.from_properties(props, fixed_headers)
+    settings = producer_settings(
+        producer_config_file, producer_properties, acks, compression_codec, linger_ms, batch_size, sync
+    )
+
+    def parse(line: bytes, number: int) -> dict:
+        return _parse_json_line(line, number, fixed_headers) if json_lines else reader.parse(line, number)
+
     if online:
         if config_file is not None:
             raise click.UsageError("--config (a broker's server.properties) applies to --log-dir only")
         from .online import produce_online
 
         assert bootstrap_server is not None
-        produce_online(
-            bootstrap_server,
-            command_config,
-            topic,
-            partition,
-            compression_codec,
-            ACKS_CHOICES[acks],
-            input_file,
-            lambda line, number: _parse_line(line, number, key_separator, json_lines, fixed_headers),
-        )
+        produce_online(bootstrap_server, command_config, topic, partition, settings, input_file, parse)
         return
-    manager = open_manager(log_dirs, config_file)
-    producer = _Producer(manager, topic, compression_codec, ACKS_CHOICES[acks])
-    number = 0
+    for key in settings.extra:
+        raise click.BadParameter(
+            f"{key} configures a network producer; a log dir takes {', '.join(sorted(OFFLINE_PRODUCER_PROPERTIES))}",
+            param_hint="--producer-property",
+        )
+    sink = LogDirSink(log_dirs, config_file, topic, settings)
+    signals = DeferredSignals()
     try:
-        count = len(manager.describe_topic(topic).partitions)
-        turn = 0
-        bad_line = None
-        try:
-            for number, raw in enumerate(input_file, start=1):
-                bad_line = number
-                line = raw.rstrip(b"\r\n")
-                record = _parse_line(line, number, key_separator, json_lines, fixed_headers)
-                target = record.pop("partition")
-                if target is None:
-                    target = partition
-                if target is None:
-                    if record["key"] is not None:
-                        target = default_partition(record["key"], count)
-                    else:
-                        target, turn = turn % count, turn + 1
-                if not 0 <= target < count:
-                    raise click.BadParameter(f"line {number}: partition {target} does not exist ({count} partitions)")
-                bad_line = None
-                record["line"] = number
-                producer.add(target, record)
-        except Exception:
-            if bad_line is not None:  # a bad line: the lines before it are produced, as the console producer
-                producer.flush_all(stop_at_error=True)
-            producer.report_failure(number, bad_line)
-            raise
-        try:
-            producer.flush_all()
-        except Exception:
-            producer.report_failure(number, bad_line=None)
-            raise
-        click.echo(f"Produced {producer.produced} records to {topic}.", err=True)
+        with signals.installed():
+            outcome = produce_lines(LineSource(input_file), sink, parse, partition, signals)
     finally:
-        manager.shutdown()
+        sink.close()
+    report(sink, outcome)
 
 
-class _Producer:
-    """Batches records per partition and appends them through the replica manager, remembering which input lines
-    went in, so that a failure can say exactly what was and was not produced."""
+class LogDirSink:
+    """The console producer's records into a log dir, through the log manager's replica manager (the partition
+    layer and its acks rule), batched per partition as Kafka's producer batches them (batch.size, linger.ms).
 
-    def __init__(self, manager, topic: str, codec: str, acks: int) -> None:
-        self.manager = manager
+    Invariants: the LogManager (and with it the dir lock) is open only from the first write of a burst until the
+    input goes idle (:meth:`idle`), and reopened, reloading the logs, for the next write, so that no other process
+    was writing in between; a batch is never larger than the topic's max.message.bytes and segment.bytes (split by
+    an upper bound of the encoded size, and halved again if the encoded batch still exceeds it); every record
+    handed over ends up counted in ``produced`` or ``failed``."""
+
+    def __init__(
+        self, log_dirs: tuple[Path, ...], config_file: Path | None, topic: str, settings: ProducerSettings
+    ) -> None:
+        self.log_dirs = log_dirs
+        self.config_file = config_file
         self.topic = topic
-        self.codec = codec
-        self.acks = acks
-        self.pending: dict[int, list[dict]] = {}
+        self.settings = settings
+        self.manager: Any = None
         self.produced = 0
-        self.failed_lines: list[int] = []  # lines of a batch whose append failed
-        self.where: dict[int, list[int]] = {}  # partition -> [first offset, last offset] written
+        self.failed: dict[int, str] = {}
+        self.where: dict[int, list[int]] = {}
+        self.stop: BaseException | None = None
+        self.pending: dict[int, list[dict]] = {}
+        self.pending_bytes: dict[int, int] = {}
+        self.first_pending_at: float | None = None
+        self._count = 0
 
-    def add(self, partition: int, record: dict) -> None:
+    def _open(self) -> Any:
+        if self.manager is None:
+            self.manager = open_manager(self.log_dirs, self.config_file)
+            self._count = len(self.manager.describe_topic(self.topic).partitions)
+        return self.manager
+
+    def partition_count(self) -> int:
+        self._open()
+        return self._count
+
+    def _limit(self, partition: int) -> int:
+        config = self._open().get_log(self.topic, partition).config
+        return min(int(config.max_message_bytes), int(config.segment_bytes))
+
+    @staticmethod
+    def _size(record: dict) -> int:
+        """An upper bound of the record's encoded size (uncompressed)."""
+        key, value = record["key"], record["value"]
+        size = RECORD_OVERHEAD + (len(key) if key else 0) + (len(value) if value else 0)
+        for name, data in record["headers"]:
+            size += HEADER_OVERHEAD + len(name.encode()) + (len(data) if data else 0)
+        return size
+
+    def send(self, partition: int, record: dict) -> None:
+        if record["timestamp"] is None:  # stamped when read, as Kafka's producer stamps at send()
+            record["timestamp"] = int(time.time() * 1000)
+        size = self._size(record)
+        record["size"] = size
         rows = self.pending.setdefault(partition, [])
+        if rows and self.pending_bytes[partition] + size > self.settings.batch_size:
+            self._flush_partition(partition)
+            rows = self.pending.setdefault(partition, [])
         rows.append(record)
-        if len(rows) >= BATCH_RECORDS:
-            self.flush(partition)
+        self.pending_bytes[partition] = self.pending_bytes.get(partition, BATCH_OVERHEAD) + size
+        if self.first_pending_at is None:
+            self.first_pending_at = time.monotonic()
+        if self.settings.sync or self.pending_bytes[partition] >= self.settings.batch_size:
+            self._flush_partition(partition)
 
-    def flush_all(self, stop_at_error: bool = False) -> None:
+    def deadline(self) -> float | None:
+        if self.first_pending_at is None:
+            return None
+        return self.first_pending_at + self.settings.linger_ms / 1000
+
+    def flush(self) -> None:
         for partition in list(self.pending):
-            if stop_at_error:
-                try:
-                    self.flush(partition)
-                except Exception:
-                    return  # the first error is the one reported; the rest stays pending (not produced)
-            else:
-                self.flush(partition)
+            self._flush_partition(partition)
 
-    def flush(self, partition: int) -> None:
-        rows = self.pending.get(partition)
+    def _flush_partition(self, partition: int) -> None:
+        rows = self.pending.pop(partition, [])
+        self.pending_bytes.pop(partition, None)
+        if not self.pending:
+            self.first_pending_at = None
         if not rows:
             return
-        self.pending[partition] = []
-        now = self.manager.clock.milliseconds()
+        if self.stop is not None:
+            self._fail(rows, "not written: the producer stopped at an earlier error")
+            return
         try:
-            batch = build_batch(
-                [r["key"] for r in rows],
-                [r["value"] for r in rows],
-                [r["timestamp"] if r["timestamp"] is not None else now for r in rows],
-                [r["headers"] for r in rows],
-                compression=self.codec,
-            )
-            tp = TopicPartition(self.topic, partition)
-            result = self.manager.replica_manager.append_records({tp: batch}, self.acks)[tp]
-        except Exception:
-            self.failed_lines.extend(r["line"] for r in rows)
-            raise
+            limit = self._limit(partition)
+            groups: list[list[dict]] = [[]]
+            size = BATCH_OVERHEAD
+            for row in rows:
+                if groups[-1] and size + row["size"] > limit:
+                    groups.append([])
+                    size = BATCH_OVERHEAD
+                groups[-1].append(row)
+                size += row["size"]
+            for group in groups:
+                self._append(partition, group, limit)
+        except Exception as e:  # not a refused record: the dir, the lock, the disk; nothing more can be written
+            self._fail([r for r in rows if r["line"] not in self.failed and not r.get("written")], str(e))
+            self.stop = e
+
+    def _append(self, partition: int, rows: list[dict], limit: int) -> None:
+        batch = build_batch(
+            [r["key"] for r in rows],
+            [r["value"] for r in rows],
+            [r["timestamp"] for r in rows],
+            [r["headers"] for r in rows],
+            compression=self.settings.codec,
+        )
+        if len(batch) > limit and len(rows) > 1:  # compression made it bigger than the bound: halve
+            half = len(rows) // 2
+            self._append(partition, rows[:half], limit)
+            self._append(partition, rows[half:], limit)
+            return
+        tp = TopicPartition(self.topic, partition)
+        result = self.manager.replica_manager.append_records({tp: batch}, self.settings.acks)[tp]
         if result.error is not None:
-            self.failed_lines.extend(r["line"] for r in rows)
-            raise result.error
+            error = result.error
+            reason = f"{type(error).__name__}: {error}"
+            self._fail(rows, reason)
+            lines = ranges([r["line"] for r in rows])
+            click.echo(
+                f"Error when sending {records_noun(len(rows))} ({'line' if len(rows) == 1 else 'lines'} {lines}) "
+                f"to {tp}: {reason}",
+                err=True,
+            )
+            if self.settings.sync:
+                self.stop = error
+            return
+        for row in rows:
+            row["written"] = True
         self.produced += len(rows)
         span = self.where.setdefault(partition, [result.info.first_offset, result.info.last_offset])
         span[1] = result.info.last_offset
 
-    def report_failure(self, lines_read: int, bad_line: int | None) -> None:
-        """On stderr: the records written (and where), the input lines not written, and what was not read."""
-        not_written = set(self.failed_lines)
-        for rows in self.pending.values():
-            not_written.update(r["line"] for r in rows)
-        if bad_line is not None and bad_line > 0:
-            not_written.add(bad_line)
-        where = ", ".join(f"partition {p} offsets {a}-{b}" for p, (a, b) in sorted(self.where.items()))
-        click.echo(
-            f"Produced {self.produced} records to {self.topic} before the error" + (f" ({where})" if where else ""),
-            err=True,
-        )
-        if not_written:
-            lines = _ranges(sorted(not_written))
-            noun = "line" if len(not_written) == 1 else "lines"
-            click.echo(f"Not produced: {len(not_written)} of the {lines_read} lines read: {noun} {lines}", err=True)
-        click.echo(f"Input after line {lines_read} was not read.", err=True)
+    def _fail(self, rows: list[dict], reason: str) -> None:
+        for row in rows:
+            self.failed[row["line"]] = reason
+
+    def idle(self) -> None:
+        if self.manager is not None:
+            manager, self.manager = self.manager, None
+            manager.shutdown()
+
+    def close(self) -> None:
+        self.idle()
 
 
-def _ranges(numbers: list[int]) -> str:
-    """1,2,3,7,9,10 -> '1-3, 7, 9-10'."""
-    out = []
-    start = prev = numbers[0]
-    for n in numbers[1:]:
-        if n != prev + 1:
-            out.append(f"{start}-{prev}" if prev != start else f"{start}")
-            start = n
-        prev = n
-    out.append(f"{start}-{prev}" if prev != start else f"{start}")
-    return ", ".join(out)
-
-
-def _parse_line(line: bytes, number: int, key_separator: str | None, json_lines: bool, fixed_headers) -> dict:
-    if json_lines:
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise click.BadParameter(f"line {number} is not JSON: {e}") from None
-        if not isinstance(obj, dict) or "value" not in obj:
-            raise click.BadParameter(f"line {number}: expected an object with a 'value'")
-        headers = list(fixed_headers) + [(k, _bytes(v)) for k, v in (obj.get("headers") or {}).items()]
-        return {
-            "key": _bytes(obj.get("key")),
-            "value": _bytes(obj["value"]),
-            "headers": headers,
-            "timestamp": obj.get("timestamp"),
-            "partition": obj.get("partition"),
-        }
-    key = None
-    if key_separator is not None:
-        sep = key_separator.encode()
-        if sep not in line:
-            raise click.BadParameter(f"line {number}: no key separator {key_separator!r} in the line")
-        key, line = line.split(sep, 1)
-    return {"key": key, "value": line, "headers": list(fixed_headers), "timestamp": None, "partition": None}
+def _parse_json_line(line: bytes, number: int, fixed_headers) -> dict:
+    """A --json line: {"value": ..., "key": ..., "headers": {...}, "partition": n, "timestamp": ms}."""
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise click.ClickException(f"line {number} is not JSON: {e}") from None
+    if not isinstance(obj, dict) or "value" not in obj:
+        raise click.ClickException(f"line {number}: expected an object with a 'value'")
+    headers = list(fixed_headers) + [(k, _bytes(v)) for k, v in (obj.get("headers") or {}).items()]
+    return {
+        "key": _bytes(obj.get("key")),
+        "value": _bytes(obj["value"]),
+        "headers": headers,
+        "timestamp": obj.get("timestamp"),
+        "partition": obj.get("partition"),
+    }
 
 
 def _bytes(value) -> bytes | None:
     if value is None:
         return None
     return value.encode() if isinstance(value, str) else json.dumps(value).encode()
+
+
+OFFLINE_CONSUMER_PROPERTIES = {"isolation.level", "auto.offset.reset", "client.id"}
+FOLLOW_POLL_SECONDS = 0.2
 
 
 @click.command("consume")
@@ -271,20 +440,66 @@ def _bytes(value) -> bytes | None:
 @click.option(
     "--timeout-ms",
     type=click.IntRange(min=0),
-    help="With --bootstrap-server: exit once no record arrived for this long (else it follows the topic until "
-    "--max-messages or Ctrl-C). Offline reading stops at the end anyway.",
+    help="Exit once no record arrived for this long. Online it follows the topic until then (else until "
+    "--max-messages or Ctrl-C); offline it makes the read follow the log dir for new records the same way.",
+)
+@click.option(
+    "--follow",
+    is_flag=True,
+    help="Offline: keep reading records appended to the log dir until Ctrl-C/SIGTERM (or --timeout-ms), as the "
+    "online consumer does; without it an offline read stops at the end.",
 )
 @click.option("--from-beginning", is_flag=True, help="Start at the log start offset (Kafka's default is the end).")
-@click.option("--offset", type=int, help="Start at this offset (needs --partition).")
+@click.option(
+    "--offset",
+    metavar="earliest|latest|N",
+    help="Start at this offset, or earliest (the log start) or latest (the end); needs --partition, as Kafka's.",
+)
 @click.option("--timestamp", type=int, help="Start at the first record with a timestamp >= this (ms).")
 @click.option("--max-messages", type=click.IntRange(min=0), help="Stop after this many records.")
-@click.option("--print-key", is_flag=True, help="Print <key><separator><value>.")
-@click.option("--key-separator", default="\t", show_default=True)
+@click.option(
+    "--formatter",
+    default="kafka.tools.DefaultMessageFormatter",
+    show_default=True,
+    help="Kafka's formatter class name: DefaultMessageFormatter, LoggingMessageFormatter, NoOpMessageFormatter "
+    "(kafka.tools.* or org.apache.kafka.tools.consumer.*).",
+)
+@click.option(
+    "--property",
+    "--formatter-property",
+    "properties",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="The formatter's properties: print.timestamp, print.key, print.offset, print.partition, print.headers, "
+    "print.value, key.separator, line.separator, headers.separator, null.literal.",
+)
+@click.option(
+    "--formatter-config",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="A properties file of formatter properties (--property wins).",
+)
+@click.option(
+    "--consumer-property",
+    "--command-property",
+    "consumer_properties",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Consumer configs (online any kafka-python takes, e.g. group.id, auto.offset.reset, fetch.max.bytes; "
+    "offline isolation.level and auto.offset.reset).",
+)
+@click.option(
+    "--consumer.config",
+    "consumer_config_file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="A properties file of consumer configs (--consumer-property wins).",
+)
+@click.option("--print-key", is_flag=True, help="Print <key><separator><value> (print.key=true).")
+@click.option("--key-separator", default=None, help="key.separator [default: tab].")
 @click.option(
     "--isolation-level",
     type=click.Choice(["read_uncommitted", "read_committed"]),
-    default="read_uncommitted",
-    show_default=True,
+    default=None,
+    help="[default: read_uncommitted]",
 )
 @click.option("--json", "json_lines", is_flag=True, help="One JSON object per record.")
 def consume_command(
@@ -296,31 +511,69 @@ def consume_command(
     partition: int | None,
     group: str | None,
     timeout_ms: int | None,
+    follow: bool,
     from_beginning: bool,
-    offset: int | None,
+    offset: str | None,
     timestamp: int | None,
     max_messages: int | None,
+    formatter: str,
+    properties: tuple[str, ...],
+    formatter_config: Path | None,
+    consumer_properties: tuple[str, ...],
+    consumer_config_file: Path | None,
     print_key: bool,
-    key_separator: str,
-    isolation_level: str,
+    key_separator: str | None,
+    isolation_level: str | None,
     json_lines: bool,
 ) -> None:
-    """Print a topic's records, one per line, as kafka-console-consumer does.
+    """Print a topic's records, one per line, as kafka-console-consumer does (its DefaultMessageFormatter).
 
     The log dirs are opened read-only: no lock is taken and nothing is written, so this works on a copy of a
     live broker's dir and on a read-only file system. The high watermark is the log end offset, as a
-    single-replica leader's; when the replication-offset-checkpoint lags it, stderr says so.
+    single-replica leader's; when the replication-offset-checkpoint lags it, stderr says so. An offline read stops
+    at the end unless --follow or --timeout-ms ask it to wait for new records.
 
     With --bootstrap-server the records come from a running broker (kafka-python's consumer), in the same
-    format; see --group and --timeout-ms."""
+    format; see --group and --timeout-ms. A reader that goes away (`| head -1`) ends it quietly; Ctrl-C and SIGTERM
+    print the total and exit 130/143, as Kafka's."""
     online = online_or_offline(log_dirs, bootstrap_server, command_config)
+    start = _parse_offset(offset)
     if offset is not None and partition is None:
         raise click.UsageError("--offset needs --partition, as in kafka-console-consumer")
     if sum(x is not None and x is not False for x in (from_beginning or None, offset, timestamp)) > 1:
         raise click.UsageError("use only one of --from-beginning, --offset and --timestamp")
+    fmt_props = dict(load_properties(formatter_config)) if formatter_config else {}
+    fmt_props = {k: str(v) for k, v in fmt_props.items()}
+    fmt_props.update(parse_properties(properties, "--property"))
+    if print_key:
+        fmt_props.setdefault("print.key", "true")
+    if key_separator is not None:
+        fmt_props.setdefault("key.separator", key_separator)
+    message_formatter = MessageFormatter.create(formatter, fmt_props)
+    consumer_props: dict[str, str] = {}
+    if consumer_config_file is not None:
+        consumer_props.update((k, str(v)) for k, v in load_properties(consumer_config_file).items())
+    consumer_props.update(parse_key_values(consumer_properties, "--consumer-property"))
+    isolation = isolation_level or consumer_props.pop("isolation.level", "read_uncommitted")
+    if isolation not in ("read_uncommitted", "read_committed"):
+        raise click.BadParameter(f"isolation.level {isolation!r}: read_uncommitted or read_committed")
+    reset = consumer_props.get("auto.offset.reset")
+    if reset is not None and from_beginning and reset != "earliest":
+        raise click.UsageError(f"Can't simultaneously specify --from-beginning and 'auto.offset.reset={reset}'")
+
+    def render(part: int, record, timestamp_type: str | None) -> bytes:
+        if json_lines:
+            return _json_record(topic, part, record)
+        if message_formatter.logging:
+            click.echo(message_formatter.describe(topic, part, record, timestamp_type), err=True)
+        return message_formatter.format(part, record, timestamp_type)
+
     if online:
         if config_file is not None:
             raise click.UsageError("--config (a broker's server.properties) applies to --log-dir only")
+        if follow and timeout_ms is not None:
+            raise click.UsageError("--follow waits forever and --timeout-ms stops waiting: give one")
+        group = _one_group(group, consumer_props)
         if group is not None and (partition is not None or offset is not None or timestamp is not None):
             raise click.UsageError("--group cannot be used with --partition, --offset or --timestamp")
         from .online import consume_online
@@ -332,44 +585,138 @@ def consume_command(
             topic,
             partition,
             group,
-            from_beginning,
-            offset,
+            from_beginning or reset == "earliest",
+            start,
             timestamp,
             max_messages,
             timeout_ms,
-            isolation_level,
-            lambda part, record: _format(topic, part, record, print_key, key_separator, json_lines),
+            isolation,
+            consumer_props,
+            render,
         )
         return
-    if group is not None:
+    if group is not None or "group.id" in consumer_props:
         raise click.UsageError("--group applies to --bootstrap-server only (a log dir has no consumer groups)")
+    for key in consumer_props:
+        if key not in OFFLINE_CONSUMER_PROPERTIES:
+            raise click.BadParameter(
+                f"{key} configures a network consumer; a log dir takes "
+                + ", ".join(sorted(OFFLINE_CONSUMER_PROPERTIES)),
+                param_hint="--consumer-property",
+            )
     if config_file is not None:
         load_properties(config_file)  # checked; reading needs none of its settings
+    _consume_offline(
+        log_dirs,
+        topic,
+        partition,
+        from_beginning or reset == "earliest",
+        start,
+        timestamp,
+        max_messages,
+        isolation,
+        follow or timeout_ms is not None,
+        timeout_ms,
+        render,
+    )
+
+
+def _parse_offset(offset: str | None) -> int | str | None:
+    """--offset as Kafka's ConsoleConsumerOptions.parseOffset: earliest, latest or a non-negative number."""
+    if offset is None:
+        return None
+    if offset.lower() in ("earliest", "latest"):
+        return offset.lower()
+    try:
+        value = int(offset)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise click.BadParameter(
+            f"The provided offset value '{offset}' is incorrect. Valid values are 'earliest', 'latest', or a "
+            "non-negative long.",
+            param_hint="--offset",
+        )
+    return value
+
+
+def _one_group(group: str | None, consumer_props: dict[str, str]) -> str | None:
+    """--group and group.id must agree, as Kafka's checkConsumerGroup."""
+    other = consumer_props.pop("group.id", None)
+    if group is not None and other is not None and other != group:
+        raise click.UsageError(
+            f"The group ids provided in different places (directly using '--group', via '--consumer-property') do "
+            f"not match. Detected group ids: '{group}', '{other}'"
+        )
+    return group if group is not None else other
+
+
+def _consume_offline(
+    log_dirs: tuple[Path, ...],
+    topic: str,
+    partition: int | None,
+    from_beginning: bool,
+    offset: int | str | None,
+    timestamp: int | None,
+    max_messages: int | None,
+    isolation: str,
+    follow: bool,
+    timeout_ms: int | None,
+    render,
+) -> None:
+    """The records of the log dirs' partitions from the start asked for, partition after partition; in follow
+    mode the log dirs are looked at again every 200 ms (a fresh read-only view: new segments, a new end) and what
+    was appended is printed, until --timeout-ms passes without a record or the command is stopped."""
     view = open_readonly(log_dirs)
     parts = [view.partition(topic, partition)] if partition is not None else view.partitions_of(topic)
+    positions: dict[int, int] = {}
+    for part in parts:
+        if part.high_watermark_note is not None and part.checkpointed_high_watermark is not None:
+            click.echo(f"Note: {part.name}: high watermark {part.high_watermark} {part.high_watermark_note}", err=True)
+        positions[part.partition] = _start_offset(part, from_beginning, offset, timestamp, isolation)
     printed = 0
+    out = sys.stdout.buffer
+    last_record = time.monotonic()
     try:
-        out = sys.stdout.buffer
-        for part in parts:
-            if part.high_watermark_note is not None and part.checkpointed_high_watermark is not None:
-                click.echo(
-                    f"Note: {part.name}: high watermark {part.high_watermark} {part.high_watermark_note}", err=True
-                )
-            start = _start_offset(part, from_beginning, offset, timestamp, isolation_level)
-            for record in part.records(start, isolation_level):
-                if max_messages is not None and printed >= max_messages:
-                    return
-                out.write(_format(topic, part.partition, record, print_key, key_separator, json_lines))
-                printed += 1
-        out.flush()
+        while True:
+            for part in parts:
+                position = positions[part.partition]
+                for batch in part.batches(position, isolation):
+                    if batch.is_control:
+                        continue
+                    kind = batch.timestamp_type
+                    for record in batch:
+                        if not position <= record.offset < part.bound(isolation):
+                            continue
+                        if max_messages is not None and printed >= max_messages:
+                            return
+                        out.write(render(part.partition, record, kind))
+                        printed += 1
+                        last_record = time.monotonic()
+                    out.flush()
+                positions[part.partition] = max(position, part.bound(isolation))
+            if max_messages is not None and printed >= max_messages:
+                return
+            if not follow or (timeout_ms is not None and (time.monotonic() - last_record) * 1000 >= timeout_ms):
+                return
+            time.sleep(FOLLOW_POLL_SECONDS)
+            view = open_readonly(log_dirs)
+            known = {p.partition for p in parts}
+            parts = [view.partition(topic, partition)] if partition is not None else view.partitions_of(topic)
+            for part in parts:
+                if part.partition not in known:  # a partition added meanwhile: from its start, as a consumer would
+                    positions[part.partition] = part.log_start_offset
+    except BrokenPipeError:
+        click.echo("Unable to write to standard out, closing consumer.", err=True)
+        raise
     finally:
         click.echo(f"Processed a total of {printed} messages", err=True)
 
 
-def _start_offset(part, from_beginning: bool, offset: int | None, timestamp: int | None, isolation: str) -> int:
-    if from_beginning:
+def _start_offset(part, from_beginning: bool, offset: int | str | None, timestamp: int | None, isolation: str) -> int:
+    if from_beginning or offset == "earliest":
         return part.log_start_offset
-    if offset is not None:
+    if isinstance(offset, int):
         return offset
     if timestamp is not None:
         found = part.offset_for_timestamp(timestamp)
@@ -377,23 +724,17 @@ def _start_offset(part, from_beginning: bool, offset: int | None, timestamp: int
     return part.bound(isolation)
 
 
-def _format(topic: str, partition: int, record, print_key: bool, key_separator: str, json_lines: bool) -> bytes:
-    if json_lines:
-        obj = {
-            "topic": topic,
-            "partition": partition,
-            "offset": record.offset,
-            "timestamp": record.timestamp,
-            **_text_or_base64("key", record.key),
-            **_text_or_base64("value", record.value),
-            "headers": [{"key": k, **_text_or_base64("value", v)} for k, v in record.headers],
-        }
-        return json.dumps(obj).encode() + b"\n"
-    value = record.value if record.value is not None else b"null"
-    if print_key:
-        key = record.key if record.key is not None else b"null"
-        return key + key_separator.encode() + value + b"\n"
-    return value + b"\n"
+def _json_record(topic: str, partition: int, record) -> bytes:
+    obj = {
+        "topic": topic,
+        "partition": partition,
+        "offset": record.offset,
+        "timestamp": record.timestamp,
+        **_text_or_base64("key", record.key),
+        **_text_or_base64("value", record.value),
+        "headers": [{"key": k, **_text_or_base64("value", v)} for k, v in record.headers],
+    }
+    return json.dumps(obj).encode() + b"\n"
 
 
 def _text_or_base64(name: str, data: bytes | None) -> dict:

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import datetime as dt
 import html
+import json
+import time
 from pathlib import Path
 
 import click
@@ -160,84 +162,161 @@ def _table(e: RetentionExplanation) -> Table:
     return table
 
 
-def render_html(explanations: list[RetentionExplanation]) -> str:
-    """A self-contained HTML page: per partition, segments drawn on an offset axis and a time axis."""
-    parts = [
-        "<!doctype html><meta charset='utf-8'><title>kafkalog retention timeline</title>",
-        "<style>body{font-family:sans-serif;margin:2em} svg{border:1px solid #ccc;background:#fafafa}"
-        " td,th{padding:2px 8px;text-align:left} .legend span{display:inline-block;width:1em;height:1em;"
-        "margin:0 .3em 0 1em;vertical-align:middle}</style>",
-        "<h1>Retention timeline</h1><p class='legend'>"
-        "<span style='background:#d9534f'></span>deleted at the next check"
-        "<span style='background:#f0ad4e'></span>will be deleted later"
-        "<span style='background:#5bc0de'></span>kept (no deletion foreseen)"
-        "<span style='background:#5cb85c'></span>active segment</p>",
-    ]
-    for e in explanations:
-        parts.append(_partition_svg(e))
-    return "\n".join(parts)
+# The CLI table's columns, in its order: the HTML shows every one of them, in the chart's hover text and the table.
+RETENTION_COLUMNS = (
+    "base offset",
+    "next offset",
+    "bytes",
+    "largest timestamp (UTC)",
+    "rule",
+    "deleted at (UTC)",
+    "files gone (UTC)",
+    "why",
+)
+_STATE_COLORS = {
+    "deleted at the next check": "#d9534f",
+    "deleted later": "#f0ad4e",
+    "kept (no deletion foreseen)": "#5bc0de",
+    "active segment": "#5cb85c",
+}
 
 
-def _color(s) -> str:
+def _state(s) -> str:
     if s.deletable_now:
-        return "#d9534f"
-    if s.is_active:
-        return "#5cb85c"
-    return "#f0ad4e" if s.deleted_at_ms is not None else "#5bc0de"
+        return "deleted at the next check"
+    if s.is_active and s.deleted_at_ms is None:
+        return "active segment"
+    return "deleted later" if s.deleted_at_ms is not None else "kept (no deletion foreseen)"
 
 
-def _partition_svg(e: RetentionExplanation) -> str:
-    width, bar = 1000, 30
+def _row(s) -> list[str]:
+    """A segment's cells, as the CLI table prints them (times in one format: UTC, seconds)."""
+    return [
+        f"{s.base_offset:,}",
+        f"{s.next_offset:,}",
+        f"{s.size_bytes:,}",
+        _when(s.largest_timestamp) + (" (mtime)" if s.largest_timestamp_source == "mtime" else ""),
+        s.rule or "-",
+        _when(s.deleted_at_ms),
+        _when(s.files_gone_at_ms),
+        s.reason,
+    ]
+
+
+def _or(ms: int | None, default: int) -> int:
+    return default if ms is None else ms
+
+
+def _iso(ms: int) -> str:
+    """A time for plotly's date axis: UTC, to the millisecond, as a naive ISO string (plotly draws it as given)."""
+    return dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+
+
+def retention_figure(e: RetentionExplanation, now_ms: int) -> dict:
+    """The plotly figure (as JSON-able data) of one partition's retention timeline.
+
+    One row per segment on a time axis: a bar from its largest timestamp to the time its files go (to the axis'
+    end, faded, when no deletion is foreseen), a mark where the retention check renames it ``.deleted``; a
+    labelled line at now, one at the next retention check, and the retention horizon of that check. The axis runs
+    from the oldest segment's largest timestamp to the last files-gone time (or now, when later), padded 5%,
+    so every segment is visible whatever the spread of timestamps. The hover text has every column of the
+    CLI table."""
+    import plotly.graph_objects as go
+
     segs = e.segments
-    lo = min((s.base_offset for s in segs), default=0)
-    hi = max((s.next_offset for s in segs), default=lo + 1)
-    span = max(hi - lo, 1)
-    times = [s.largest_timestamp for s in segs] + [e.next_check_ms]
     horizon = e.next_check_ms - e.retention_ms if e.retention_ms >= 0 else None
+    times = [s.largest_timestamp for s in segs] + [now_ms]
+    times += [s.files_gone_at_ms for s in segs if s.files_gone_at_ms is not None]
+    start, end = min(times), max(times)
+    pad = max((end - start) // 20, 1000)
+    lo, hi = start - pad, end + pad
+    fig = go.Figure()
+    labels = [f"{s.base_offset:,}..{s.next_offset - 1:,}" for s in segs]
+    hover = "<br>".join(f"{c}: %{{customdata[{i}]}}" for i, c in enumerate(RETENTION_COLUMNS)) + "<extra></extra>"
+    for state, color in _STATE_COLORS.items():
+        chosen = [i for i, s in enumerate(segs) if _state(s) == state]
+        if not chosen:
+            continue
+        ends = [_or(segs[i].files_gone_at_ms, hi) for i in chosen]
+        fig.add_trace(
+            go.Bar(
+                name=state,
+                orientation="h",
+                y=[labels[i] for i in chosen],
+                base=[_iso(segs[i].largest_timestamp) for i in chosen],
+                x=[max(end_ - segs[i].largest_timestamp, 1) for i, end_ in zip(chosen, ends, strict=True)],
+                marker={"color": color, "opacity": 0.45 if state == "kept (no deletion foreseen)" else 0.9},
+                customdata=[_row(segs[i]) for i in chosen],
+                hovertemplate=hover,
+            )
+        )
+    deleted = [i for i, s in enumerate(segs) if s.deleted_at_ms is not None]
+    if deleted:
+        fig.add_trace(
+            go.Scatter(
+                name="renamed .deleted (retention check)",
+                mode="markers",
+                y=[labels[i] for i in deleted],
+                x=[_iso(_or(segs[i].deleted_at_ms, hi)) for i in deleted],
+                marker={"symbol": "x", "size": 11, "color": "#333"},
+                customdata=[_row(segs[i]) for i in deleted],
+                hovertemplate=hover,
+            )
+        )
+    lines = [("now", now_ms, "#000", "solid"), ("next retention check", e.next_check_ms, "#777", "dot")]
     if horizon is not None:
-        times.append(horizon)
-    t_lo, t_hi = min(times), max(times)
-    t_span = max(t_hi - t_lo, 1)
-    rows = []
-    for s in segs:
-        x = (s.base_offset - lo) / span * width
-        w = max((s.next_offset - s.base_offset) / span * width, 2)
-        tip = html.escape(
-            f"segment {s.base_offset}..{s.next_offset - 1}, {s.size_bytes} bytes, largest timestamp "
-            f"{_when(s.largest_timestamp)}: {s.reason}"
+        lines.append(("retention horizon of the next check", horizon, "#d9534f", "dash"))
+    for text, when, color, dash in lines:
+        if lo <= when <= hi:
+            fig.add_vline(x=_iso(when), line={"color": color, "dash": dash, "width": 1.5})
+            fig.add_annotation(
+                x=_iso(when), y=1.0, yref="paper", yanchor="bottom", text=f"{text}<br>{_when(when)}",
+                showarrow=False, font={"size": 11, "color": color},
+            )  # fmt: skip
+    fig.update_layout(
+        title=f"{e.topic}-{e.partition}: retention.ms {e.retention_ms}, retention.bytes {e.retention_bytes}, "
+        f"offsets {e.log_start_offset}..{e.log_end_offset}",
+        barmode="overlay",
+        height=220 + 28 * len(segs),
+        margin={"t": 110},
+        xaxis={"type": "date", "range": [_iso(lo), _iso(hi)], "tickformat": "%Y-%m-%d %H:%M:%S",
+               "title": {"text": "time (UTC)"}},
+        yaxis={"title": {"text": "segment (offsets)"}, "autorange": "reversed", "type": "category"},
+        legend={"orientation": "h", "y": -0.25},
+    )  # fmt: skip
+    return json.loads(fig.to_json())
+
+
+def render_html(explanations: list[RetentionExplanation], now_ms: int | None = None) -> str:
+    """A self-contained HTML page (plotly.js inline, no network needed): per partition, the retention timeline
+    chart and the CLI table's every column. Each chart's figure is also in a ``<script type=application/json>``
+    block, which is what the page draws (and what a test reads)."""
+    from plotly.offline import get_plotlyjs
+
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    parts = [
+        "<!doctype html><html><head><meta charset='utf-8'><title>kafkalog retention timeline</title>",
+        f"<script>{get_plotlyjs()}</script>",
+        "<style>body{font-family:sans-serif;margin:2em} td,th{padding:2px 8px;text-align:left;"
+        "border-bottom:1px solid #ddd} table{border-collapse:collapse;font-size:13px}</style></head><body>",
+        f"<h1>Retention timeline</h1><p>Times are UTC. Generated at {html.escape(_when(now))}.</p>",
+    ]
+    for n, e in enumerate(explanations):
+        figure = json.dumps(retention_figure(e, now)).replace("</", "<\\/")
+        header = "".join(f"<th>{html.escape(c)}</th>" for c in RETENTION_COLUMNS)
+        body = "".join(
+            "<tr>" + "".join(f"<td>{html.escape(cell)}</td>" for cell in _row(s)) + "</tr>" for s in e.segments
         )
-        rows.append(
-            f"<rect x='{x:.1f}' y='20' width='{w:.1f}' height='{bar}' fill='{_color(s)}' stroke='#333'>"
-            f"<title>{tip}</title></rect>"
+        parts.append(
+            f"<h2>{html.escape(e.topic)}-{e.partition}</h2><p>{html.escape(e.summary)}</p>"
+            f"<div id='chart-{n}' class='retention-chart'></div>"
+            f"<script type='application/json' id='figure-{n}'>{figure}</script>"
+            f"<script>(function(){{var f=JSON.parse(document.getElementById('figure-{n}').textContent);"
+            f"Plotly.newPlot('chart-{n}',f.data,f.layout,{{responsive:true}});}})();</script>"
+            f"<table><tr>{header}</tr>{body}</table>"
         )
-        tx = (s.largest_timestamp - t_lo) / t_span * width
-        rows.append(
-            f"<circle cx='{tx:.1f}' cy='{95}' r='5' fill='{_color(s)}' stroke='#333'><title>{tip}</title></circle>"
-        )
-    if horizon is not None:
-        hx = (horizon - t_lo) / t_span * width
-        rows.append(
-            f"<line x1='{hx:.1f}' y1='75' x2='{hx:.1f}' y2='115' stroke='#d9534f' stroke-dasharray='4'/>"
-            f"<text x='{hx + 4:.1f}' y='125' font-size='11'>retention horizon at the next check "
-            f"({html.escape(_when(horizon))})</text>"
-        )
-    svg = (
-        f"<svg width='{width}' height='140' viewBox='-5 0 {width + 10} 140'>"
-        f"<text x='0' y='14' font-size='12'>offsets {lo:,} .. {hi - 1:,}</text>"
-        f"<text x='0' y='72' font-size='12'>largest timestamps {html.escape(_when(t_lo))} .. "
-        f"{html.escape(_when(t_hi))}</text>{''.join(rows)}</svg>"
-    )
-    table_rows = "".join(
-        f"<tr><td>{s.base_offset}</td><td>{s.size_bytes}</td><td>{html.escape(_when(s.largest_timestamp))}</td>"
-        f"<td>{html.escape(s.rule or '-')}</td><td>{html.escape(_when(s.files_gone_at_ms))}</td>"
-        f"<td>{html.escape(s.reason)}</td></tr>"
-        for s in segs
-    )
-    return (
-        f"<h2>{html.escape(e.topic)}-{e.partition}</h2><p>{html.escape(e.summary)}</p>{svg}"
-        "<table><tr><th>base offset</th><th>bytes</th><th>largest timestamp (UTC)</th><th>rule</th>"
-        f"<th>files gone (UTC)</th><th>why</th></tr>{table_rows}</table>"
-    )
+    parts.append("</body></html>")
+    return "\n".join(parts)
 
 
 _SECTION_COLORS = {"clean": "#5bc0de", "dirty": "#f0ad4e", "uncleanable": "#999999", "active": "#5cb85c"}

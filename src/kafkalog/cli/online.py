@@ -190,36 +190,78 @@ def _describe_online(admin: Any, names: list[str], with_overrides: bool = False)
 
 
 # ----- produce --------------------------------------------------------------------------------------------------
-class OnlineProducer:
-    """Sends records with kafka-python's producer and keeps, per input line, the future of its send, so that the
-    summary says exactly which lines the broker acknowledged and which failed (and why)."""
+def producer_config(settings: Any) -> dict[str, Any]:
+    """kafka-python's producer settings for the console producer's: acks, compression, linger.ms, batch.size, then
+    every other --producer-property by its Kafka name (``max.request.size`` -> ``max_request_size``); a name
+    kafka-python does not know is a usage error."""
+    from kafka import KafkaProducer
 
-    def __init__(self, bootstrap: str, command_config: Path | None, topic: str, codec: str, acks: int) -> None:
+    config: dict[str, Any] = {
+        "acks": "all" if settings.acks == -1 else settings.acks,
+        # Idempotence needs acks=all, as Kafka's producer: on for the default, off when acks is lowered.
+        "enable_idempotence": settings.acks == -1,
+        "compression_type": None if settings.codec == "none" else settings.codec,
+        "linger_ms": settings.linger_ms,
+        "batch_size": settings.batch_size,
+        "max_block_ms": CLIENT_TIMEOUT_MS,
+        "request_timeout_ms": CLIENT_TIMEOUT_MS,
+        "client_id": "console-producer",
+    }
+    for key, value in settings.extra.items():
+        name = key.replace(".", "_")
+        if name not in KafkaProducer.DEFAULT_CONFIG or name in ("key_serializer", "value_serializer"):
+            raise click.BadParameter(f"{key} is not a producer config kafkalog's client takes", param_hint=key)
+        default = KafkaProducer.DEFAULT_CONFIG[name]
+        config[name] = _typed(value, default, key)
+    if "delivery.timeout.ms" not in settings.extra:  # as Kafka's producer: raised to linger + request timeout
+        floor = config["linger_ms"] + config["request_timeout_ms"]
+        config["delivery_timeout_ms"] = max(KafkaProducer.DEFAULT_CONFIG["delivery_timeout_ms"], floor)
+    return config
+
+
+def _typed(value: str, default: Any, key: str) -> Any:
+    """A property's text as the type of kafka-python's default for it."""
+    try:
+        if isinstance(default, bool):
+            return value.strip().lower() == "true"
+        if isinstance(default, int):
+            return int(value)
+        if isinstance(default, float):
+            return float(value)
+    except ValueError:
+        raise click.BadParameter(f"{key}={value!r} is not a number", param_hint="--producer-property") from None
+    return value
+
+
+class BrokerSink:
+    """The console producer's records to a broker through kafka-python's producer, which batches them itself
+    (batch.size, linger.ms). Each send's future is kept with its input line and settled (awaited) when the linger
+    has passed, at the end, or at once with --sync, so that a refused record is reported with its line number as
+    it happens and the summary counts exactly what the broker acknowledged (with acks=0: what was sent)."""
+
+    def __init__(self, bootstrap: str, command_config: Path | None, topic: str, settings: Any) -> None:
         from kafka import KafkaProducer
 
         self.topic = topic
-        self.acks = acks
+        self.settings = settings
+        from kafka.errors import KafkaConfigurationError
+
         try:
             self.producer = KafkaProducer(
-                bootstrap_servers=bootstrap,
-                client_id="kafkalog-console-producer",
-                acks="all" if acks == -1 else acks,
-                # Idempotence needs acks=all, as Kafka's producer: on for the default, off when acks is lowered.
-                enable_idempotence=acks == -1,
-                compression_type=None if codec == "none" else codec,
-                linger_ms=5,
-                max_block_ms=CLIENT_TIMEOUT_MS,
-                request_timeout_ms=CLIENT_TIMEOUT_MS,
-                **admin_kwargs(command_config),
+                bootstrap_servers=bootstrap, **producer_config(settings), **admin_kwargs(command_config)
             )
         except click.ClickException:
             raise
+        except KafkaConfigurationError as e:
+            raise click.UsageError(f"producer config: {e}") from None
         except Exception as e:
             raise _connect_error(bootstrap, e) from None
-        self.sent: list[tuple[int, Any]] = []  # (input line, future)
+        self.sent: list[tuple[int, Any]] = []  # (input line, future), not settled yet
+        self.first_sent_at: float | None = None
         self.produced = 0
-        self.failed: dict[int, str] = {}  # line -> error
-        self.where: dict[int, list[int]] = {}  # partition -> [first offset, last offset] acknowledged
+        self.failed: dict[int, str] = {}
+        self.where: dict[int, list[int]] = {}
+        self.stop: BaseException | None = None
 
     def partition_count(self) -> int:
         partitions = self.producer.partitions_for(self.topic)
@@ -227,37 +269,67 @@ class OnlineProducer:
             raise click.ClickException(f"Topic '{self.topic}' does not exist on the broker")
         return len(partitions)
 
-    def add(self, partition: int, record: dict[str, Any]) -> None:
+    def send(self, partition: int, record: dict[str, Any]) -> None:
         future = self.producer.send(
             self.topic,
             value=record["value"],
             key=record["key"],
-            headers=list(record["headers"]),
+            headers=[(k, v if v is not None else b"") for k, v in record["headers"]],
             partition=partition,
             timestamp_ms=record["timestamp"],
         )
         self.sent.append((record["line"], future))
+        if self.first_sent_at is None:
+            self.first_sent_at = time.monotonic()
+        if self.settings.sync:
+            self.flush()
+            if record["line"] in self.failed:
+                self.stop = click.ClickException(f"line {record['line']}: {self.failed[record['line']]}")
 
-    def settle(self) -> None:
-        """Wait for every sent line's acknowledgement (or error), then sort the lines into acknowledged or failed.
-        Each record's own future is awaited, not the producer's flush: a batch the broker refuses can leave the
-        flush failing without saying which records."""
-        self.producer._sender.wakeup()
+    def deadline(self) -> float | None:
+        if self.first_sent_at is None:
+            return None
+        return self.first_sent_at + self.settings.linger_ms / 1000 + 0.05
+
+    def flush(self) -> None:
+        """Wait for every sent line's acknowledgement (or error). Each record's own future is awaited, not the
+        producer's flush: a batch the broker refuses can leave the flush failing without saying which records."""
+        if not self.sent:
+            self.first_sent_at = None
+            return
         deadline = time.monotonic() + CLIENT_TIMEOUT_MS / 1000
+        # send what lingers now (a signal, the end of the input); its outcome is read from each record's future
+        with contextlib.suppress(Exception):
+            self.producer.flush(timeout=CLIENT_TIMEOUT_MS / 1000)
+        failed: dict[str, list[int]] = {}
         for line, future in self.sent:
             try:
                 meta = future.get(timeout=max(0.0, deadline - time.monotonic()))
             except Exception as error:
-                self.failed[line] = f"{type(error).__name__}: {error}" if future.is_done else "not acknowledged in time"
+                reason = f"{type(error).__name__}: {error}" if future.is_done else "not acknowledged in time"
+                self.failed[line] = reason
+                failed.setdefault(reason, []).append(line)
                 continue
             self.produced += 1
             if meta.offset is not None and meta.offset >= 0:
                 span = self.where.setdefault(meta.partition, [meta.offset, meta.offset])
                 span[0], span[1] = min(span[0], meta.offset), max(span[1], meta.offset)
         self.sent = []
+        self.first_sent_at = None
+        from .console import ranges, records_noun
+
+        for reason, lines in failed.items():
+            click.echo(
+                f"Error when sending {records_noun(len(lines))} ({'line' if len(lines) == 1 else 'lines'} "
+                f"{ranges(lines)}) to {self.topic}: {reason}",
+                err=True,
+            )
+
+    def idle(self) -> None:
+        pass
 
     def close(self) -> None:
-        with contextlib.suppress(Exception):  # what close could still flush was awaited and reported by settle()
+        with contextlib.suppress(Exception):  # what close could still flush was awaited and reported by flush()
             self.producer.close(timeout=5, null_logger=True)
 
 
@@ -266,70 +338,23 @@ def produce_online(
     command_config: Path | None,
     topic: str,
     partition: int | None,
-    compression_codec: str,
-    acks: int,
+    settings: Any,
     input_file: IO[bytes],
     parse: Any,
 ) -> None:
     """The console producer against a broker. ``parse(line, number)`` turns an input line into the record dict
-    of the offline path (key, value, headers, timestamp, partition). Lines are sent as they are read; a bad line
-    stops the reading, and what was sent before it is still produced, as kafka-console-producer. The summary on
-    stderr counts what the broker acknowledged (with acks=0: what was sent) and lists the lines that failed."""
-    from ..record import default_partition
+    of the offline path (key, value, headers, timestamp, partition); the loop, the signals and the summary are the
+    offline producer's (cli/console.py)."""
+    from .console import DeferredSignals, LineSource, produce_lines, report
 
-    producer = OnlineProducer(bootstrap, command_config, topic, compression_codec, acks)
-    number = 0
-    bad: Exception | None = None
-    bad_line: int | None = None
+    sink = BrokerSink(bootstrap, command_config, topic, settings)
+    signals = DeferredSignals()
     try:
-        count = producer.partition_count()
-        turn = 0
-        for number, raw in enumerate(input_file, start=1):
-            try:
-                record = parse(raw.rstrip(b"\r\n"), number)
-                target = record.pop("partition")
-                if target is None:
-                    target = partition
-                if target is None:
-                    if record["key"] is not None:
-                        target = default_partition(record["key"], count)
-                    else:
-                        target, turn = turn % count, turn + 1
-                if not 0 <= target < count:
-                    raise click.BadParameter(f"line {number}: partition {target} does not exist ({count} partitions)")
-            except Exception as e:
-                bad, bad_line = e, number
-                break
-            record["line"] = number
-            producer.add(target, record)
-        producer.settle()
+        with signals.installed():
+            outcome = produce_lines(LineSource(input_file), sink, parse, partition, signals)
     finally:
-        producer.close()
-    if bad is None and not producer.failed:
-        click.echo(f"Produced {producer.produced} records to {topic}.", err=True)
-        return
-    where = ", ".join(f"partition {p} offsets {a}-{b}" for p, (a, b) in sorted(producer.where.items()))
-    click.echo(
-        f"Produced {producer.produced} records to {topic} before the error" + (f" ({where})" if where else ""),
-        err=True,
-    )
-    not_written = dict(producer.failed)
-    if bad_line is not None:
-        not_written[bad_line] = str(bad)
-    from .data import _ranges
-
-    noun = "line" if len(not_written) == 1 else "lines"
-    click.echo(
-        f"Not produced: {len(not_written)} of the {number} lines read: {noun} {_ranges(sorted(not_written))}", err=True
-    )
-    for reason in sorted(set(producer.failed.values())):
-        click.echo(f"  {reason}", err=True)
-    if bad is not None:
-        click.echo(f"Input after line {number} was not read.", err=True)
-        raise bad
-    raise click.ClickException(
-        f"The broker did not acknowledge {len(producer.failed)} of the {number} records sent to {topic}"
-    )
+        sink.close()
+    report(sink, outcome)
 
 
 # ----- consume --------------------------------------------------------------------------------------------------
@@ -340,78 +365,104 @@ def consume_online(
     partition: int | None,
     group: str | None,
     from_beginning: bool,
-    offset: int | None,
+    offset: int | str | None,
     timestamp: int | None,
     max_messages: int | None,
     timeout_ms: int | None,
     isolation_level: str,
-    formatter: Any,
+    consumer_props: dict[str, str],
+    render: Any,
 ) -> None:
     """The console consumer against a broker. Without --group the partitions are assigned (no group, nothing
     committed); with --group the consumer joins it (subscribe, offsets committed, --from-beginning meaning
     auto.offset.reset=earliest), as kafka-console-consumer. It stops after --max-messages records, or once no
-    record came for --timeout-ms, else runs until interrupted; the total goes to stderr as offline."""
+    record came for --timeout-ms, else runs until SIGINT/SIGTERM, which are taken between two polls: the group's
+    offsets are committed, the consumer closed and the total printed, as Kafka's shutdown hook does."""
     from kafka import KafkaConsumer, TopicPartition
 
+    from .console import DeferredSignals, kafka_python_timestamp_type
+
+    config: dict[str, Any] = {
+        "client_id": "console-consumer",
+        "request_timeout_ms": CLIENT_TIMEOUT_MS + 5000,
+    }
+    for key, value in consumer_props.items():
+        name = key.replace(".", "_")
+        if name not in KafkaConsumer.DEFAULT_CONFIG or name in ("key_deserializer", "value_deserializer"):
+            raise click.BadParameter(f"{key} is not a consumer config kafkalog's client takes", param_hint=key)
+        config[name] = _typed(value, KafkaConsumer.DEFAULT_CONFIG[name], key)
+    config.update(
+        group_id=group,
+        isolation_level=isolation_level,
+        auto_offset_reset="earliest" if from_beginning else config.get("auto_offset_reset", "latest"),
+    )
+    config.setdefault("enable_auto_commit", group is not None)
+    from kafka.errors import KafkaConfigurationError
+
     try:
-        consumer = KafkaConsumer(
-            bootstrap_servers=bootstrap,
-            client_id="kafkalog-console-consumer",
-            group_id=group,
-            enable_auto_commit=group is not None,
-            auto_offset_reset="earliest" if from_beginning else "latest",
-            isolation_level=isolation_level,
-            request_timeout_ms=CLIENT_TIMEOUT_MS + 5000,
-            **admin_kwargs(command_config),
-        )
+        consumer = KafkaConsumer(bootstrap_servers=bootstrap, **config, **admin_kwargs(command_config))
     except click.ClickException:
         raise
+    except KafkaConfigurationError as e:
+        raise click.UsageError(f"consumer config: {e}") from None
     except Exception as e:
         raise _connect_error(bootstrap, e) from None
     printed = 0
+    signals = DeferredSignals()
     try:
-        found = consumer.partitions_for_topic(topic)
-        if not found:
-            raise click.ClickException(f"Topic '{topic}' does not exist on the broker")
-        if partition is not None and partition not in found:
-            raise click.ClickException(f"Partition {partition} of topic '{topic}' does not exist")
-        if group is not None and partition is None:
-            consumer.subscribe([topic])
-        else:
-            tps = [TopicPartition(topic, p) for p in sorted(found) if partition is None or p == partition]
-            consumer.assign(tps)
-            _position(consumer, tps, from_beginning, offset, timestamp)
-        out = sys.stdout.buffer
-        last_record = time.monotonic()
-        while max_messages is None or printed < max_messages:
-            batch = consumer.poll(timeout_ms=200, max_records=None if max_messages is None else max_messages - printed)
-            records = [r for rs in batch.values() for r in rs]
-            if not records:
-                if timeout_ms is not None and (time.monotonic() - last_record) * 1000 >= timeout_ms:
-                    break
-                continue
+        with signals.installed():
+            found = consumer.partitions_for_topic(topic)
+            if not found:
+                raise click.ClickException(f"Topic '{topic}' does not exist on the broker")
+            if partition is not None and partition not in found:
+                raise click.ClickException(f"Partition {partition} of topic '{topic}' does not exist")
+            if group is not None and partition is None:
+                consumer.subscribe([topic])
+            else:
+                tps = [TopicPartition(topic, p) for p in sorted(found) if partition is None or p == partition]
+                consumer.assign(tps)
+                _position(consumer, tps, from_beginning, offset, timestamp)
+            out = sys.stdout.buffer
             last_record = time.monotonic()
-            for record in records:
-                if max_messages is not None and printed >= max_messages:
-                    break
-                out.write(formatter(record.partition, record))
-                printed += 1
-            out.flush()
-        if group is not None:
-            consumer.commit()
-    except KeyboardInterrupt:
-        pass
+            while max_messages is None or printed < max_messages:
+                if signals.received is not None:
+                    from .common import Interrupted
+
+                    raise Interrupted(signals.received)
+                left = None if max_messages is None else max_messages - printed
+                batch = consumer.poll(timeout_ms=200, max_records=left)
+                records = [r for rs in batch.values() for r in rs]
+                if not records:
+                    if timeout_ms is not None and (time.monotonic() - last_record) * 1000 >= timeout_ms:
+                        break
+                    continue
+                last_record = time.monotonic()
+                for record in records:
+                    if max_messages is not None and printed >= max_messages:
+                        break
+                    try:
+                        out.write(render(record.partition, record, kafka_python_timestamp_type(record)))
+                    except BrokenPipeError:
+                        click.echo("Unable to write to standard out, closing consumer.", err=True)
+                        raise
+                    printed += 1
+                out.flush()
     finally:
+        if group is not None and config["enable_auto_commit"]:
+            with contextlib.suppress(Exception):  # what was printed is committed, as Kafka's close() does
+                consumer.commit()
         consumer.close(autocommit=False)
         click.echo(f"Processed a total of {printed} messages", err=True)
 
 
-def _position(consumer: Any, tps: list[Any], from_beginning: bool, offset: int | None, timestamp: int | None) -> None:
+def _position(
+    consumer: Any, tps: list[Any], from_beginning: bool, offset: int | str | None, timestamp: int | None
+) -> None:
     """Where assigned partitions start: the log start, an offset, the first record at or after a timestamp (the end
     when there is none, as offline), else the end."""
-    if from_beginning:
+    if from_beginning or offset == "earliest":
         consumer.seek_to_beginning(*tps)
-    elif offset is not None:
+    elif isinstance(offset, int):
         for tp in tps:
             consumer.seek(tp, offset)
     elif timestamp is not None:

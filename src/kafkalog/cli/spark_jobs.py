@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import re
 from pathlib import Path
+from typing import Any
 
 import click
 from rich.console import Console
@@ -30,7 +33,61 @@ def _console() -> Console:
     return Console(width=160) if not Console().is_terminal else Console()
 
 
-@click.group("spark")
+_PYTHON_ERROR = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception)): (.+)$")
+
+
+def spark_error_line(error: BaseException) -> str:
+    """One line saying what went wrong in a Spark job, from the exception Spark raised.
+
+    An error raised in a Python worker reaches the driver wrapped in the JVM's exception, whose message carries
+    the worker's Python traceback: its last ``SomeError: message`` line is the cause. Spark's own errors
+    (``AnalysisException`` and the other PySparkExceptions) carry ``[ERROR_CLASS] message`` on their first line."""
+    text = str(error)
+    java = getattr(error, "java_exception", None)
+    if java is not None:
+        with contextlib.suppress(Exception):
+            text = str(java.toString())
+    causes = [m for line in text.splitlines() if (m := _PYTHON_ERROR.match(line.strip()))]
+    if causes:
+        name, message = causes[-1].group(1), causes[-1].group(2)
+        return f"{name.rsplit('.', 1)[-1]}: {message}"
+    first = next((line.strip() for line in text.splitlines() if line.strip()), type(error).__name__)
+    return first if len(first) <= 400 else first[:397] + "..."
+
+
+class SparkGroup(click.Group):
+    """The ``spark`` commands' group: an exception out of Spark (a worker's error wrapped in the JVM's, an
+    AnalysisException) becomes one ``Error:`` line and exit status 1; ``kafkalog --debug`` shows the traceback."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (click.ClickException, click.exceptions.Exit, click.Abort, KeyboardInterrupt, SystemExit):
+            raise
+        except Exception as e:
+            root = ctx.find_root()
+            if root.obj and root.obj.get("debug"):
+                raise
+            raise click.ClickException(spark_error_line(e)) from None
+
+
+def _require_topic(log_dirs: tuple[Path, ...], topic: str) -> None:
+    """The topic must exist before a job writes into it (the sink does not create topics): checked on the files,
+    before Spark starts, with the command that creates it."""
+    from ..partition.readonly import ReadOnlyLogDir, log_dir_problem
+
+    for directory in log_dirs:
+        if (problem := log_dir_problem(directory)) is not None:
+            raise click.ClickException(problem)
+    if topic not in ReadOnlyLogDir(list(log_dirs)).topics():
+        dirs = " ".join(f"--log-dir {d}" for d in log_dirs)
+        raise click.ClickException(
+            f"Topic '{topic}' does not exist in {', '.join(str(d) for d in log_dirs)}; create it first: "
+            f"kafkalog topics {dirs} --create --topic {topic} [--partitions N]"
+        )
+
+
+@click.group("spark", cls=SparkGroup)
 def spark_command() -> None:
     """Pipeline jobs on Apache Spark (local mode by default; needs the kafkalog[spark] extra)."""
     from ..spark._require import PySparkMissingError, require_pyspark
@@ -85,6 +142,8 @@ def ingest_command(
     from ..spark.jobs import ingest
     from .common import parse_key_values
 
+    read_options = parse_key_values(options, "--option")
+    _require_topic(log_dirs, topic)
     spark = _session(master)
     rows = ingest(
         spark,
@@ -94,7 +153,7 @@ def ingest_command(
         fmt=fmt,
         key_column=key_column,
         value_column=value_column,
-        read_options=parse_key_values(options, "--option"),
+        read_options=read_options,
         write_options={"compression.type": compression_type},
     )
     click.echo(f"Wrote {rows:,} records to {topic}.")

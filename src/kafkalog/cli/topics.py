@@ -7,8 +7,9 @@ from pathlib import Path
 
 import click
 
+from ..logdir import validate_topic_name
 from ..partition.readonly import ReadOnlyLogDir
-from ..storage.config import load_properties
+from ..storage.config import BrokerConfig, LogConfig, load_properties
 from .common import log_dir_or_broker_options, online_or_offline, open_manager, open_readonly, parse_key_values
 
 DEFAULT_PARTITIONS = 1  # offline; a broker applies its num.partitions
@@ -134,6 +135,9 @@ def topics_command(
         return
     if action == "create":
         _refuse_internal(topic)
+        # what would refuse the topic is checked before a missing log dir is created for it
+        validate_topic_name(topic or "")
+        LogConfig(overrides, broker=BrokerConfig(load_properties(broker_files[0])) if broker_files else None)
         _create_missing_log_dirs(log_dirs)
     manager = open_manager(log_dirs, broker_files[0] if broker_files else None)
     try:

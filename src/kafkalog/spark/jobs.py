@@ -13,15 +13,18 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 
-from ..layout import CLEANER_OFFSET_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT, REPLICATION_OFFSET_CHECKPOINT
+from ..cleaner.policy import segment_dirty_ratio
+from ..layout import CLEANER_OFFSET_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT, LOG_SUFFIX, REPLICATION_OFFSET_CHECKPOINT
 from ..logdir import TopicConfigStore
 from ..partition import readonly as logfiles
 from ..record.batch import HEADER_SIZE_UP_TO_MAGIC
 from ..record.scan import batch_size_at
 from ..storage.config import LogConfig
+from ..storage.retention import plan_retention
 
 EXPORT_STATE_FILE = "_kafkalog_offsets.json"
 
@@ -49,12 +52,17 @@ def _latest_offsets(log_dirs: list[str], topic: str) -> dict[int, tuple[int, int
         raise ValueError(f"Topic '{topic}' has no partition in {', '.join(log_dirs)}")
     out = {}
     for (_, partition), part in sorted(found.items()):
-        starts = logfiles.read_checkpoint(part.log_dir, LOG_START_OFFSET_CHECKPOINT)
-        hws = logfiles.read_checkpoint(part.log_dir, REPLICATION_OFFSET_CHECKPOINT)
-        mtime = logfiles.checkpoint_mtime_ns(part.log_dir, REPLICATION_OFFSET_CHECKPOINT)
-        offsets = logfiles.partition_offsets(part, starts, hws, mtime)
+        offsets = _partition_offsets(part)
         out[partition] = (offsets.log_start, offsets.latest)
     return out
+
+
+def _partition_offsets(part: logfiles.PartitionDir) -> logfiles.PartitionOffsets:
+    """A partition's log start, log end and latest offset, as the source resolves them."""
+    starts = logfiles.read_checkpoint(part.log_dir, LOG_START_OFFSET_CHECKPOINT)
+    hws = logfiles.read_checkpoint(part.log_dir, REPLICATION_OFFSET_CHECKPOINT)
+    mtime = logfiles.checkpoint_mtime_ns(part.log_dir, REPLICATION_OFFSET_CHECKPOINT)
+    return logfiles.partition_offsets(part, starts, hws, mtime)
 
 
 def _read_state(output: Path, topic: str) -> dict[int, int]:
@@ -354,8 +362,9 @@ def _partition_reports(rows, parts, configs: dict[str, dict], now: int) -> list[
         segs.sort(key=lambda r: r["base_offset"])
         config = LogConfig(configs.get(key[0], {}))
         part = parts[key]
-        doomed = _retention_doomed(segs, config, now)
+        doomed = _retention_doomed(segs, part, config, now)
         checkpoint = logfiles.read_checkpoint(part.log_dir, CLEANER_OFFSET_CHECKPOINT).get(key)
+        bases, sizes = [r["base_offset"] for r in segs], [r["bytes"] for r in segs]
         reports.append(
             PartitionReport(
                 topic=key[0],
@@ -369,41 +378,50 @@ def _partition_reports(rows, parts, configs: dict[str, dict], now: int) -> list[
                 cleanup_policy=",".join(config.cleanup_policy),
                 retention_deletes_segments=len(doomed),
                 retention_deletes_bytes=sum(r["bytes"] for r in doomed),
-                dirty_ratio=_dirty_ratio(segs, checkpoint) if config.compact else None,
+                dirty_ratio=segment_dirty_ratio(bases, sizes, checkpoint, bases[-1]) if config.compact else None,
             )
         )
     return reports
 
 
-def _retention_doomed(segs: list, config: LogConfig, now: int) -> list:
-    """Inactive segments a retention check now would delete (delete policy only): the size rule, then the
-    time rule, each walking oldest first and stopping at the first segment it keeps (deleteOldSegments)."""
-    if not config.delete:
-        return []
-    inactive = [r for r in segs if not r["active"]]
-    doomed: list = []
-    if config.retention_bytes >= 0:
-        excess = sum(r["bytes"] for r in segs) - config.retention_bytes
-        for r in inactive:
-            if excess - r["bytes"] < 0:
-                break
-            doomed.append(r)
-            excess -= r["bytes"]
-    if config.retention_ms >= 0:
-        for r in inactive[len(doomed) :]:
-            if r["max_timestamp"] is None or now - r["max_timestamp"] <= config.retention_ms:
-                break
-            doomed.append(r)
-    return doomed
+@dataclass(frozen=True)
+class _ReportSegment:
+    """A segment row as the retention planner reads it (a ``storage.retention.RetentionSegment``)."""
+
+    row: Any
+    directory: str
+
+    @property
+    def base_offset(self) -> int:
+        return int(self.row["base_offset"])
+
+    @property
+    def size(self) -> int:
+        return int(self.row["bytes"])
+
+    @property
+    def largest_timestamp(self) -> int:
+        """The largest record timestamp, or the ``.log`` file's mtime when no record has one (as Kafka)."""
+        if self.row["max_timestamp"] is not None:
+            return int(self.row["max_timestamp"])
+        try:
+            return int(os.stat(logfiles.segment_path(self.directory, self.base_offset, LOG_SUFFIX)).st_mtime * 1000)
+        except FileNotFoundError:
+            return -1
 
 
-def _dirty_ratio(segs: list, checkpoint: int | None) -> float:
-    """Bytes of inactive segments at or after the cleaner checkpoint over all inactive bytes (the cleaner's ratio,
-    without the last-stable-offset and min.compaction.lag.ms bounds a live log would add)."""
-    inactive = [r for r in segs if not r["active"]]
-    total = sum(r["bytes"] for r in inactive)
-    if total == 0:
-        return 0.0
-    first_dirty = checkpoint if checkpoint is not None else (segs[0]["base_offset"] if segs else 0)
-    dirty = sum(r["bytes"] for r in inactive if r["next_offset"] > first_dirty)
-    return dirty / total
+def _retention_doomed(segs: list, part: logfiles.PartitionDir, config: LogConfig, now: int) -> list:
+    """The segments a retention check at ``now`` deletes (``storage.retention.plan_retention``: the log start,
+    size and time rules, the active segment included when every segment goes)."""
+    offsets = _partition_offsets(part)
+    plan = plan_retention(
+        [_ReportSegment(r, part.directory) for r in segs],
+        log_start_offset=offsets.log_start,
+        log_end_offset=offsets.log_end,
+        high_watermark=offsets.latest,
+        delete_policy=config.delete,
+        retention_bytes=config.retention_bytes,
+        retention_ms=config.retention_ms,
+        now_ms=now,
+    )
+    return [segs[d.index] for d in plan.deletions]

@@ -470,7 +470,7 @@ class TopicCatalog:
         if not dirs:
             raise UnknownTopicOrPartitionError(
                 f"Topic {name} not present in the log dirs {where}. The kafkalog sink does not create topics: "
-                "create it first (kafkalog topics create, or LogManager.create_topic)"
+                "create it first (kafkalog topics --log-dir DIR --create --topic NAME, or LogManager.create_topic)"
             )
         count = state.partitions if state is not None else max(dirs) + 1
         missing = [p for p in range(count) if p not in dirs]

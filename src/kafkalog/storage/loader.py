@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import random
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..clock import Time
@@ -43,6 +44,17 @@ from .segment import LogSegment, update_producer_state
 from .segments import LogSegments
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class LoadedOffsets:
+    """What loading a partition directory found: its log start offset, recovery point and next offset."""
+
+    log_start_offset: int
+    recovery_point: int
+    next_offset: int
+
+
 SPLIT_CHUNK_BYTES = 1024 * 1024  # appendFromFile's read buffer
 
 
@@ -409,7 +421,6 @@ def _recover_and_finish(
     leader_epoch_cache=None,
 ):
     """Recovery from the recovery point, then the offsets and producer state of the loaded segments."""
-    from .log import LoadedOffsets
 
     if not had_clean_shutdown and len(segments):
         _retry_on_offset_overflow(

@@ -12,7 +12,6 @@ import logging
 import random
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 from ..clock import SYSTEM_TIME, Time
@@ -43,8 +42,10 @@ from .checkpoints import LeaderEpochCheckpointFile
 from .config import LogConfig
 from .files import delete_if_exists, fsync_dir
 from .leader_epoch import LeaderEpochFileCache
+from .loader import LoadedOffsets, load_log, open_segment, replay_producer_state
 from .overlap import OVERLAP_MIN_BYTES, Check, checker
 from .producer_state import ProducerStateEntry, ProducerStateManager, sync_snapshot_if_exists
+from .retention import RULE_LOG_START, RULE_SIZE, RULE_TIME, plan_retention
 from .segment import EMPTY_SLICE, FetchDataInfo, LogOffsetMetadata, LogSegment, TimestampAndOffset
 from .segments import LogSegments
 from .txn_index import AbortedTxn
@@ -64,6 +65,8 @@ from .validator import (
 )
 
 log = logging.getLogger(__name__)
+
+_RULE_REASONS = {RULE_LOG_START: "log start offset", RULE_SIZE: "retention size", RULE_TIME: "retention time"}
 
 _PLACEHOLDER_HEADER = bytes(RECORDS_OFFSET)  # what an overlapped append writes until its check passes
 
@@ -90,13 +93,6 @@ class Scheduler:
     """What the log asks of a scheduler: run something later (MockScheduler and the manager's fit)."""
 
     def schedule_once(self, name: str, fn: Callable[[], object], delay_ms: int = 0) -> object: ...
-
-
-@dataclass(frozen=True)
-class LoadedOffsets:
-    log_start_offset: int
-    recovery_point: int
-    next_offset: int
 
 
 class Log:
@@ -170,7 +166,6 @@ class Log:
         ``recovery_point`` and ``log_start_offset`` are the values from the log dir's checkpoints;
         with ``had_clean_shutdown`` false, everything from the recovery point on is re-validated.
         """
-        from .loader import load_log
 
         directory = Path(directory)
         config = config if isinstance(config, LogConfig) else LogConfig(config or {})
@@ -615,7 +610,6 @@ class Log:
             raise self._io_failure("flushing the producer state snapshot of", e) from e
 
     def _new_segment(self, base_offset: int) -> LogSegment:
-        from .loader import open_segment
 
         return open_segment(self.directory, base_offset, self.config, self.clock, self._rng)
 
@@ -816,74 +810,39 @@ class Log:
     def delete_old_segments(self) -> int:
         """One retention pass (UnifiedLog.deleteOldSegments): log start, size and time rules; return segments.
 
-        A closed or offline log is left alone: a pass that took it from the manager just before its topic was
-        deleted must not rename files in a directory that is going (the error would take the log dir offline)."""
+        The plan comes from ``storage.retention.plan_retention``; this carries it out walk by walk: roll first when
+        a walk takes every segment, move the log start offset, rename the files ``.deleted``. A closed or offline
+        log is left alone: a pass that took it from the manager just before its topic was deleted must not rename
+        files in a directory that is going (the error would take the log dir offline)."""
         with self._lock:
             if self._closed or self._offline_reason is not None:
                 return 0
-            deleted = self._delete_segments_matching(self._breaches_log_start, "log start offset")
-            if self.config.delete:
-                deleted += self._delete_retention_size_breached()
-                deleted += self._delete_retention_ms_breached()
+            segments = list(self.segments)
+            plan = plan_retention(
+                segments,
+                log_start_offset=self._log_start_offset,
+                log_end_offset=self._log_end_offset,
+                high_watermark=self._high_watermark,
+                delete_policy=self.config.delete,
+                retention_bytes=self.config.retention_bytes,
+                retention_ms=self.config.retention_ms,
+                now_ms=self.clock.milliseconds(),
+            )
+            deleted = 0
+            for rule, indexes in plan.by_rule():
+                if rule == plan.rolled_by:
+                    self.roll()
+                deletable = [segments[i] for i in indexes]
+                following = self.segments.higher(deletable[-1].base_offset)
+                if following is not None:
+                    self.maybe_increment_log_start_offset(following.base_offset)
+                for segment in deletable:
+                    self.segments.remove(segment.base_offset)
+                log.info("Deleting %d segments of %s-%s due to %s", len(deletable), self.topic, self.partition,
+                         _RULE_REASONS[rule])  # fmt: skip
+                self._delete_segment_files(deletable)
+                deleted += len(deletable)
             return deleted
-
-    def _breaches_log_start(self, segment: LogSegment, following: LogSegment | None) -> bool:
-        return following is not None and following.base_offset <= self._log_start_offset
-
-    def _delete_retention_ms_breached(self) -> int:
-        retention = self.config.retention_ms
-        if retention < 0:
-            return 0
-        now = self.clock.milliseconds()
-        return self._delete_segments_matching(
-            lambda segment, _: now - segment.largest_timestamp > retention, "retention time"
-        )
-
-    def _delete_retention_size_breached(self) -> int:
-        limit = self.config.retention_bytes
-        if limit < 0 or self.size < limit:
-            return 0
-        diff = [self.size - limit]
-
-        def breaches(segment: LogSegment, _) -> bool:
-            if diff[0] - segment.size >= 0:
-                diff[0] -= segment.size
-                return True
-            return False
-
-        return self._delete_segments_matching(breaches, "retention size")
-
-    def deletable_segments(self, predicate) -> list[LogSegment]:
-        """Oldest-first segments passing ``predicate``, stopping at the first that does not (or is above HW)."""
-        result = []
-        for segment in self.segments:
-            following = self.segments.higher(segment.base_offset)
-            upper = following.base_offset if following is not None else self._log_end_offset
-            is_last_and_empty = following is None and segment.size == 0
-            if self._high_watermark >= upper and predicate(segment, following) and not is_last_and_empty:
-                result.append(segment)
-            else:
-                break
-        return result
-
-    def _delete_segments_matching(self, predicate, reason: str) -> int:
-        deletable = self.deletable_segments(predicate)
-        if not deletable:
-            return 0
-        if len(deletable) == len(self.segments):
-            self.roll()
-            if deletable[-1] is self.active_segment:
-                deletable = deletable[:-1]
-        if not deletable:
-            return 0
-        following = self.segments.higher(deletable[-1].base_offset)
-        if following is not None:
-            self.maybe_increment_log_start_offset(following.base_offset)
-        for segment in deletable:
-            self.segments.remove(segment.base_offset)
-        log.info("Deleting %d segments of %s-%s due to %s", len(deletable), self.topic, self.partition, reason)
-        self._delete_segment_files(deletable)
-        return len(deletable)
 
     def _delete_segment_files(self, segments: list[LogSegment], *, keep_snapshots_of: frozenset = frozenset()) -> None:
         """Rename to .deleted now, remove after file.delete.delay.ms (LocalLog.deleteSegmentFiles).
@@ -961,7 +920,6 @@ class Log:
 
     def new_cleaned_segment(self, base_offset: int) -> LogSegment:
         """An empty ``.cleaned`` segment at ``base_offset`` (UnifiedLog.createNewCleanedSegment)."""
-        from .loader import open_segment
 
         for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
             delete_if_exists(segment_file(self.directory, base_offset, suffix, CLEANED_SUFFIX))
@@ -1017,7 +975,6 @@ class Log:
             self._high_watermark = min(self._high_watermark, target_offset)
             self.leader_epoch_cache.truncate_from_end(target_offset)
             self.producer_state.truncate_and_reload(self._log_start_offset, target_offset, self.clock.milliseconds())
-            from .loader import replay_producer_state
 
             replay_producer_state(self.producer_state, self.segments, self._log_start_offset, target_offset)
             return True

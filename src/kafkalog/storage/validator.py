@@ -511,6 +511,16 @@ def plain_batch_append(
     return [new_header, body], size, info
 
 
+def warm_up() -> None:
+    """Load the compiled record kernel the append path dispatches to, once per process.
+
+    numba's first dispatch in a process loads its cached machine code and its own typing registries: about
+    a second, holding the GIL. Done lazily, that second lands on the first produce request (and stalls every
+    other connection of a broker meanwhile); a server calls this while it starts instead.
+    """
+    _kernels.summarize_records(b"", 0, 0, 0, 0)
+
+
 def validate_single_plain_batch(
     records: bytes, first_offset: int, now: int, config: LogConfig, leader_epoch: int
 ) -> tuple[list[BytesLike], int, LogAppendInfo] | None:

@@ -33,11 +33,13 @@ from kafka.protocol.consumer import (
 from kafka.protocol.metadata import FindCoordinatorResponse
 
 from ...coordinator.group import Errors, JoinResult, SyncResult
+from ...coordinator.group.coordinator import GROUP_METADATA_TOPIC_NAME
 from ...errors import NotLeaderOrFollowerError, UnknownTopicOrPartitionError
 from ..messages import ConsumerGroupDescribeResponse, ConsumerGroupHeartbeatResponse
 from ..protocol import Response
 from ..security.acl import allowed, cluster_allowed
 from ..security.context import CURRENT
+from . import txn
 from .metadata import topic_uuid
 
 log = logging.getLogger("kafka.server.KafkaApis")
@@ -105,6 +107,17 @@ async def _find_in_cluster(broker, key: str) -> tuple[str, int, str | None, int,
     return key, int(Errors.NONE), None, node, host, port
 
 
+def _offsets_partition_offline(broker, group_id: str) -> bool:
+    """Whether the group's __consumer_offsets partition is here and in a failed log dir: it then has no leader,
+    and Kafka answers FindCoordinator with COORDINATOR_NOT_AVAILABLE until it has one again."""
+    coordinator = broker.group_coordinator
+    try:
+        partition = broker.replica_manager.get_partition(GROUP_METADATA_TOPIC_NAME, coordinator.partition_for(group_id))
+    except UnknownTopicOrPartitionError:
+        return False
+    return partition.log.is_offline
+
+
 async def handle_find_coordinator(broker, header, request) -> Response:
     version = header.api_version
     key_type = request.key_type if version >= 1 else GROUP_KEY_TYPE
@@ -118,11 +131,20 @@ async def handle_find_coordinator(broker, header, request) -> Response:
         if key_type == GROUP_KEY_TYPE and getattr(broker, "cluster", None) is not None:
             answers.append(await _find_in_cluster(broker, key))
             continue
+        if key_type == TRANSACTION_KEY_TYPE and not allowed(broker, "DESCRIBE", "TRANSACTIONAL_ID", key):
+            denied = "Transactional Id authorization failed."
+            answers.append((key, TRANSACTIONAL_ID_AUTHORIZATION_FAILED, denied, -1, "", -1))
+            continue
         if key_type == GROUP_KEY_TYPE:
             error = broker.group_coordinator.ensure_offsets_topic()
+            if error == Errors.NONE and _offsets_partition_offline(broker, key):
+                error = Errors.COORDINATOR_NOT_AVAILABLE
             message = None if error == Errors.NONE else "The coordinator is not available."
+        elif key_type == TRANSACTION_KEY_TYPE and not txn.coordinator_available(broker):
+            error, message = Errors.COORDINATOR_NOT_AVAILABLE, txn.CLUSTER_UNSUPPORTED
         elif key_type == TRANSACTION_KEY_TYPE:
-            error, message = Errors.COORDINATOR_NOT_AVAILABLE, "The transaction coordinator is not built yet."
+            error = broker.txn_coordinator.ensure_state_topic()  # __transaction_state, created on first use
+            message = None if error == 0 else "The coordinator is not available."
         else:
             error, message = Errors.INVALID_REQUEST, f"Unknown coordinator key type {key_type}"
         ok = error == Errors.NONE
@@ -145,6 +167,7 @@ async def handle_find_coordinator(broker, header, request) -> Response:
 
 GROUP_AUTHORIZATION_FAILED = 30
 TOPIC_AUTHORIZATION_FAILED = 29
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
 
 
 # ----- JoinGroup (11) / SyncGroup (14) / Heartbeat (12) / LeaveGroup (13) --------------------------------------
@@ -349,8 +372,12 @@ async def _replicated(broker, group_id: str, results: dict) -> dict:
     return {tp_: (failed if e == Errors.NONE else e) for tp_, e in results.items()}
 
 
-def _fetch_group(broker, group_id: str, topics) -> tuple[int, list[tuple[str, list[tuple[int, int, int, str, int]]]]]:
-    """(group error, [(topic, [(partition, offset, leader epoch, metadata, error)])]) for one group."""
+def _fetch_group(
+    broker, group_id: str, topics, require_stable: bool = False
+) -> tuple[int, list[tuple[str, list[tuple[int, int, int, str, int]]]]]:
+    """(group error, [(topic, [(partition, offset, leader epoch, metadata, error)])]) for one group. With
+    ``require_stable`` (KIP-447, v7+), a partition whose offset a transaction has yet to decide answers
+    UNSTABLE_OFFSET_COMMIT, so a read_committed consumer waits instead of starting from a stale offset."""
     wanted = None if topics is None else [(t.name, p) for t in topics for p in t.partition_indexes]
     if not allowed(broker, "DESCRIBE", "GROUP", group_id):
         return GROUP_AUTHORIZATION_FAILED, [
@@ -368,7 +395,9 @@ def _fetch_group(broker, group_id: str, topics) -> tuple[int, list[tuple[str, li
             if wanted is not None:  # named: TOPIC_AUTHORIZATION_FAILED; all offsets: left out
                 by_topic.setdefault(topic, []).append((partition, -1, -1, "", TOPIC_AUTHORIZATION_FAILED))
             continue
-        if om is None:
+        if require_stable and broker.group_coordinator.has_pending_offsets(group_id, topic, partition):
+            by_topic.setdefault(topic, []).append((partition, -1, -1, "", int(Errors.UNSTABLE_OFFSET_COMMIT)))
+        elif om is None:
             by_topic.setdefault(topic, []).append((partition, -1, -1, "", 0))
         else:
             by_topic.setdefault(topic, []).append((partition, om.offset, om.leader_epoch, om.metadata, 0))
@@ -383,7 +412,7 @@ async def handle_offset_fetch(broker, header, request) -> Response:
         Partition = Topic.OffsetFetchResponsePartitions
         groups = []
         for g in request.groups:
-            code, topics = _fetch_group(broker, g.group_id, g.topics)
+            code, topics = _fetch_group(broker, g.group_id, g.topics, bool(request.require_stable))
             groups.append(
                 Group(
                     group_id=g.group_id,
@@ -409,7 +438,7 @@ async def handle_offset_fetch(broker, header, request) -> Response:
         return Response.of(OffsetFetchResponse(version=version, throttle_time_ms=0, groups=groups), version)
     Topic1 = OffsetFetchResponse.OffsetFetchResponseTopic
     Partition1 = Topic1.OffsetFetchResponsePartition
-    code, topics = _fetch_group(broker, request.group_id, request.topics)
+    code, topics = _fetch_group(broker, request.group_id, request.topics, version >= 7 and bool(request.require_stable))
     response = OffsetFetchResponse(
         version=version,
         throttle_time_ms=0,

@@ -16,6 +16,7 @@ from ..network import CLOSE
 from ..protocol import (
     CORRUPT_MESSAGE,
     INVALID_RECORD,
+    INVALID_TXN_STATE,
     NONE,
     TOPIC_AUTHORIZATION_FAILED,
     TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
@@ -33,6 +34,9 @@ TopicResponse = ProduceResponse.TopicProduceResponse
 PartitionResponse = TopicResponse.PartitionProduceResponse
 _BATCH_HEAD = struct.Struct(">qib")  # base offset, batch length, (leader epoch...) magic at byte 16
 MAGIC_OFFSET = 16
+ATTRIBUTES_OFFSET = 21
+PRODUCER_OFFSET = 43  # producer id (int64), then producer epoch (int16)
+TRANSACTIONAL_FLAG = 0x10
 
 
 def check_one_batch(records) -> str | None:
@@ -45,6 +49,28 @@ def check_one_batch(records) -> str | None:
     if records[MAGIC_OFFSET] != 2:
         return "Produce requests with version 3 and above are only allowed to contain record batches with magic 2"
     return None
+
+
+def _unverified_transactional_write(broker, transactional_id, tp: TopicPartition, records) -> tuple[int, str] | None:
+    """Kafka's transaction verification (KIP-890 part 1) on one node: a transactional batch is written only to a
+    partition its producer added to its ongoing transaction, with the producer's current epoch, so no write can
+    open a transaction the coordinator would never end. (error, message) when refused."""
+    (attributes,) = struct.unpack_from(">h", records, ATTRIBUTES_OFFSET)
+    coordinator = getattr(broker, "txn_coordinator", None)
+    if not attributes & TRANSACTIONAL_FLAG or coordinator is None or getattr(broker, "cluster", None) is not None:
+        return None
+    if not coordinator.config.partition_verification_enable:  # transaction.partition.verification.enable=false
+        return None
+    producer_id, producer_epoch = struct.unpack_from(">qh", records, PRODUCER_OFFSET)
+    if transactional_id is None:
+        return INVALID_TXN_STATE, "A transactional batch needs the producer's transactional id in the request"
+    error = coordinator.verify(transactional_id, producer_id, producer_epoch, (tp.topic, tp.partition))
+    if error == 0:
+        return None
+    return int(error), (
+        f"Transactional write of producer {producer_id} (epoch {producer_epoch}, transactional id "
+        f"{transactional_id}) to {tp} refused by the transaction coordinator: {error.name}"
+    )
 
 
 async def handle(broker, header, request):
@@ -73,6 +99,10 @@ async def handle(broker, header, request):
             problem = check_one_batch(records)
             if problem is not None:
                 early[tp] = (INVALID_RECORD, problem)
+                continue
+            refused = _unverified_transactional_write(broker, transactional_id, tp, records)
+            if refused is not None:
+                early[tp] = refused
                 continue
             entries[tp] = bytes(records)
     results = broker.replica_manager.append_records(entries, acks) if entries else {}

@@ -1,7 +1,7 @@
-"""InitProducerId (key 22): producer ids for idempotent producers (no transactional id).
+"""InitProducerId (key 22): producer ids for idempotent producers, and for transactional ones through the
+transaction coordinator (epoch bumps, fencing: kafkalog.coordinator.transaction).
 
-A transactional id needs the transaction coordinator, which is another issue's: such a request is answered
-COORDINATOR_NOT_AVAILABLE, as Kafka's is while no coordinator is loaded.
+Kafka answers PRODUCER_FENCED only from v4 (KIP-588); older clients get INVALID_PRODUCER_EPOCH instead.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from ..protocol import (
     error_code,
 )
 from ..security.acl import allowed, cluster_allowed
+from .txn import coordinator_available, fenced_for
 
 
 def _idempotent_write_allowed(broker) -> bool:
@@ -47,9 +48,24 @@ async def handle(broker, header, request) -> Response:
             version=version, throttle_time_ms=0, error_code=code, producer_id=-1, producer_epoch=-1
         )
         return Response.of(response, version)
-    if request.transactional_id is not None:
+    if request.transactional_id is not None and not coordinator_available(broker):
         response = InitProducerIdResponse(
             version=version, throttle_time_ms=0, error_code=COORDINATOR_NOT_AVAILABLE, producer_id=-1, producer_epoch=-1
+        )
+        return Response.of(response, version)
+    if request.transactional_id is not None:
+        expected = None
+        if version >= 3 and request.producer_id != -1:
+            expected = (request.producer_id, request.producer_epoch)
+        result = broker.txn_coordinator.init_producer_id(
+            request.transactional_id, request.transaction_timeout_ms, expected
+        )
+        response = InitProducerIdResponse(
+            version=version,
+            throttle_time_ms=0,
+            error_code=fenced_for(version, 4, result.error),
+            producer_id=result.producer_id,
+            producer_epoch=result.producer_epoch,
         )
         return Response.of(response, version)
     try:

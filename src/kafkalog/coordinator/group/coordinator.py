@@ -29,13 +29,16 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ...errors import UnknownTopicOrPartitionError
 from ...manager import TopicPartition
-from ...partition import READ_COMMITTED
+from ...partition import READ_UNCOMMITTED
+from ...partition.partition import DEFAULT_FETCH_BYTES
 from ...record.builder import RecordBatchBuilder
+from ...record.types import ControlRecordType
 from ...storage.producer_state import AppendOrigin
 from . import records as rec
 from .consumer_group import ConsumerGroup
@@ -71,6 +74,47 @@ def partition_for(group_id: str, partitions: int) -> int:
     """Kafka's partitionFor: ``Utils.abs(groupId.hashCode) % partitions`` (Utils.abs(MIN_VALUE) == 0)."""
     h = java_string_hash(group_id)
     return (0 if h == -(1 << 31) else abs(h)) % partitions
+
+
+def _offset_and_metadata(value: dict) -> OffsetAndMetadata:
+    """An OffsetCommitValue (decoded) as the group keeps it."""
+    return OffsetAndMetadata(
+        value["offset"],
+        value.get("leaderEpoch", -1),
+        value["metadata"] or "",
+        value["commitTimestamp"],
+        value.get("expireTimestamp"),
+    )
+
+
+def _replay(replica) -> Iterator[tuple[Any, int | None, bool | None]]:
+    """Every record of a partition up to its high watermark, in log order, as (record, producer id, marker):
+    producer id set for the records of transactional batches, marker True/False (record None) for a COMMIT/ABORT
+    control batch of that producer. Kafka's loader reads the same way, so offsets of undecided transactions
+    can be held back until their marker."""
+    offset = replica.log_start_offset
+    while True:
+        data = replica.fetch_records(offset, DEFAULT_FETCH_BYTES, READ_UNCOMMITTED, True, False)
+        batches = list(data.records.batches())
+        if not batches:
+            return
+        for batch in batches:
+            if batch.is_control:
+                if batch.is_transactional and batch.producer_id >= 0:
+                    try:
+                        marker = batch.end_transaction_marker()
+                    except Exception:  # an empty control batch (the cleaner removed its record)
+                        continue
+                    yield None, batch.producer_id, marker.type == ControlRecordType.COMMIT
+                continue
+            producer_id = batch.producer_id if batch.is_transactional else None
+            for record in batch:
+                if record.offset >= offset:
+                    yield record, producer_id, None
+        next_offset = batches[-1].next_offset
+        if next_offset <= offset:
+            return
+        offset = next_offset
 
 
 def _int(props, key: str, default: int, minimum: int | None = None) -> int:
@@ -166,6 +210,10 @@ class GroupCoordinator(ConsumerProtocolMixin):
         self.consumer_groups: dict[str, ConsumerGroup] = {}  # KIP-848 groups (their offsets are in ``groups``)
         self._retention_task = None
         self._active = False
+        # Transactional offset commits written but not yet decided (producer id -> group -> partition -> offset):
+        # made visible by a COMMIT marker in the group's partition, dropped by an ABORT (Kafka's
+        # pendingTransactionalOffsetCommits).
+        self.pending_txn_offsets: dict[int, dict[str, dict[tuple[str, int], OffsetAndMetadata]]] = {}
         # The offsets-topic partitions this broker coordinates: None = all of them (a single node); in a cluster,
         # those whose leader it is (on_election / on_resignation), minus those still loading.
         self.owned: set[int] | None = None
@@ -318,8 +366,15 @@ class GroupCoordinator(ConsumerProtocolMixin):
                 return Errors.COORDINATOR_NOT_AVAILABLE
         return Errors.NONE
 
-    def _append(self, group_id: str, entries: Sequence[tuple[bytes, bytes | None]], for_offsets: bool) -> Errors:
-        """Write ``entries`` (key, value or None for a tombstone) as one batch to the group's partition."""
+    def _append(
+        self,
+        group_id: str,
+        entries: Sequence[tuple[bytes, bytes | None]],
+        for_offsets: bool,
+        producer: tuple[int, int] | None = None,
+    ) -> Errors:
+        """Write ``entries`` (key, value or None for a tombstone) as one batch to the group's partition; with
+        ``producer`` (id, epoch), as a transactional batch of that producer (a TxnOffsetCommit, as Kafka writes it)."""
         if not entries:
             return Errors.NONE
         if self.offsets_topic_partitions() is None:
@@ -327,7 +382,17 @@ class GroupCoordinator(ConsumerProtocolMixin):
         codec = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}.get(
             self.config.offsets_topic_compression_codec, "none"
         )
-        builder = RecordBatchBuilder(compression=codec, clock=self.clock)
+        if producer is None:
+            builder = RecordBatchBuilder(compression=codec, clock=self.clock)
+        else:
+            builder = RecordBatchBuilder(
+                compression=codec,
+                producer_id=producer[0],
+                producer_epoch=producer[1],
+                base_sequence=0,
+                is_transactional=True,
+                clock=self.clock,
+            )
         now = self.now()
         for key, value in entries:
             builder.append(key, value, now)
@@ -377,48 +442,71 @@ class GroupCoordinator(ConsumerProtocolMixin):
         metadata: dict[str, dict | None] = {}
         consumer: dict[str, dict[bytes, bytes]] = {}  # KIP-848 group -> its live records
         skipped = 0
-        for record in replica.records(None, READ_COMMITTED):
-            if record.key is None:
-                skipped += 1
+        pending: dict[int, list] = {}  # producer id -> its undecided transactional records, in log order
+        for record, producer_id, marker in _replay(replica):
+            if marker is not None and producer_id is not None:  # COMMIT: apply the producer's records; ABORT: drop
+                stashed = pending.pop(producer_id, [])
+                if marker:
+                    for kept in stashed:
+                        skipped += self._load_record(partition, kept, offsets, metadata, consumer)
                 continue
+            if producer_id is not None:
+                pending.setdefault(producer_id, []).append(record)
+                continue
+            skipped += self._load_record(partition, record, offsets, metadata, consumer)
+        for producer_id, stashed in pending.items():
+            self._load_pending(producer_id, stashed)
+        self._finish_load(partition, offsets, metadata, consumer, skipped)
+
+    def _load_record(self, partition: int, record, offsets: dict, metadata: dict, consumer: dict) -> int:
+        """Apply one record being loaded (the last record of a key wins, a tombstone deletes); 1 when skipped."""
+        if record.key is None:
+            return 1
+        try:
+            record_type, key = rec.decode_key(record.key)
+            value = None if record.value is None else rec.decode_value(record_type, record.value)[1]
+        except rec.UnknownRecordType:
+            return 1  # share- and streams-group records, ConsumerGroupPartitionMetadata: not built
+        except (ValueError, IndexError) as e:
+            log.warning(
+                "Skipping unreadable record at offset %d of %s-%d: %s",
+                record.offset,
+                GROUP_METADATA_TOPIC_NAME,
+                partition,
+                e,
+            )
+            return 1
+        if record_type >= rec.CONSUMER_GROUP_METADATA_KEY_TYPE:  # a KIP-848 group's record: replayed later
+            group_records = consumer.setdefault(key.get("groupId") or "", {})
+            if record.value is None:
+                group_records.pop(bytes(record.key), None)
+            else:
+                group_records[bytes(record.key)] = bytes(record.value)
+        elif record_type in (0, 1):
+            group_offsets = offsets.setdefault(key["group"], {})
+            tp = (key["topic"], key["partition"])
+            if value is None:
+                group_offsets.pop(tp, None)
+            else:
+                group_offsets[tp] = _offset_and_metadata(value)
+        else:
+            metadata[key["group"]] = value
+        return 0
+
+    def _load_pending(self, producer_id: int, records: list) -> None:
+        """Keep the offset commits of a transaction with no marker yet as pending (its coordinator decides)."""
+        for record in records:
             try:
                 record_type, key = rec.decode_key(record.key)
-                value = None if record.value is None else rec.decode_value(record_type, record.value)[1]
-            except rec.UnknownRecordType:
-                skipped += 1  # share- and streams-group records, ConsumerGroupPartitionMetadata: not built
+                if record_type not in (0, 1) or record.value is None:
+                    continue
+                value = rec.decode_value(record_type, record.value)[1]
+            except (rec.UnknownRecordType, ValueError, IndexError):
                 continue
-            except (ValueError, IndexError) as e:
-                log.warning(
-                    "Skipping unreadable record at offset %d of %s-%d: %s",
-                    record.offset,
-                    GROUP_METADATA_TOPIC_NAME,
-                    partition,
-                    e,
-                )
-                skipped += 1
-                continue
-            if record_type >= rec.CONSUMER_GROUP_METADATA_KEY_TYPE:  # a KIP-848 group's record: replayed below
-                group_records = consumer.setdefault(key.get("groupId") or "", {})
-                if record.value is None:
-                    group_records.pop(bytes(record.key), None)
-                else:
-                    group_records[bytes(record.key)] = bytes(record.value)
-                continue
-            if record_type in (0, 1):
-                group_offsets = offsets.setdefault(key["group"], {})
-                tp = (key["topic"], key["partition"])
-                if value is None:
-                    group_offsets.pop(tp, None)
-                else:
-                    group_offsets[tp] = OffsetAndMetadata(
-                        value["offset"],
-                        value.get("leaderEpoch", -1),
-                        value["metadata"] or "",
-                        value["commitTimestamp"],
-                        value.get("expireTimestamp"),
-                    )
-            else:
-                metadata[key["group"]] = value
+            group = self.pending_txn_offsets.setdefault(producer_id, {}).setdefault(key["group"], {})
+            group[(key["topic"], key["partition"])] = _offset_and_metadata(value)
+
+    def _finish_load(self, partition: int, offsets: dict, metadata: dict, consumer: dict, skipped: int) -> None:
         for group_id, group_records in consumer.items():
             self.consumer_groups.pop(group_id, None)
             if group_records:
@@ -1021,6 +1109,86 @@ class GroupCoordinator(ConsumerProtocolMixin):
         if not group.offsets and not group.members and group.is_in(EMPTY) and group.generation_id == 0:
             self.groups.pop(group_id, None)
         return results
+
+    def commit_transactional_offsets(
+        self,
+        group_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        member_id: str,
+        group_instance_id: str | None,
+        generation_id: int,
+        offsets: dict[tuple[str, int], tuple[int, int, str | None]],
+    ) -> dict[tuple[str, int], Errors]:
+        """TxnOffsetCommit: the offsets are written as a transactional batch of the producer and stay pending
+        (invisible to OffsetFetch) until the transaction's marker reaches the group's partition
+        (``complete_transaction``). The member and generation are checked only when given (KIP-447)."""
+
+        def all_fail(error: Errors) -> dict[tuple[str, int], Errors]:
+            return {tp: error for tp in offsets}
+
+        if not group_id:
+            return all_fail(Errors.INVALID_GROUP_ID)
+        if self.offsets_topic_partitions() is None:
+            return all_fail(Errors.COORDINATOR_NOT_AVAILABLE)
+        if member_id != UNKNOWN_MEMBER_ID or generation_id >= 0:
+            consumer_check = self._validate_consumer_commit(group_id, member_id, generation_id)
+            if consumer_check is not None and consumer_check is not Errors.NONE:
+                return all_fail(consumer_check)
+            group = self.groups.get(group_id)
+            if consumer_check is None:
+                if group is None:
+                    return all_fail(Errors.ILLEGAL_GENERATION)
+                error = self._validate_commit(group, member_id, group_instance_id, generation_id)
+                if error is not Errors.NONE:
+                    return all_fail(error)
+        results: dict[tuple[str, int], Errors] = {}
+        entries = []
+        accepted: dict[tuple[str, int], OffsetAndMetadata] = {}
+        now = self.now()
+        for (topic, partition), (offset, leader_epoch, metadata) in offsets.items():
+            if not self._partition_exists(topic, partition):
+                results[(topic, partition)] = Errors.UNKNOWN_TOPIC_OR_PARTITION
+                continue
+            metadata = metadata or ""
+            if len(metadata.encode("utf-8")) > self.config.offset_metadata_max_bytes:
+                results[(topic, partition)] = Errors.OFFSET_METADATA_TOO_LARGE
+                continue
+            accepted[(topic, partition)] = OffsetAndMetadata(offset, leader_epoch, metadata, now, None)
+            entries.append(
+                (
+                    rec.offset_commit_key(group_id, topic, partition),
+                    rec.offset_commit_value(offset, leader_epoch, metadata, now),
+                )
+            )
+        error = self._append(group_id, entries, for_offsets=True, producer=(producer_id, producer_epoch))
+        for tp, committed in accepted.items():
+            results[tp] = error
+            if error is Errors.NONE:
+                self.pending_txn_offsets.setdefault(producer_id, {}).setdefault(group_id, {})[tp] = committed
+        return results
+
+    def complete_transaction(self, producer_id: int, offsets_partition: int, committed: bool) -> None:
+        """A COMMIT/ABORT marker of ``producer_id`` was written to ``__consumer_offsets-offsets_partition``: its
+        pending offsets of the groups on that partition become visible, or are dropped (Kafka's
+        GroupMetadataManager.handleTxnCompletion)."""
+        by_group = self.pending_txn_offsets.get(producer_id)
+        if not by_group:
+            return
+        for group_id in [g for g in by_group if self.partition_for(g) == offsets_partition]:
+            pending = by_group.pop(group_id)
+            if not committed:
+                continue
+            group = self.groups.get(group_id)
+            if group is None:
+                group = self.groups[group_id] = ClassicGroup(group_id, self.now())
+            group.offsets.update(pending)
+        if not by_group:
+            del self.pending_txn_offsets[producer_id]
+
+    def has_pending_offsets(self, group_id: str, topic: str, partition: int) -> bool:
+        """Whether a transaction holds an undecided offset for this partition (OffsetFetch's require_stable)."""
+        return any((topic, partition) in groups.get(group_id, {}) for groups in self.pending_txn_offsets.values())
 
     def _validate_commit(self, group: ClassicGroup, member_id: str, instance_id: str | None, generation: int) -> Errors:
         """Kafka's ClassicGroup.validateOffsetCommit."""

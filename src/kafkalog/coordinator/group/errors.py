@@ -24,12 +24,16 @@ class Errors(enum.IntEnum):
     REBALANCE_IN_PROGRESS = 27
     INVALID_COMMIT_OFFSET_SIZE = 28
     INVALID_REQUEST = 42
+    INVALID_PRODUCER_EPOCH = 47
+    INVALID_TXN_STATE = 48
+    INVALID_PRODUCER_ID_MAPPING = 49
     NON_EMPTY_GROUP = 68
     GROUP_ID_NOT_FOUND = 69
     MEMBER_ID_REQUIRED = 79
     GROUP_MAX_SIZE_REACHED = 81
     FENCED_INSTANCE_ID = 82
     GROUP_SUBSCRIBED_TO_TOPIC = 86
+    UNSTABLE_OFFSET_COMMIT = 88
     FENCED_MEMBER_EPOCH = 110
     UNRELEASED_INSTANCE_ID = 111
     UNSUPPORTED_ASSIGNOR = 112
@@ -44,6 +48,10 @@ def append_error(error: BaseException, for_offsets: bool) -> Errors:
         return Errors.COORDINATOR_NOT_AVAILABLE
     if names & {"NotLeaderOrFollowerError", "KafkaStorageError"}:
         return Errors.NOT_COORDINATOR
+    if "InvalidProducerEpochError" in names:  # a transactional commit of a fenced producer
+        return Errors.INVALID_PRODUCER_EPOCH
+    if "InvalidTxnStateError" in names:
+        return Errors.INVALID_TXN_STATE
     if names & {"RecordTooLargeError", "RecordBatchTooLargeError"}:
         return Errors.INVALID_COMMIT_OFFSET_SIZE if for_offsets else Errors.UNKNOWN_SERVER_ERROR
     return Errors.UNKNOWN_SERVER_ERROR

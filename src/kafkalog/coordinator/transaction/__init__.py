@@ -1,9 +1,21 @@
 """Kafka's transaction coordinator over the ``__transaction_state`` topic.
 
 ``state`` holds the transaction states, ``records`` the topic's key and value schemas (written and decoded in one
-place: ``kafkalog dump --transaction-log-decoder`` uses them too).
+place: ``kafkalog dump --transaction-log-decoder`` uses them too), ``metadata`` one transactional id's state and
+its transitions, ``coordinator`` the coordinator itself (InitProducerId, AddPartitionsToTxn, EndTxn, markers,
+timeouts, loading).
 """
 
+from .coordinator import (
+    TRANSACTION_STATE_TOPIC_NAME,
+    InitProducerIdResult,
+    TransactionCoordinator,
+    TransactionCoordinatorConfig,
+    TransactionDescription,
+    TransactionListing,
+)
+from .errors import Errors
+from .metadata import TransactionMetadata, TxnTransit
 from .records import (
     TransactionLogValue,
     UnknownKeyVersion,
@@ -16,8 +28,17 @@ from .records import (
 from .state import TransactionState
 
 __all__ = [
+    "TRANSACTION_STATE_TOPIC_NAME",
+    "Errors",
+    "InitProducerIdResult",
+    "TransactionCoordinator",
+    "TransactionCoordinatorConfig",
+    "TransactionDescription",
+    "TransactionListing",
     "TransactionLogValue",
+    "TransactionMetadata",
     "TransactionState",
+    "TxnTransit",
     "UnknownKeyVersion",
     "UnknownValueVersion",
     "decode_key",

@@ -1,0 +1,116 @@
+"""A/B of the broker's hot path: the same loads against ``kafkalog serve`` from two commits, in one run.
+
+Run: ``python -m benchmarks.ab_broker OLD [NEW] [--rounds N] [--mib M]`` (NEW defaults to the work tree).
+Each commit's ``src/`` is exported to a temp dir (``git archive``); the rounds alternate A, B, A, B... on
+fresh brokers, so the machine's noise (2 shared cores) falls on both alike; the answer is the median of
+each side and the ratio B/A per load. The clients are the benchmark's (benchmarks.broker_load), each in
+its own process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+from typing import Any
+
+from . import common
+
+LOADS = ("produce 1p 1KiB acks=1 none", "produce 16p 100B acks=1 none", "produce 1p 1KiB acks=all lz4", "consume 1p")
+
+
+def _export(ref: str, into: Path) -> Path:
+    """The ``src/`` of commit ``ref``, extracted under ``into``; the tree's root."""
+    archive = subprocess.run(
+        ["git", "-C", str(common.REPO), "archive", "--format=tar", ref, "src"], check=True, capture_output=True
+    ).stdout
+    root = into / ref.replace("/", "_")
+    root.mkdir(parents=True)
+    tar_path = root / "src.tar"
+    tar_path.write_bytes(archive)
+    with tarfile.open(tar_path) as tar:
+        tar.extractall(root, filter="data")
+    return root
+
+
+def _round(tree: Path, mib: int, work: Path) -> dict[str, float]:
+    """One broker from ``tree`` and every load against it: MB/s per load, broker CPU seconds per GB."""
+    import tests.brokertools as brokertools
+
+    from .bench_broker import _cpu_seconds, _create_topic, _e2e_latency_at, _load_consume, _load_produce
+
+    brokertools.REPO = tree  # BrokerProcess puts REPO/src first on the broker's PYTHONPATH
+    out: dict[str, float] = {}
+    with brokertools.BrokerProcess(work / "logs", {"num.partitions": "1"}) as server:
+        assert server.proc is not None
+        pid = server.proc.pid
+        _create_topic(server.bootstrap, "warm", 1)
+        # The first produce a fresh broker serves (512 KiB in one request): what a one-off stall costs.
+        first = _load_produce(server.bootstrap, "warm", 512, 1024, "1", "none", config={"linger.ms": 100})
+        out["first produce ms"] = first["seconds"] * 1e3
+        _load_produce(server.bootstrap, "warm", 512, 1024, "1", "none")
+        _load_consume(server.bootstrap, "warm", 1024, 1)  # __consumer_offsets and the JIT before the clock
+        shapes = {
+            LOADS[0]: (1, 1024, "1", "none"),
+            LOADS[1]: (16, 100, "1", "none"),
+            LOADS[2]: (1, 1024, "all", "lz4"),
+        }
+        for name, (parts, size, acks, codec) in shapes.items():
+            topic = name.replace(" ", "-").replace("=", "")
+            records = (mib << 20) // size // (4 if size < 1024 else 1)
+            _create_topic(server.bootstrap, topic, parts)
+            before = _cpu_seconds(pid)
+            answer = _load_produce(server.bootstrap, topic, records, size, acks, codec)
+            out[name] = records * size / answer["seconds"] / 1e6
+            out[name + " cpu s/GB"] = (_cpu_seconds(pid) - before) / (records * size / 1e9)
+        _create_topic(server.bootstrap, "latency", 1)
+        latency = _e2e_latency_at(server.bootstrap, "latency", 5000, 3.0)
+        out["latency p50 ms at 5k msg/s"] = latency["p50_ms"]
+        out["latency p99 ms at 5k msg/s"] = latency["p99_ms"]
+        records = (mib << 20) // 1024
+        before = _cpu_seconds(pid)
+        answer = _load_consume(server.bootstrap, LOADS[0].replace(" ", "-").replace("=", ""), records, 1)
+        out[LOADS[3]] = records * 1024 / answer["seconds"] / 1e6
+        out[LOADS[3] + " cpu s/GB"] = (_cpu_seconds(pid) - before) / (records * 1024 / 1e9)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.ab_broker", description=__doc__.splitlines()[0])
+    parser.add_argument("old", help="commit A")
+    parser.add_argument("new", nargs="?", help="commit B (default: the work tree)")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--mib", type=int, default=128, help="MiB per load (100-byte loads: a quarter)")
+    parser.add_argument("--json", type=Path, help="also write the figures here")
+    args = parser.parse_args(argv)
+    scratch = common.Scratch("ab")
+    try:
+        a_tree = _export(args.old, scratch.root)
+        b_tree = _export(args.new, scratch.root) if args.new else common.REPO
+        figures: dict[str, list[dict[str, float]]] = {"A": [], "B": []}
+        for i in range(args.rounds):
+            for side, tree in (("A", a_tree), ("B", b_tree)) if i % 2 == 0 else (("B", b_tree), ("A", a_tree)):
+                work = scratch.root / f"{side}{i}"
+                figures[side].append(_round(tree, args.mib, work))
+                subprocess.run(["rm", "-rf", str(work)], check=False)
+                print(f"round {i} {side}: " + ", ".join(f"{k} {v:.1f}" for k, v in figures[side][-1].items()))
+        result: dict[str, Any] = {"A": args.old, "B": args.new or "work tree", "rounds": args.rounds, "loads": {}}
+        print(f"\nA = {args.old}, B = {args.new or 'work tree'}; medians of {args.rounds} alternating rounds")
+        for key in figures["A"][0]:
+            a = statistics.median(r[key] for r in figures["A"])
+            b = statistics.median(r[key] for r in figures["B"])
+            result["loads"][key] = {"A": a, "B": b, "B/A": b / a if a else float("nan")}
+            print(f"  {key:40s} A {a:8.1f}  B {b:8.1f}  B/A {b / a if a else float('nan'):.3f}")
+        if args.json:
+            args.json.write_text(json.dumps(result, indent=2) + "\n")
+    finally:
+        scratch.cleanup()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
