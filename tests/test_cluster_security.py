@@ -131,3 +131,56 @@ def test_users_and_acls_made_through_one_broker_hold_on_every_broker(cluster):
         20,
         "the removal to be enforced on the leader",
     )
+
+
+def test_scram_client_of_the_brokers_completes_an_exchange_with_the_scram_server(tmp_path):
+    """The client side a broker uses to authenticate to another (inter-broker SCRAM) against kafkalog's SCRAM
+    server: the exchange completes for the right password, fails for a wrong one."""
+    from kafkalog.broker.cluster.interbroker import ScramClient
+    from kafkalog.broker.security.scram import CredentialStore, ScramError, ScramServer, new_credential
+
+    store = CredentialStore(tmp_path)
+    for mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
+        store.apply({("broker", mechanism): new_credential(mechanism, "s3cret", 4096)}, set())
+        server, client = ScramServer(mechanism, store), ScramClient(mechanism, "broker", "s3cret")
+        client.verify(server.evaluate(client.final(server.evaluate(client.first()))))
+        assert server.complete and server.user == "broker"
+        server, client = ScramServer(mechanism, store), ScramClient(mechanism, "broker", "wrong")
+        with pytest.raises(ScramError):
+            server.evaluate(client.final(server.evaluate(client.first())))
+
+
+def test_brokers_replicate_and_shut_down_over_a_sasl_inter_broker_listener(tmp_path_factory):
+    """inter.broker.listener.name on a SASL_PLAINTEXT listener (PLAIN): the replica fetchers and the controlled
+    shutdown authenticate as the broker's JAAS user, so acks=all writes reach every replica."""
+    from tools.cluster.brokers import LocalCluster
+    from tools.cluster.load import produce
+
+    jaas = (
+        'org.apache.kafka.common.security.plain.PlainLoginModule required username="broker" '
+        'password="broker-secret" user_broker="broker-secret";'
+    )
+    overrides = {
+        "listener.security.protocol.map": "BROKER:SASL_PLAINTEXT,PLAINTEXT:PLAINTEXT",
+        "inter.broker.listener.name": "BROKER",
+        "sasl.enabled.mechanisms": "PLAIN",
+        "sasl.mechanism.inter.broker.protocol": "PLAIN",
+        "listener.name.broker.plain.sasl.jaas.config": jaas,
+    }
+    c = LocalCluster(tmp_path_factory.mktemp("sasl-brokers"), overrides=overrides)
+    for broker in c.brokers.values():
+        broker.settings["listeners"] += f",BROKER://127.0.0.1:{free_port()}"
+    with c:
+        stored = _znode(c, "/brokers/ids/1")
+        assert stored is not None and stored["endpoints"][0].startswith("BROKER://")
+        assert stored["listener_security_protocol_map"] == {"BROKER": "SASL_PLAINTEXT", "PLAINTEXT": "PLAINTEXT"}
+        from confluent_kafka.admin import AdminClient, NewTopic
+
+        admin = AdminClient({"bootstrap.servers": c.bootstrap})
+        admin.create_topics([NewTopic("over-sasl", 1, 3, config={"min.insync.replicas": "3"})])["over-sasl"].result(30)
+        c.wait_for(lambda: len(c.metadata("over-sasl")[0]["isr"]) == 3, 30, "a full ISR")
+        sent = produce(c.bootstrap, "over-sasl", "s", 30)  # acks=all with min.insync.replicas=3: every replica
+        assert len(sent.acked) == 30, sent.failed[:3]
+        leader = c.metadata("over-sasl")[0]["leader"]
+        c.brokers[leader].stop()
+        assert any("controlled shutdown succeeded" in line for line in c.brokers[leader].lines)

@@ -210,7 +210,7 @@ class KafkaConfig:
     def _inter_broker_listener(self) -> str:
         """The listener brokers of a cluster talk to each other on (Kafka's inter.broker.listener.name, else the
         listener named after security.inter.broker.protocol, PLAINTEXT by default). A cluster's broker must
-        advertise it, and kafkalog's replica fetchers and controller requests speak PLAINTEXT only."""
+        advertise it (cluster/interbroker.py connects over it with its TLS and SASL settings)."""
         p = self.props
         named = p.get("inter.broker.listener.name", "").strip().upper()
         protocol = p.get("security.inter.broker.protocol", "").strip().upper()
@@ -227,11 +227,6 @@ class KafkaConfig:
                 f"inter.broker.listener.name must be a listener name defined in advertised.listeners. "
                 f"The valid options based on currently configured listeners are "
                 f"{','.join(e.name for e in self.advertised)}"
-            )
-        if endpoint.security_protocol != "PLAINTEXT":
-            raise InvalidConfigurationError(
-                f"The inter-broker listener {name} uses {endpoint.security_protocol}: kafkalog's replica fetchers "
-                "and controller requests speak PLAINTEXT only (add a PLAINTEXT listener for the brokers)"
             )
         return name
 

@@ -49,14 +49,28 @@ _BATCH_LENGTH = struct.Struct(">qi")
 class BrokerConnection:
     """One client connection to another broker: requests one at a time (a fetcher waits for each answer)."""
 
-    def __init__(self, host: str, port: int, client_id: str) -> None:
+    def __init__(self, host: str, port: int, client_id: str, security=None) -> None:
         self.host, self.port, self.client_id = host, port, client_id.encode()
+        self.security = security  # InterBrokerSecurity (TLS and/or SASL of the inter-broker listener), or None
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._correlation = 0
 
     async def connect(self, timeout: float) -> None:
-        self._reader, self._writer = await asyncio.wait_for(asyncio.open_connection(self.host, self.port), timeout)
+        """Open the connection; over TLS and authenticated by SASL when the inter-broker listener says so."""
+        context = getattr(self.security, "ssl_context", None)
+        opening = (
+            asyncio.open_connection(self.host, self.port, ssl=context, server_hostname=self.host)
+            if context is not None
+            else asyncio.open_connection(self.host, self.port)
+        )
+        self._reader, self._writer = await asyncio.wait_for(opening, timeout)
+        if self.security is not None and self.security.mechanism is not None:
+            try:
+                await self.security.authenticate(self, timeout)
+            except BaseException:
+                self.close()
+                raise
 
     async def request(self, api_key: int, version: int, body: bytes, timeout: float) -> bytes:
         """Send one non-flexible request and return its response body (after the correlation id)."""
@@ -181,7 +195,8 @@ class ReplicaFetcher:
         address = self.address(self.leader_id)
         if address is None:
             return None
-        conn = BrokerConnection(address[0], address[1], f"broker-{self.node.broker_id}-fetcher-{self.leader_id}")
+        client_id = f"broker-{self.node.broker_id}-fetcher-{self.leader_id}"
+        conn = BrokerConnection(address[0], address[1], client_id, self.node.inter_broker)
         await conn.connect(self.timeout)
         self._conn = conn
         return conn

@@ -40,6 +40,7 @@ from . import zkdata as zk
 from .assignment import assign_replicas
 from .controller import ControllerActions
 from .fetcher import ReplicaFetcher
+from .interbroker import InterBrokerSecurity
 
 log = logging.getLogger("kafka.cluster")
 
@@ -160,6 +161,7 @@ class ClusterNode:
         self.server = server
         self.settings = settings
         self.broker_id: int = server.node_id
+        self.inter_broker = InterBrokerSecurity.from_config(server.config)
         self.replica_manager = server.replica_manager
         self.view = ClusterView()
         self.leaders: dict[TopicPartition, LeaderState] = {}
@@ -297,7 +299,8 @@ class ClusterNode:
         address = self._address(controller)
         if controller < 0 or address is None:
             raise NotControllerError("No controller is known")
-        conn = BrokerConnection(address[0], address[1], f"broker-{self.broker_id}-controlled-shutdown")
+        client_id = f"broker-{self.broker_id}-controlled-shutdown"
+        conn = BrokerConnection(address[0], address[1], client_id, self.inter_broker)
         timeout = self.settings.request_timeout_ms / 1000.0
         await conn.connect(timeout)
         try:
@@ -928,7 +931,8 @@ class ClusterNode:
                 topics=[StopReplicaRequest.StopReplicaTopic(name=t, partition_indexes=ps) for t, ps in topics.items()],
             )
             timeout = self.settings.request_timeout_ms / 1000.0
-            conn = BrokerConnection(address[0], address[1], f"controller-{self.broker_id}-stop-replica")
+            client_id = f"controller-{self.broker_id}-stop-replica"
+            conn = BrokerConnection(address[0], address[1], client_id, self.inter_broker)
             await conn.connect(timeout)
             try:
                 body = await conn.request(5, 1, request.encode(version=1), timeout)
