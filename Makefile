@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-stamp
 # Every Python tree of the repository that ruff lints and formats.
 LINTED := src tests benchmarks tools fuzz
 
-.PHONY: demo test bench reliability lint check-java kcat zookeeper clean
+.PHONY: demo test bench reliability lint check-java kcat zookeeper chromium clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "kafkalog needs Python 3.11 or newer; found " + sys.version.split()[0])'
@@ -37,6 +37,18 @@ kcat:
 	    echo "kafkalog: kcat is not installed (apt-get install kcat as root); the kcat tests will skip" >&2; \
 	  fi; }
 
+# The retention timeline test loads `explain retention --html`'s page in a headless Chromium (Debian's package):
+# installed here when missing, as root with apt, as kcat is.
+chromium:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    (DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null 2>&1 || \
+	     (apt-get update -qq >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null 2>&1)) || \
+	    echo "kafkalog: installing chromium with apt-get failed; the headless-browser test will skip" >&2; \
+	  else \
+	    echo "kafkalog: chromium is not installed (apt-get install chromium as root); the headless-browser test will skip" >&2; \
+	  fi; }
+
 # The replication tests start a private ZooKeeper from Debian's zookeeper package (its jars, run with java):
 # installed here when missing, as root with apt, as kcat is.
 zookeeper:
@@ -49,15 +61,15 @@ zookeeper:
 	    echo "kafkalog: zookeeper is not installed (apt-get install zookeeper as root); the replication tests will skip" >&2; \
 	  fi; }
 
-test: check-java kcat zookeeper $(STAMP) lint
+test: check-java kcat zookeeper chromium $(STAMP) lint
 	$(BIN)/python -m pytest
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks.run
 
-# kill -9 and injected I/O-fault checks, one table (about 45 minutes: 13 of them the partition layer's 200 kill -9
-# HW-property runs, about 25 the broker's 2 x 200 kill -9 rounds under librdkafka clients; `--broker-only` runs just
-# those; `--quick` is what the tests run).
+# kill -9 and injected I/O-fault checks, one table (about 58 minutes: 13 of them the partition layer's 200 kill -9
+# HW-property runs, about 25 the broker's 2 x 200 kill -9 rounds under librdkafka clients, about 12 the 50
+# exactly-once runs; `--broker-only` and `--eos-only` run just those; `--quick` is what the tests run).
 reliability: zookeeper $(STAMP)
 	$(BIN)/python -m tools.reliability $(RELIABILITY_ARGS)
 

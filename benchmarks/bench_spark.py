@@ -594,7 +594,7 @@ def write_bulk(manager, keys, values, partitions: int) -> None:
     import pyarrow.compute as pc
 
     from kafkalog.record import build_batch
-    from kafkalog.spark.writer import murmur2_partitions
+    from kafkalog.record.partitioner import murmur2_partitions
 
     now = time.time_ns() // 1_000_000
     assigned = murmur2_partitions(keys, partitions)

@@ -14,7 +14,8 @@ _NUMBA_MODULES = [
     "kafkalog.cleaner._intrinsics",
     "kafkalog.cleaner.md5",
     "kafkalog.cleaner.offset_map",
-    "kafkalog.spark.writer",
+    "kafkalog.record.partitioner",
+    "kafkalog.spark.sink_batches",
 ]
 
 with atheris.instrument_imports(include=["kafkalog"], exclude=_NUMBA_MODULES):

@@ -200,6 +200,15 @@ def test_metrics_are_off_unless_metrics_port_is_set(tmp_path):
         assert "Prometheus metrics endpoint" not in b.log
 
 
+def test_serve_metrics_port_option(tmp_path):
+    broker = BrokerProcess(tmp_path, {"metrics.host": "127.0.0.1"})
+    broker.args += ["--metrics-port", "0"]
+    with broker:
+        assert wait_until(lambda: _ENDPOINT.search(broker.log) is not None, 30), broker.log
+        samples = scrape(int(_ENDPOINT.search(broker.log).group(1)))
+        assert value(samples, "kafka_controller_kafkacontroller_activecontrollercount") == 1
+
+
 def test_metrics_port_is_validated(tmp_path):
     from click.testing import CliRunner
 

@@ -708,10 +708,11 @@ def test_add_partitions_v4_broker_path(broker) -> None:
         assert client.call(end, 3).error_code == 0
 
 
-def test_a_zookeeper_cluster_refuses_transactions(tmp_path) -> None:
-    """On a ZooKeeper cluster the coordinator could not write markers to partitions other brokers lead, so
-    FindCoordinator(TRANSACTION) and InitProducerId with a transactional id answer COORDINATOR_NOT_AVAILABLE (15)
-    instead of starting transactions that would hang; idempotent producers still get their ids."""
+def test_a_zookeeper_cluster_too_small_for_the_state_topic(tmp_path) -> None:
+    """A one-broker ZooKeeper cluster with Kafka's transaction.state.log.replication.factor (3): the state topic
+    cannot be created, so FindCoordinator(TRANSACTION) answers COORDINATOR_NOT_AVAILABLE (15) as Kafka does, and
+    InitProducerId with a transactional id NOT_COORDINATOR (16: this broker leads no partition of it);
+    idempotent producers still get their ids. (Transactions across brokers: tests/test_cluster_transactions.py.)"""
     from tools.cluster import zookeeper
 
     missing = zookeeper.available()
@@ -721,6 +722,7 @@ def test_a_zookeeper_cluster_refuses_transactions(tmp_path) -> None:
 
     with LocalCluster(tmp_path / "cluster", size=1) as cluster, RawClient(cluster.bootstrap) as client:
         assert client.call(FindCoordinatorRequest(key="tx", key_type=1), 3).error_code == 15
-        assert _init(client, "tx").error_code == 15
+        assert _init(client, "tx").error_code == 16
         idempotent = client.call(InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=60000), 4)
         assert idempotent.error_code == 0
+        assert any("does not meet the required replication factor '3'" in line for line in cluster.brokers[1].lines)

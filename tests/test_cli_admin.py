@@ -333,23 +333,32 @@ def _figures(page: str) -> list[dict]:
                                              re.S)]  # fmt: skip
 
 
-def test_explain_retention_html_is_a_timeline_from_the_first_segment_to_the_files_gone_time(tmp_path: Path) -> None:
-    import datetime as dt
-    import re
+DAY_MS = 86_400_000
+
+
+def _retention_page(tmp_path: Path) -> tuple[int, str, str]:
+    """A topic whose segments' timestamps are a month and minutes apart, and its `explain retention --html` page:
+    (the time it was made, the CLI's output, the page)."""
     import time
 
     from kafkalog.manager import LogManager
 
-    day = 86_400_000
     now = int(time.time() * 1000)
     with LogManager([tmp_path], {"log.cleaner.enable": "false"}) as manager:
-        manager.create_topic("t", 1, {"segment.bytes": "200", "retention.ms": str(3 * day)})
-        for i, age in enumerate([30 * day, 2 * day, day, 0]):  # timestamps a month apart and minutes apart
+        manager.create_topic("t", 1, {"segment.bytes": "200", "retention.ms": str(3 * DAY_MS)})
+        for i, age in enumerate([30 * DAY_MS, 2 * DAY_MS, DAY_MS, 0]):
             manager.produce("t", b"record %d" % i, partition=0, timestamp=now - age)
     page_file = tmp_path.parent / "timeline.html"
     result = run("explain", "retention", str(tmp_path), "--topic", "t", "--html", str(page_file))
     assert result.exit_code == 0, result.output
-    page = page_file.read_text()
+    return now, result.output, page_file.read_text()
+
+
+def test_explain_retention_html_is_a_timeline_from_the_first_segment_to_the_files_gone_time(tmp_path: Path) -> None:
+    import datetime as dt
+    import re
+
+    now, output, page = _retention_page(tmp_path)
     assert "<script src=" not in page and "Plotly.newPlot" in page  # self-contained: plotly.js inline
     (figure,) = _figures(page)
     layout = figure["layout"]
@@ -378,11 +387,41 @@ def test_explain_retention_html_is_a_timeline_from_the_first_segment_to_the_file
     assert all(f"{c}: %{{customdata[{i}]}}" in bars[0]["hovertemplate"] for i, c in enumerate(RETENTION_COLUMNS))
     for column in RETENTION_COLUMNS:
         assert f"<th>{column}</th>" in page
-        assert column in result.output or column.split(" (")[0] in result.output  # the CLI table's own columns
+        assert column in output or column.split(" (")[0] in output  # the CLI table's own columns
     when = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d|-)$")
     assert all(when.match(row[i].removesuffix(" (mtime)")) for row in rows for i in (3, 5, 6)), rows
-    cells = re.findall(r"<td>([^<]*)</td>", page)
-    assert not any(re.fullmatch(r"1[6-9]\d{11}", c) for c in cells)  # no epoch milliseconds in the table
+    cells = re.findall(r"<td>([^<]*)</td>", page) + re.findall(r"<p>([^<]*)</p>", page)
+    assert not any(re.search(r"\b1[6-9]\d{11}\b", c) for c in cells)  # no epoch milliseconds: one time format
+    assert not any(re.search(r"\d{4}-\d\d-\d\dT\d\d:", c) for c in cells)  # and no ISO-8601 either
+
+
+def test_the_retention_page_in_a_headless_browser(tmp_path: Path) -> None:
+    """The page loaded in a real headless Chromium: what it renders (its SVG) has one bar per segment, the
+    labelled now line, date tick labels in the table's format, the legend and the table."""
+    import re
+    import shutil
+
+    browser = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+    if browser is None:
+        pytest.skip("no headless Chromium here (`make test` installs Debian's chromium, as it does kcat)")
+    _, _, page = _retention_page(tmp_path)
+    page_file = tmp_path.parent / "page.html"
+    page_file.write_text(page)
+    shown = subprocess.run(
+        [browser, "--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=10000", "--dump-dom",
+         page_file.as_uri()],
+        capture_output=True, text=True, timeout=120,
+    ).stdout  # fmt: skip
+    assert 'class="main-svg"' in shown, "plotly drew nothing"
+    bars = shown[shown.index('class="barlayer') : shown.index('class="scatterlayer')]
+    assert bars.count('<g class="point"><path d="M') == len(list((tmp_path / "t-0").glob("*.log")))
+    labels = re.findall(r'class="annotation-text"[^>]*data-unformatted="([^"]*)"', shown)
+    assert any(re.fullmatch(r"now&lt;br&gt;\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", label) for label in labels), labels
+    ticks = re.findall(r'class="xtick"><text[^>]*>([^<]*)<', shown)
+    assert ticks and all(re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", t) for t in ticks), ticks
+    legend = re.findall(r'class="legendtext"[^>]*>([^<]*)<', shown)
+    assert "deleted at the next check" in legend and "renamed .deleted (retention check)" in legend
+    assert "<th>deleted at (UTC)</th>" in shown
 
 
 # ----- any other error: one line, exit 1, the traceback only with --debug --------------------------------------

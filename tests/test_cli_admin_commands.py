@@ -257,3 +257,16 @@ def test_exclude_internal_online_and_offline(broker, logdir: Path) -> None:
         offsets = run("get-offsets", *where, "--exclude-internal-topics").output.splitlines()
         assert "t:0:5" in offsets and not any(line.startswith("__consumer_offsets:") for line in offsets)
         assert any(line.startswith("__consumer_offsets:") for line in run("get-offsets", *where).output.splitlines())
+
+
+def test_topics_list_and_describe_take_a_regex_but_alter_and_delete_an_exact_name(broker, logdir: Path) -> None:
+    """TopicCommand: --topic "also accepts a regular expression, except for --create" (IncludeList); kafkalog keeps
+    --alter and --delete to the exact name, so a '.' never reaches another topic."""
+    for where in _both(broker, logdir):
+        assert run("topics", *where, "--list", "--topic", "t|u").output.split() == ["t", "u"]
+        assert run("topics", *where, "--list", "--topic", "[tu]").output.split() == ["t", "u"]
+        described = run("topics", *where, "--describe", "--topic", "t,u").output
+        assert "Topic: t\t" in described and "Topic: u\t" in described
+        wild = run("topics", *where, "--delete", "--topic", ".")
+        assert wild.exit_code == 1 and "Topic '.' does not exist as expected" in wild.output
+        assert run("topics", *where, "--list", "--topic", "t").output.split() == ["t"]

@@ -117,6 +117,53 @@ def _lock_free(path: Path) -> bool:
     return True
 
 
+def test_on_a_terminal_the_producer_prompts_as_kafkas(tmp_path: Path) -> None:
+    """LineMessageReader prints ">" before each line it awaits when System.console() exists (a terminal)."""
+    import pty
+
+    d = str(tmp_path)
+    assert run("topics", "--log-dir", d, "--create", "--topic", "t").exit_code == 0
+    master, slave = pty.openpty()
+    producer = subprocess.Popen(command("produce", "--log-dir", d, "--topic", "t"), env=env(), stdin=slave,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    os.close(slave)
+    try:
+        assert producer.stdout.read(1) == b">"
+        os.write(master, b"typed\n")
+        assert producer.stdout.read(1) == b">"  # the next line is awaited
+        wait_for(lambda: consumed(d, "t") == ["typed"], timeout=15)
+        os.write(master, b"\x04")  # Ctrl-D: the end of the input
+        _, err = producer.communicate(timeout=30)
+    finally:
+        os.close(master)
+    assert producer.returncode == 0 and err == b"Produced 1 record to t.\n", err
+
+
+def test_a_dir_taken_by_another_process_while_idle_stops_the_producer_with_a_summary(tmp_path: Path) -> None:
+    """The lock is let go while the input is idle; if another process holds the dir when the next batch is due,
+    the producer stops with one error line and names the lines it could not write."""
+    d = str(tmp_path)
+    assert run("topics", "--log-dir", d, "--create", "--topic", "t").exit_code == 0
+    producer = spawn("produce", "--log-dir", d, "--topic", "t", "--timeout", "100")
+    producer.stdin.write(b"one\n")
+    producer.stdin.flush()
+    wait_for(lambda: consumed(d, "t") == ["one"], timeout=15)
+    wait_for(lambda: _lock_free(tmp_path), timeout=5)
+    holder = LogDirLock(tmp_path).acquire()
+    try:
+        producer.stdin.write(b"two\nthree\n")
+        producer.stdin.flush()
+        _, err = producer.communicate(timeout=30)
+    finally:
+        holder.release()
+    text = err.decode()
+    assert producer.returncode == 1, text
+    assert "Produced 1 record to t before the error (partition 0 offsets 0-0)" in text
+    assert "Not produced: 2 of the 3 lines read: lines 2-3" in text
+    assert "Error: Failed to acquire lock" in text and "Traceback" not in text
+    assert consumed(d, "t") == ["one"]
+
+
 @pytest.mark.parametrize(("signum", "rc"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
 def test_a_signal_flushes_every_line_read_and_says_what_was_not(tmp_path: Path, signum: int, rc: int) -> None:
     """With a long linger the lines wait in the producer; SIGTERM/SIGINT write them, name the unfinished last
@@ -348,6 +395,7 @@ def test_offline_consume_follows_new_records_until_the_timeout(tmp_path: Path) -
     # --follow until SIGINT: the total is printed and the exit code is 130, as Kafka's on Ctrl-C
     follower = spawn("consume", "--log-dir", d, "--topic", "t", "--follow", "--from-beginning")
     assert follower.stdout.readline() == b"old\n"
+    assert follower.stdout.readline() == b"new\n"
     follower.send_signal(signal.SIGINT)
     out, err = follower.communicate(timeout=30)
     assert follower.returncode == 130 and b"Processed a total of 2 messages" in err and b"Traceback" not in err
@@ -436,10 +484,14 @@ def test_online_sigterm_sends_what_lingers(broker) -> None:
 def test_online_sync_produce_a_group_that_commits_and_a_closed_pipe(broker) -> None:
     b = broker.bootstrap
     assert run("topics", "--bootstrap-server", b, "--create", "--topic", "g1").exit_code == 0
+    assert run("topics", "--bootstrap-server", b, "--create", "--topic", "hdr").exit_code == 0
     lines = "".join(f"m{i}\n" for i in range(30))
     sent = run("produce", "--bootstrap-server", b, "--topic", "g1", "--sync", "--batch-size", "100",
                "--producer-property", "max.request.size=200000", input=lines)  # fmt: skip
     assert sent.exit_code == 0 and sent.output == "Produced 30 records to g1.\n", sent.output
+    nulls = run("produce", "--bootstrap-server", b, "--topic", "hdr", "--property", "parse.headers=true",
+                "--property", "null.marker=NULL", input="h:NULL\tv\n")  # fmt: skip
+    assert nulls.exit_code == 0 and "Note: line 1: a null header value is sent as empty bytes" in nulls.output
     unknown = run("produce", "--bootstrap-server", b, "--topic", "g1", "--producer-property", "no.such=1", input="x\n")
     assert unknown.exit_code == 2 and "no.such is not a producer config" in unknown.output
     group = ("consume", "--bootstrap-server", b, "--topic", "g1", "--group", "readers", "--from-beginning",

@@ -35,14 +35,9 @@ from pyspark.sql.datasource import (  # noqa: E402
 )
 
 from kafkalog.spark import logfiles  # noqa: E402
-from kafkalog.spark.source import (  # noqa: E402
-    FILTER_PUSHDOWN_CONF,
-    KafkaLogDataSource,
-    KafkaLogInputPartition,
-    kafka_schema,
-    offset_ranges,
-    parse_options,
-)
+from kafkalog.spark.options import FILTER_PUSHDOWN_CONF, kafka_schema, parse_options  # noqa: E402
+from kafkalog.spark.planning import KafkaLogInputPartition, offset_ranges  # noqa: E402
+from kafkalog.spark.source import KafkaLogDataSource  # noqa: E402
 
 T0 = 1_700_000_000_000
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)

@@ -46,17 +46,16 @@ from pyspark.sql.types import (  # noqa: E402
     TimestampType,
 )
 
+from kafkalog.record.partitioner import murmur2_partitions  # noqa: E402
+from kafkalog.spark.locks import DirLocks as _DirLocks  # noqa: E402
+from kafkalog.spark.locks import check_log_dirs_free  # noqa: E402
+from kafkalog.spark.sink_batches import build_arrow_batch  # noqa: E402
+from kafkalog.spark.sink_options import parse_write_options, resolve_columns  # noqa: E402
 from kafkalog.spark.writer import (  # noqa: E402
     PRODUCER_ID_BIT,
     PartitionAppender,
     PartitionStats,
     WriterIdentity,
-    _DirLocks,
-    build_arrow_batch,
-    check_log_dirs_free,
-    murmur2_partitions,
-    parse_write_options,
-    resolve_columns,
     write_arrow,
 )
 

@@ -399,3 +399,95 @@ def test_markers_retried_until_written_and_the_transaction_waits(h: Harness) -> 
     assert metadata.state is S.COMPLETE_COMMIT and metadata.pending_state is None
     assert h.batches()[-1].end_transaction_marker().type == ControlRecordType.COMMIT
     assert h.markers == [(TopicPartition(TOPIC, 0), pid, True)]
+
+
+def test_exhausted_epoch_rotates_the_producer_id(tmp_path) -> None:
+    """Kafka keeps the last epochs for fencing: at epoch 32766 (Short.MaxValue - 1) an InitProducerId gets a new
+    producer id at epoch 0, remembering the old id (TransactionMetadata.prepareProducerIdRotation)."""
+    h = Harness(tmp_path)
+    try:
+        assert h.coordinator.ensure_state_topic() is Errors.NONE
+        now = h.clock.milliseconds()
+        value = value_from_state(500, 32766, 60_000, S.COMPLETE_COMMIT, [], now, now)
+        tp = TopicPartition(TRANSACTION_STATE_TOPIC_NAME, h.coordinator.partition_for("old"))
+        builder = RecordBatchBuilder()
+        builder.append(encode_key("old"), encode_value(value), now)
+        rm = h.manager.replica_manager
+        assert rm.append_records({tp: builder.build()}, -1, AppendOrigin.COORDINATOR)[tp].error is None
+        h.restart()
+        # the producer itself (InitProducerId v3+ with its id and epoch): rotation records its last epoch
+        rotated = h.coordinator.init_producer_id("old", 60_000, (500, 32766))
+        assert (rotated.error, rotated.producer_id, rotated.producer_epoch) == (Errors.NONE, 1000, 0)
+        metadata = h.coordinator.transactions["old"]
+        assert (metadata.last_producer_id, metadata.last_producer_epoch) == (500, 32766)
+        # its retry (the answer was lost): the old id with an exhausted epoch is still valid, and the expected
+        # epoch being the last one, the same (1000, 0) comes back without a bump
+        retried = h.coordinator.init_producer_id("old", 60_000, (500, 32766))
+        assert (retried.error, retried.producer_id, retried.producer_epoch) == (Errors.NONE, 1000, 0)
+        # any other old epoch of the old id is fenced; a new producer (no expected epoch) bumps
+        assert h.coordinator.init_producer_id("old", 60_000, (500, 12)).error is Errors.PRODUCER_FENCED
+        assert h.coordinator.init_producer_id("old", 60_000).producer_epoch == 1
+        assert h.state_records("old")[-1][1].previous_producer_id == 500  # tag 0 of the v1 value
+    finally:
+        h.close()
+
+
+class RecordingChannel:
+    """A marker channel that only records what it is asked (the cluster's sends WriteTxnMarkers)."""
+
+    def __init__(self) -> None:
+        self.sent: list = []
+        self.dropped: list[int] = []
+
+    def send(self, entry) -> None:
+        self.sent.append(entry)
+
+    def drop_partition(self, partition: int) -> None:
+        self.dropped.append(partition)
+
+
+def test_cluster_ownership_election_and_resignation(tmp_path) -> None:
+    """On a cluster the coordinator owns only the state partitions it was elected for: NOT_COORDINATOR elsewhere;
+    election loads a partition and sends the markers of a transaction left in PrepareCommit through the marker
+    channel with the election's epoch as coordinator epoch (CONCURRENT_TRANSACTIONS until every marker is in, then
+    CompleteCommit); resignation unloads it and drops its unsent markers."""
+    h = Harness(tmp_path)
+    try:
+        txn_id = "owned"
+        assert h.coordinator.init_producer_id(txn_id, 60_000).error is Errors.NONE
+        pid = h.coordinator.transactions[txn_id].producer_id
+        assert h.coordinator.add_partitions(txn_id, pid, 0, [(TOPIC, 0), (TOPIC, 1)]) is Errors.NONE
+        # this node's coordinator crashes right after writing PrepareCommit (a channel that never delivers)
+        h.coordinator.marker_channel = RecordingChannel()
+        assert h.coordinator.end_transaction(txn_id, pid, 0, True) is Errors.NONE
+        h.coordinator.shutdown()
+        channel = RecordingChannel()
+        clustered = TransactionCoordinator(h.manager, h.config, h.clock, h.clock.scheduler, h._pid)
+        clustered.marker_channel = channel
+        clustered.startup(clustered=True)
+        partition = clustered.partition_for(txn_id)
+        assert clustered.init_producer_id(txn_id, 60_000).error is Errors.NOT_COORDINATOR
+        assert clustered.end_transaction(txn_id, pid, 0, True) is Errors.NOT_COORDINATOR
+        clustered.begin_loading(partition)
+        assert clustered.add_partitions(txn_id, pid, 0, [(TOPIC, 0)]) is Errors.COORDINATOR_LOAD_IN_PROGRESS
+        clustered.on_election(partition, 7)
+        [entry] = channel.sent
+        assert (entry.transactional_id, entry.coordinator_epoch, entry.commit) == (txn_id, 7, True)
+        assert entry.partitions == {(TOPIC, 0), (TOPIC, 1)} and entry.producer_id == pid
+        state_log = h.partition(TRANSACTION_STATE_TOPIC_NAME, partition)
+        assert entry.state_end_offset == state_log.log_end_offset  # the Prepare record is in the loaded log
+        assert clustered.end_transaction(txn_id, pid, 0, True) is Errors.CONCURRENT_TRANSACTIONS
+        clustered.marker_written(txn_id, 6, (TOPIC, 0))  # a superseded coordinator epoch: ignored
+        clustered.marker_written(txn_id, 7, (TOPIC, 0))
+        assert clustered.transactions[txn_id].state is S.PREPARE_COMMIT
+        clustered.marker_written(txn_id, 7, (TOPIC, 1))
+        assert clustered.transactions[txn_id].state is S.COMPLETE_COMMIT
+        assert states(h, txn_id)[-2:] == [S.PREPARE_COMMIT, S.COMPLETE_COMMIT]
+        assert clustered.init_producer_id(txn_id, 60_000).producer_epoch == 1
+        clustered.on_resignation(partition)
+        # dropped twice: on election (a former term's deliveries) and on resignation
+        assert channel.dropped == [partition, partition] and txn_id not in clustered.transactions
+        assert clustered.describe(txn_id)[0] is Errors.NOT_COORDINATOR
+        clustered.shutdown()
+    finally:
+        h.manager.shutdown()

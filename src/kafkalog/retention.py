@@ -216,6 +216,31 @@ def _annotate(
     return removed
 
 
+@dataclass
+class _Context:
+    """One explanation's inputs: the log's snapshot, its config, the clock and the retention check schedule."""
+
+    config: LogConfig
+    now_ms: int
+    log_start: int  # after the pass at now_ms
+    log_end: int
+    hw: int
+    active: LogSegment | None
+    first_ts: int | None  # the active segment's first batch timestamp
+    active_created: int
+    jitter: int
+    next_check_ms: int
+    check_interval_ms: int
+    delay: int
+    total: int
+
+    def first_check(self, at: int) -> int:
+        """The first retention check at or after ``at``."""
+        if at <= self.next_check_ms:
+            return self.next_check_ms
+        return self.next_check_ms + -(-(at - self.next_check_ms) // self.check_interval_ms) * self.check_interval_ms
+
+
 def explain_retention(
     log: Log,
     *,
@@ -246,9 +271,8 @@ def explain_retention(
         active_created = active.created_ms if active is not None else 0
         jitter = active.rolling_jitter_ms if active is not None else 0
 
-    originals = list(model)
-    next_of = {s.base: _upper(originals, i, log_end) for i, s in enumerate(originals)}
-    total = sum(s.size for s in originals)
+    next_of = {s.base: _upper(model, i, log_end) for i, s in enumerate(model)}
+    total = sum(s.size for s in model)
     plan = plan_retention(
         model,
         log_start_offset=log_start,
@@ -260,89 +284,128 @@ def explain_retention(
         now_ms=now_ms,
     )
     removed = _annotate(model, plan.deletions, log_start, log_end, (retention_bytes, retention_ms), now_ms)
-    plan_log_start = plan.log_start_offset
-
-    def first_check(at: int) -> int:
-        if at <= next_check_ms:
-            return next_check_ms
-        return next_check_ms + -(-(at - next_check_ms) // check_interval_ms) * check_interval_ms
-
-    results: dict[int, SegmentRetention] = {}
+    ctx = _Context(
+        config, now_ms, plan.log_start_offset, log_end, hw, active, first_ts, active_created, jitter, next_check_ms,
+        check_interval_ms, delay, total,
+    )  # fmt: skip
+    results = {seg.base: _deleted_now(ctx, seg, next_of[seg.base]) for seg in removed}
+    results.update(_kept(ctx, [s for s in model if s.rule is None], next_of))
+    ordered = [results[s.base] for s in model]
+    pending = [s.deleted_at_ms for s in ordered if s.deleted_at_ms is not None]
+    next_deletion = min(pending) if pending else None
+    worst = worst_case_lifetime_ms(config, check_interval_ms, delay)
     rolled = plan.rolled_by is not None
+    summary = _summary(
+        log, config, ordered, total, log_start, log_end, hw, next_check_ms, next_deletion, delay, worst, rolled
+    )
+    return RetentionExplanation(
+        log.topic, log.partition, ",".join(config.cleanup_policy), retention_ms, retention_bytes, log_start, log_end,
+        hw, total, ordered, next_deletion, summary, check_interval_ms, next_check_ms, delay, worst,
+    )  # fmt: skip
 
-    for seg in removed:
-        is_active = seg.segment is active
-        eligible = seg.eligible if seg.rule == RULE_TIME and seg.eligible is not None else now_ms
-        reason = f"deletable now: {seg.rule}: {seg.note}"
-        if is_active:
-            reason += (
-                f"; it is the active segment, and since every segment goes, the check first rolls a new empty "
-                f"segment at offset {log_end}"
+
+def _deleted_now(ctx: _Context, seg: _Seg, next_offset: int) -> SegmentRetention:
+    """A segment the check at now deletes: by which rule, why, and when its files go."""
+    is_active = seg.segment is ctx.active
+    eligible = seg.eligible if seg.rule == RULE_TIME and seg.eligible is not None else ctx.now_ms
+    reason = f"deletable now: {seg.rule}: {seg.note}"
+    if is_active:
+        reason += (
+            f"; it is the active segment, and since every segment goes, the check first rolls a new empty "
+            f"segment at offset {ctx.log_end}"
+        )
+    deleted = ctx.first_check(eligible)
+    return SegmentRetention(
+        seg.base, next_offset, seg.size, seg.largest, seg.source, is_active, seg.rule, True, reason,
+        eligible, deleted, deleted + ctx.delay,
+    )  # fmt: skip
+
+
+def _why_kept(ctx: _Context, seg: _Seg, following: _Seg | None, blocker: tuple[int, str] | None) -> str:
+    """Why the check at now keeps ``seg`` (``blocker``: the first kept segment's base and reason)."""
+    config, now_ms, retention_ms = ctx.config, ctx.now_ms, ctx.config.retention_ms
+    upper = following.base if following is not None else ctx.log_end
+    own_e = seg.largest + retention_ms + 1
+    if not config.delete:
+        why = (
+            f"kept: cleanup.policy={','.join(config.cleanup_policy)} has no 'delete', so retention.ms and "
+            f"retention.bytes do not apply; only the log-start-offset rule deletes segments"
+        )
+        if following is None:
+            return why + ", and never the last one"
+        return why + f", once the log start offset (now {ctx.log_start}) reaches {following.base}"
+    if following is None and seg.size == 0:
+        return "kept: the empty active segment; a log always keeps one segment and an empty last one is never deleted"
+    if ctx.hw < upper:
+        upper_name = f"next segment {upper}" if following is not None else f"log end {upper}"
+        return (
+            f"kept: above the high watermark (HW {ctx.hw} < {upper_name}); it waits for the high watermark to advance"
+        )
+    if retention_ms < 0:
+        return "kept: retention.ms=-1 (infinite)"
+    if now_ms - seg.largest <= retention_ms:
+        if seg.largest > now_ms:
+            return (
+                f"kept: its largest timestamp {_stamp(seg)} is "
+                f"{_duration(seg.largest - now_ms)} in the future, which pins it until "
+                f"{_at(own_e)} (largest timestamp + retention.ms + 1)"
             )
-        deleted = first_check(eligible)
-        results[seg.base] = SegmentRetention(
-            seg.base, next_of[seg.base], seg.size, seg.largest, seg.source, is_active, seg.rule, True, reason,
-            eligible, deleted, deleted + delay,
-        )  # fmt: skip
+        return (
+            f"kept: retention.ms={retention_ms}: its largest timestamp {_stamp(seg)} is "
+            f"{_duration(now_ms - seg.largest)} old; the rule is strictly 'older than', so it qualifies at "
+            f"{_at(own_e)}"
+        )
+    return (
+        f"kept: an older segment (offset {blocker[0] if blocker else '?'}) is kept ({blocker[1] if blocker else ''}), "
+        f"and the walk stops at the first kept segment; on its own this one is past retention.ms (largest "
+        f"timestamp {_stamp(seg)} is {_duration(now_ms - seg.largest)} old)"
+    )
 
-    # ----- what is kept, why, and when the time rule will take it ----------------------------------------
-    kept = [s for s in model if s.rule is None]
+
+def _roll_note(ctx: _Context, eligible: int | None) -> tuple[int, str]:
+    """(the time from which an append rolls the active segment, what to say about it)."""
+    config, first_ts, jitter = ctx.config, ctx.first_ts, ctx.jitter
+    limit = config.max_segment_ms - jitter
+    if first_ts is not None and first_ts >= 0:
+        rolls_at = first_ts + limit + 1
+        roll_clock = (
+            f"the first append timestamped at or after {_at(rolls_at)} (its first batch's timestamp "
+            f"{first_ts} + segment.ms {config.max_segment_ms}" + (f" − jitter {jitter}" if jitter else "") + " + 1)"
+        )
+    else:
+        rolls_at = ctx.active_created + limit + 1
+        roll_clock = f"the first append at or after {_at(rolls_at)} (segment creation + segment.ms + 1)"
+    if eligible is not None:
+        return rolls_at, (
+            "; it is the active segment: if no more records arrive, the check that deletes it rolls a new "
+            "empty segment first; records appended before it rolls (it rolls on "
+            f"{roll_clock}, or on one that does not fit in segment.bytes={config.segment_bytes}) raise its "
+            "largest timestamp and can postpone that"
+        )
+    return rolls_at, f"; it is the active segment and rolls on {roll_clock}, or on one that would not fit"
+
+
+def _kept(ctx: _Context, kept: list[_Seg], next_of: dict[int, int]) -> dict[int, SegmentRetention]:
+    """What is kept, why, and when the time rule will take it if only the clock moves."""
+    config, retention_ms, retention_bytes = ctx.config, ctx.config.retention_ms, ctx.config.retention_bytes
     kept_total = sum(s.size for s in kept)
-    blocker: _Seg | None = None
-    blocker_why = ""
+    results: dict[int, SegmentRetention] = {}
+    blocker: tuple[int, str] | None = None
     cumulative_eligible: int | None = None
     forecast_blocked = not config.delete or retention_ms < 0
     cum_size = 0
     for i, seg in enumerate(kept):
         following = kept[i + 1] if i + 1 < len(kept) else None
-        upper = following.base if following is not None else log_end
-        is_active = seg.segment is active
+        upper = following.base if following is not None else ctx.log_end
+        is_active = seg.segment is ctx.active
         cum_size += seg.size
         own_e = seg.largest + retention_ms + 1
-        above_hw = hw < upper
+        above_hw = ctx.hw < upper
         last_and_empty = following is None and seg.size == 0
-        expired = retention_ms >= 0 and now_ms - seg.largest > retention_ms
-        upper_name = f"next segment {upper}" if following is not None else f"log end {upper}"
-
-        if not config.delete:
-            why = (
-                f"kept: cleanup.policy={','.join(config.cleanup_policy)} has no 'delete', so retention.ms and "
-                f"retention.bytes do not apply; only the log-start-offset rule deletes segments"
-            )
-            if following is None:
-                why += ", and never the last one"
-            else:
-                why += f", once the log start offset (now {plan_log_start}) reaches {following.base}"
-        elif last_and_empty:
-            why = (
-                "kept: the empty active segment; a log always keeps one segment and an empty last one is never deleted"
-            )
-        elif above_hw:
-            why = f"kept: above the high watermark (HW {hw} < {upper_name}); it waits for the high watermark to advance"
-        elif retention_ms < 0:
-            why = "kept: retention.ms=-1 (infinite)"
-        elif not expired:
-            if seg.largest > now_ms:
-                why = (
-                    f"kept: its largest timestamp {_stamp(seg)} is "
-                    f"{_duration(seg.largest - now_ms)} in the future, which pins it until "
-                    f"{_at(own_e)} (largest timestamp + retention.ms + 1)"
-                )
-            else:
-                why = (
-                    f"kept: retention.ms={retention_ms}: its largest timestamp {_stamp(seg)} is "
-                    f"{_duration(now_ms - seg.largest)} old; the rule is strictly 'older than', so it qualifies at "
-                    f"{_at(own_e)}"
-                )
-        else:
-            why = (
-                f"kept: an older segment (offset {blocker.base if blocker else '?'}) is kept ({blocker_why}), and "
-                f"the walk stops at the first kept segment; on its own this one is past retention.ms (largest "
-                f"timestamp {_stamp(seg)} is {_duration(now_ms - seg.largest)} old)"
-            )
+        expired = retention_ms >= 0 and ctx.now_ms - seg.largest > retention_ms
+        why = _why_kept(ctx, seg, following, blocker)
         if blocker is None:
-            blocker = seg
-            blocker_why = why.removeprefix("kept: ")
+            blocker = (seg.base, why.removeprefix("kept: "))
 
         # Forecast: only the time rule deletes more while only the clock moves.
         eligible = None
@@ -358,59 +421,27 @@ def explain_retention(
             more = cum_size + retention_bytes - kept_total
             why += (
                 f"; retention.bytes={retention_bytes}: the log ({kept_total} bytes"
-                + (" after this check" if kept_total != total else "")
+                + (" after this check" if kept_total != ctx.total else "")
                 + f") must grow by {more} more bytes before the size rule deletes it"
             )
         elif config.delete and retention_bytes < 0 and retention_ms < 0:
             why += "; retention.bytes=-1 (unlimited)"
-        if seg.base < plan_log_start < upper:
+        if seg.base < ctx.log_start < upper:
             why += (
-                f"; the log start offset {plan_log_start} is inside it: offsets below it can no longer be read, "
+                f"; the log start offset {ctx.log_start} is inside it: offsets below it can no longer be read, "
                 f"but the segment stays until the log start reaches {upper}"
             )
-
         rolls_at = None
         if is_active and seg.size > 0:
-            limit = config.max_segment_ms - jitter
-            if first_ts is not None and first_ts >= 0:
-                rolls_at = first_ts + limit + 1
-                roll_clock = (
-                    f"the first append timestamped at or after {_at(rolls_at)} (its first batch's timestamp "
-                    f"{first_ts} + segment.ms {config.max_segment_ms}"
-                    + (f" − jitter {jitter}" if jitter else "")
-                    + " + 1)"
-                )
-            else:
-                rolls_at = active_created + limit + 1
-                roll_clock = f"the first append at or after {_at(rolls_at)} (segment creation + segment.ms + 1)"
-            if eligible is not None:
-                why += (
-                    "; it is the active segment: if no more records arrive, the check that deletes it rolls a new "
-                    "empty segment first; records appended before it rolls (it rolls on "
-                    f"{roll_clock}, or on one that does not fit in segment.bytes={config.segment_bytes}) raise its "
-                    "largest timestamp and can postpone that"
-                )
-            else:
-                why += f"; it is the active segment and rolls on {roll_clock}, or on one that would not fit"
-
-        deleted = first_check(eligible) if eligible is not None else None
+            rolls_at, note = _roll_note(ctx, eligible)
+            why += note
+        deleted = ctx.first_check(eligible) if eligible is not None else None
         results[seg.base] = SegmentRetention(
             seg.base, next_of[seg.base], seg.size, seg.largest, seg.source, is_active,
             RULE_TIME if eligible is not None else None, False, why, eligible, deleted,
-            deleted + delay if deleted is not None else None, rolls_at,
+            deleted + ctx.delay if deleted is not None else None, rolls_at,
         )  # fmt: skip
-
-    ordered = [results[s.base] for s in originals]
-    pending = [s.deleted_at_ms for s in ordered if s.deleted_at_ms is not None]
-    next_deletion = min(pending) if pending else None
-    worst = worst_case_lifetime_ms(config, check_interval_ms, delay)
-    summary = _summary(
-        log, config, ordered, total, log_start, log_end, hw, next_check_ms, next_deletion, delay, worst, bool(rolled)
-    )
-    return RetentionExplanation(
-        log.topic, log.partition, ",".join(config.cleanup_policy), retention_ms, retention_bytes, log_start, log_end,
-        hw, total, ordered, next_deletion, summary, check_interval_ms, next_check_ms, delay, worst,
-    )  # fmt: skip
+    return results
 
 
 def _summary(

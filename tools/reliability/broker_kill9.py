@@ -11,7 +11,8 @@ record of each partition shows where the group resumed. At the end of a cycle th
 consumer drains to the log end and commits, the broker stops cleanly, and tools.cluster.checker reads the log
 dir read-only. The row counts:
 
-- lost: a record the producer was told is written (acks=all) that is missing, or at another offset;
+- lost: a record the producer was told is written (acks=all) that is missing, or at another offset; a commit the
+  broker acknowledged before a kill that the group's committed offsets (read after each restart) no longer reach;
 - corrupt: a record duplicated in the log (an idempotent producer's retries after a restart must be recognised
   from the recovered producer state: none may be appended twice), reordered, or never sent; a group that resumed
   below its last acknowledged commit or above its last attempted one; a record of the log never delivered to the
@@ -217,9 +218,10 @@ def _create_topic(bootstrap: str) -> None:
 
 @dataclass
 class _Kill9Row(Row):
-    """A row that also keeps, per cycle, (deliveries to the group, records in the log) for its note."""
+    """A row that also counts deliveries to the group and records in the logs, for its note."""
 
-    note_parts: list[tuple[int, int]] = field(default_factory=list)
+    deliveries: int = 0
+    records: int = 0
 
 
 # ----- one cycle -------------------------------------------------------------------------------------------------
@@ -253,10 +255,12 @@ def cycle(
                 consumer.final_commit = False
                 consumer.stop_event.set()
                 consumer.join(30)
+            acked_before = dict(consumed.acked_commit)
             broker.kill()
             row.runs += 1
             time.sleep(rng.uniform(0.0, 0.3))
             broker.start()
+            _check_commits_kept(row, broker.bootstrap, acked_before, f"{tag} round {round_no}")
             if swap:
                 acked, attempted = dict(consumed.acked_commit), dict(consumed.attempted_commit)
                 consumer = Consuming(broker.bootstrap, consumed)
@@ -298,7 +302,32 @@ def cycle(
         if missing:
             row.corrupt += 1
             row.failures.append(f"{tag}: partition {p}: {len(missing)} records never delivered to the group")
-    row.note_parts.append((consumed.deliveries, sum(report.committed.values())))
+    row.deliveries += consumed.deliveries
+    row.records += sum(report.committed.values())
+
+
+def _check_commits_kept(row: Row, bootstrap: str, acked: dict[int, int], where: str) -> None:
+    """After a restart the group's committed offsets (OffsetFetch, from outside the group) are at least the last
+    ones the broker acknowledged before the kill: an acknowledged commit survives kill -9 like a record."""
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+    if not acked:
+        return
+    reader = Consumer({"bootstrap.servers": bootstrap, "group.id": GROUP, "enable.auto.commit": False, "log_level": 2})
+    try:
+        committed = reader.committed([TopicPartition(TOPIC, p) for p in acked], timeout=30)
+    except KafkaException as e:
+        row.failures.append(f"{where}: the committed offsets could not be read after the restart: {e}")
+        return
+    finally:
+        reader.close()
+    for tp in committed:
+        if tp.offset < acked[tp.partition]:
+            row.lost += 1
+            row.failures.append(
+                f"{where}: partition {tp.partition} committed offset {tp.offset} after the restart, "
+                f"{acked[tp.partition]} acknowledged before"
+            )
 
 
 def _check_resume(row: Row, consumed: Consumed, acked: dict[int, int], attempted: dict[int, int], where: str) -> None:
@@ -334,8 +363,7 @@ def broker_kill9(runs: int, flush_messages: int | None, root: Path, seed: int) -
         shutil.rmtree(root / f"broker-kill9-{flush_messages or 'default'}-{index}", ignore_errors=True)
         done += rounds
         index += 1
-    delivered = sum(d for d, _ in row.note_parts)
-    records = sum(r for _, r in row.note_parts)
+    delivered, records = row.deliveries, row.records
     row.note = (
         f"{index} cycles; {records} records in the logs, {delivered} deliveries to the group "
         f"({delivered - records} redelivered after resuming at a commit); page cache survives kill -9"

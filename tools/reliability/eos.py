@@ -482,7 +482,7 @@ def eos_row(runs: int, root: Path, seed: int, *, records: int = 300, subscribe_e
     run with a subscribed consumer, the others with assigned partitions)."""
     from .runner import Row
 
-    row = Row("exactly-once consume-transform-produce (confluent-kafka), kill -9 at random moments")
+    row = Row("exactly-once consume-transform-produce under kill -9")
     rng = random.Random(seed)
     log_dir = root / "eos-broker"
     shutil.rmtree(log_dir, ignore_errors=True)

@@ -206,7 +206,8 @@ def _fetch_all(partition) -> dict[int, bytes]:
 
 def _spark_reader(log_dir: Path) -> dict[int, bytes]:
     """The Spark data source's read path (planning and Arrow reads) without a Spark session."""
-    from kafkalog.spark.source import KafkaLogDataSource, kafka_schema
+    from kafkalog.spark.options import kafka_schema
+    from kafkalog.spark.source import KafkaLogDataSource
 
     source = KafkaLogDataSource({"path": str(log_dir), "subscribe": TOPIC})
     reader = source.reader(kafka_schema())

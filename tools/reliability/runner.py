@@ -595,9 +595,22 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="only the broker rows: kill -9 of kafkalog serve under librdkafka clients, a log dir that fills up",
     )
+    parser.add_argument(
+        "--eos-only",
+        action="store_true",
+        help="only the exactly-once row: a consume-transform-produce program under kill -9 (50 runs, 3 with --quick)",
+    )
     args = parser.parse_args(argv)
     start = time.monotonic()
-    if args.broker_only:
+    if args.eos_only:
+        from .eos import eos_row
+
+        root = Path(tempfile.mkdtemp(prefix="kafkalog-eos-"))
+        try:
+            rows = [eos_row(3 if args.quick else 50, root, args.seed + 6)]
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+    elif args.broker_only:
         root = Path(tempfile.mkdtemp(prefix="kafkalog-broker-reliability-"))
         try:
             rows = broker_rows(args.quick, root, args.seed)

@@ -273,7 +273,8 @@ class SocketServer:
         if idle < 0:
             return await conn.reader.readexactly(4)
         try:
-            return await asyncio.wait_for(conn.reader.readexactly(4), idle / 1000.0)
+            async with asyncio.timeout(idle / 1000.0):  # a timer, not wait_for's extra task for every request
+                return await conn.reader.readexactly(4)
         except TimeoutError:
             log.debug("Closing connection %s: idle for more than connections.max.idle.ms=%d", conn.id, idle)
             raise

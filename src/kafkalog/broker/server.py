@@ -15,7 +15,7 @@ import threading
 from pathlib import Path
 
 from ..coordinator.group import GROUP_METADATA_TOPIC_NAME, GroupCoordinator
-from ..coordinator.transaction import TransactionCoordinator
+from ..coordinator.transaction import TRANSACTION_STATE_TOPIC_NAME, TransactionCoordinator
 from ..errors import InconsistentClusterIdError, KafkaStorageError
 from ..logdir import MetaProperties
 from ..manager import LogManager
@@ -24,9 +24,9 @@ from .apis import RequestRouter
 from .cluster.node import ClusterNode, ClusterSettings
 from .cluster.producer_ids import ZkProducerIdManager
 from .cluster.security_zk import ZkAclStore, ZkCredentialStore
+from .cluster.txn import TransactionCluster
 from .config import KafkaConfig
 from .handlers.group import LoopScheduler
-from .handlers.txn import CLUSTER_UNSUPPORTED
 from .metrics import BrokerMetrics, MetricsEndpoint
 from .network import SocketSecurity, SocketServer
 from .producer_ids import ProducerIdManager
@@ -92,6 +92,7 @@ class KafkaServer:
         self.socket_server: SocketServer | None = None
         self.group_coordinator: GroupCoordinator | None = None
         self.txn_coordinator: TransactionCoordinator | None = None
+        self.txn_cluster: TransactionCluster | None = None  # the transaction coordinator's ties to a ZK cluster
         self.cluster_id: str | None = None
         # ZooKeeper mode (zookeeper.connect set): this broker's membership of the cluster; None = a single node.
         self.cluster_settings = ClusterSettings.from_properties(config.props)
@@ -163,9 +164,8 @@ class KafkaServer:
             self.cluster.replica_manager = self.replica_manager
             for tp, partition in self.replica_manager.partitions.items():
                 # Lead nothing until ZooKeeper's state says so: a restarted broker may no longer be the leader.
-                # __consumer_offsets is replicated like any topic; other internal topics (the transaction
-                # coordinator's) are not replicated yet: they stay local and led here.
-                if not tp.topic.startswith("__") or tp.topic == "__consumer_offsets":
+                # __consumer_offsets and __transaction_state are replicated like any topic.
+                if not tp.topic.startswith("__") or tp.topic in ("__consumer_offsets", TRANSACTION_STATE_TOPIC_NAME):
                     partition.make_follower(-1, partition.leader_epoch)
         self.purgatory = FetchPurgatory(asyncio.get_running_loop())
         self.replica_manager.add_listener(self.purgatory.notify)
@@ -196,11 +196,13 @@ class KafkaServer:
             self.producer_ids.generate_producer_id,
         )
         self.txn_coordinator.add_marker_listener(self._on_txn_marker)
+        if self.cluster is not None:
+            # Each __transaction_state partition is loaded when this broker becomes its leader; markers go over the
+            # wire to the partitions' leaders.
+            self.txn_cluster = TransactionCluster(self.cluster, self.txn_coordinator, self.config.props)
         # loads __transaction_state; transactions caught in PrepareCommit/PrepareAbort get their markers now (and
         # the group coordinator, loaded first, makes their pending offsets visible or drops them)
-        self.txn_coordinator.startup()
-        if self.cluster is not None:
-            log.warning("%s: FindCoordinator(TRANSACTION) answers COORDINATOR_NOT_AVAILABLE", CLUSTER_UNSUPPORTED)
+        self.txn_coordinator.startup(clustered=self.cluster is not None)
         self.socket_server = SocketServer(
             self.config.listeners,
             RequestRouter(self),

@@ -98,13 +98,7 @@ class Cleaner(BatchFilter):
         log_obj = cleanable.log
         started = time.perf_counter()
         stats = CleanerStats(start_ms=self.clock.milliseconds())
-        clean_part = log_obj.log_segments(0, cleanable.first_dirty_offset)
-        legacy_delete_horizon = (
-            clean_part[-1].last_modified_ms() - log_obj.config.delete_retention_ms if clean_part else 0
-        )
-        upper_bound = cleanable.first_uncleanable_offset
-        self.build_offset_map(cleanable.topic_partition, log_obj, cleanable.first_dirty_offset, upper_bound, stats)
-        end_offset = self.offset_map.latest_offset + 1
+        legacy_delete_horizon, upper_bound, end_offset = self._map_dirty_section(cleanable, stats)
         stats.map_complete_ms = self.clock.milliseconds()
         stats.map_wall_seconds = time.perf_counter() - started
         txn = CleanedTransactionMetadata()
@@ -128,6 +122,17 @@ class Cleaner(BatchFilter):
         stats.wall_seconds = time.perf_counter() - started
         return end_offset, stats
 
+    def _map_dirty_section(self, cleanable: LogToClean, stats: CleanerStats) -> tuple[int, int, int]:
+        """The map pass of a clean or an estimate: (the legacy delete horizon, the upper bound, the end offset)."""
+        log_obj = cleanable.log
+        clean_part = log_obj.log_segments(0, cleanable.first_dirty_offset)
+        legacy_delete_horizon = (
+            clean_part[-1].last_modified_ms() - log_obj.config.delete_retention_ms if clean_part else 0
+        )
+        upper_bound = cleanable.first_uncleanable_offset
+        self.build_offset_map(cleanable.topic_partition, log_obj, cleanable.first_dirty_offset, upper_bound, stats)
+        return legacy_delete_horizon, upper_bound, self.offset_map.latest_offset + 1
+
     def estimate(self, cleanable: LogToClean, now: int) -> tuple[int, CleanerStats]:
         """A dry run of ``clean``: (the log's size once cleaned now, stats); nothing is written."""
         with self._runs.holding():
@@ -136,13 +141,7 @@ class Cleaner(BatchFilter):
     def _estimate(self, cleanable: LogToClean, now: int) -> tuple[int, CleanerStats]:
         log_obj = cleanable.log
         stats = CleanerStats(start_ms=self.clock.milliseconds())
-        clean_part = log_obj.log_segments(0, cleanable.first_dirty_offset)
-        legacy_delete_horizon = (
-            clean_part[-1].last_modified_ms() - log_obj.config.delete_retention_ms if clean_part else 0
-        )
-        upper_bound = cleanable.first_uncleanable_offset
-        self.build_offset_map(cleanable.topic_partition, log_obj, cleanable.first_dirty_offset, upper_bound, stats)
-        end_offset = self.offset_map.latest_offset + 1
+        legacy_delete_horizon, upper_bound, end_offset = self._map_dirty_section(cleanable, stats)
         txn = CleanedTransactionMetadata()
         covered = log_obj.log_segments(0, end_offset)
         active_producers = log_obj.last_records_of_active_producers()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import Any
 
 import numpy as np
 
@@ -165,42 +166,22 @@ class BatchFilter:
             data = batch.source_buffer[batch.position : batch.position + batch.size_in_bytes]
             result.retained(data, batch.max_timestamp, batch.last_offset, batch.last_offset, plan[1])
         elif kind == "empty":
-            data = assemble_batch(
-                b"",
-                record_count=0,
-                last_offset_delta=batch.last_offset_delta,
-                base_offset=batch.base_offset,
-                base_timestamp=NO_TIMESTAMP,
-                max_timestamp=batch.max_timestamp,
-                timestamp_type=batch.timestamp_type_id,
-                producer_id=batch.producer_id,
-                producer_epoch=batch.producer_epoch,
-                base_sequence=batch.base_sequence,
-                is_transactional=batch.is_transactional,
-                is_control=batch.is_control,
-                partition_leader_epoch=batch.partition_leader_epoch,
+            data = _reassemble(
+                batch, b"", record_count=0, base_timestamp=NO_TIMESTAMP, max_timestamp=batch.max_timestamp
             )
             result.retained(data, batch.max_timestamp, batch.last_offset, batch.last_offset, 0)
         elif kind == "rebuild":
             _, section, count, base_ts, max_ts, horizon = plan
             append_time = batch.timestamp_type_id == TimestampType.LOG_APPEND_TIME
             max_ts = batch.max_timestamp if append_time else max_ts
-            data = assemble_batch(
+            data = _reassemble(
+                batch,
                 section,
                 record_count=count,
-                last_offset_delta=batch.last_offset_delta,
-                base_offset=batch.base_offset,
                 base_timestamp=base_ts,
                 max_timestamp=max_ts,
                 compression_type=batch.compression_type,
-                timestamp_type=batch.timestamp_type_id,
-                producer_id=batch.producer_id,
-                producer_epoch=batch.producer_epoch,
-                base_sequence=batch.base_sequence,
-                is_transactional=batch.is_transactional,
-                is_control=batch.is_control,
                 has_delete_horizon=horizon is not None,
-                partition_leader_epoch=batch.partition_leader_epoch,
             )
             result.retained(data, max_ts, batch.last_offset, batch.last_offset, count)
 
@@ -242,3 +223,20 @@ class BatchFilter:
             return
         data = batch.source_buffer[batch.position : batch.position + batch.size_in_bytes]
         result.retained(data, batch.max_timestamp, batch.last_offset, batch.last_offset, total)
+
+
+def _reassemble(batch: RecordBatch, section: bytes, **fields: Any) -> bytes:
+    """A batch with ``batch``'s offsets, producer, transaction and leader epoch around the records ``section``."""
+    return assemble_batch(
+        section,
+        last_offset_delta=batch.last_offset_delta,
+        base_offset=batch.base_offset,
+        timestamp_type=batch.timestamp_type_id,
+        producer_id=batch.producer_id,
+        producer_epoch=batch.producer_epoch,
+        base_sequence=batch.base_sequence,
+        is_transactional=batch.is_transactional,
+        is_control=batch.is_control,
+        partition_leader_epoch=batch.partition_leader_epoch,
+        **fields,
+    )

@@ -118,6 +118,8 @@ class LineReader:
 
     def parse(self, line: bytes, number: int) -> dict[str, Any]:
         """The record of one input line (key, value, headers; no timestamp or partition of its own)."""
+        if not self.parse_key and not self.parse_headers and self.null_marker is None:  # the plain line: fast
+            return {"key": None, "value": line, "headers": self.fixed_headers[:], "timestamp": None, "partition": None}
         headers_text = self._part(self.parse_headers, line, 0, self.headers_delimiter, "headers delimiter", number)
         start = 0 if headers_text is None else len(headers_text) + len(self.headers_delimiter)
         key = self._part(self.parse_key, line, start, self.key_separator, "key separator", number)
@@ -298,13 +300,16 @@ READ_CHUNK = 65536
 
 
 class LineSource:
-    """The lines of an input, handed over as they arrive. ``read(timeout)`` returns the complete lines that came
-    (a list, empty when the timeout passed first) or None at the end of the input. A file descriptor (stdin, a
-    pipe, a terminal, a file) is read with select() and os.read(), so a line typed or written by ``tail -f`` is
-    produced without waiting for more input; an in-memory stream (click's test runner) is read line by line.
-    ``partial`` holds the bytes of an unfinished last line (no newline yet)."""
+    """The lines of an input, handed over as they arrive. ``read(timeout)`` returns the complete lines that came,
+    without their newline (a list, empty when the timeout passed first) or None at the end of the input. A file
+    descriptor (stdin, a pipe, a terminal, a file) is read with select() and os.read(), so a line typed or written
+    by ``tail -f`` is produced without waiting for more input; an in-memory stream (click's test runner) is read
+    line by line.
+    ``partial`` holds the bytes of an unfinished last line (no newline yet). On a terminal the prompt ``>`` is
+    printed on stdout whenever a new line is awaited, as Kafka's LineMessageReader does when System.console()
+    exists."""
 
-    def __init__(self, stream: IO[bytes]) -> None:
+    def __init__(self, stream: IO[bytes], prompt_to: IO[bytes] | None = None) -> None:
         self.stream = stream
         self.partial = b""
         self.eof = False
@@ -312,6 +317,15 @@ class LineSource:
             self.fd: int | None = stream.fileno()
         except (OSError, ValueError, AttributeError):
             self.fd = None
+        self.prompt_to = prompt_to if self.fd is not None and os.isatty(self.fd) else None
+        self._prompted = False
+
+    def _prompt(self) -> None:
+        if self.prompt_to is not None and not self._prompted and not self.partial:
+            with contextlib.suppress(OSError, ValueError):
+                self.prompt_to.write(b">")
+                self.prompt_to.flush()
+            self._prompted = True
 
     def read(self, timeout: float | None) -> list[bytes] | None:
         if self.eof:
@@ -321,7 +335,9 @@ class LineSource:
             if not line:
                 self.eof = True
                 return None
-            return [line]
+            return [line[:-1] if line.endswith(b"\n") else line]
+        if timeout != 0:
+            self._prompt()
         ready, _, _ = select.select([self.fd], [], [], timeout)
         if not ready:
             return []
@@ -330,9 +346,11 @@ class LineSource:
             self.eof = True
             last, self.partial = self.partial, b""
             return [last] if last else None
-        lines = (self.partial + data).split(b"\n")
+        lines = (self.partial + data).split(b"\n") if self.partial else data.split(b"\n")
         self.partial = lines.pop()
-        return [line + b"\n" for line in lines]
+        if lines:
+            self._prompted = False
+        return lines
 
 
 # ----- signals a command defers --------------------------------------------------------------------------------
@@ -399,6 +417,7 @@ class ProduceOutcome:
     bad_error: BaseException | None = None
     stopped_by: int | None = None  # a signal number
     unread_partial: int = 0  # bytes of an unfinished last line when stopped
+    reached_end: bool = False  # the whole input was read
 
 
 def produce_lines(
@@ -423,20 +442,22 @@ def produce_lines(
             if signals.received is not None:
                 raise Interrupted(signals.received)
             due = sink.deadline()
-            if due is None:
-                sink.idle()
-                timeout = None
-            else:
-                timeout = max(0.0, due - clock())
             with signals.interruptible():
-                lines = source.read(timeout)
+                if due is not None:
+                    lines = source.read(max(0.0, due - clock()))
+                else:  # nothing pending: let go of the sink's hold (the dir lock) only if the input makes us wait
+                    lines = source.read(0)
+                    if lines == []:
+                        sink.idle()
+                        lines = source.read(None)
             if lines is None:
+                outcome.reached_end = True
                 break
             for i, raw in enumerate(lines):
                 outcome.lines_read += 1
                 number = outcome.lines_read
                 try:
-                    record = parse(raw.rstrip(b"\r\n"), number)
+                    record = parse(raw[:-1] if raw.endswith(b"\r") else raw, number)
                     target = record.pop("partition")
                     if target is None:
                         target = partition
@@ -489,7 +510,7 @@ def records_noun(n: int) -> str:
 
 def report(sink: Sink, outcome: ProduceOutcome) -> None:
     """The summary on stderr; raises the bad line's error, the sink's, Interrupted, or a ClickException when some
-    records were not written, so that the command exits 2, 1 or 128+signal."""
+    records were not written, so that the command exits 1 (or 2 for a usage error) or 128+signal."""
     where = ", ".join(f"partition {p} offsets {a}-{b}" for p, (a, b) in sorted(sink.where.items()))
     stopped_early = outcome.bad_line is not None or sink.stop is not None
     not_written = dict(sink.failed)
@@ -516,7 +537,7 @@ def report(sink: Sink, outcome: ProduceOutcome) -> None:
             f"{noun} {ranges(sorted(not_written))}",
             err=True,
         )
-    if stopped_early:
+    if stopped_early and not outcome.reached_end:
         click.echo(f"Input after line {outcome.lines_read} was not read.", err=True)
     if outcome.stopped_by is not None:
         name = signal.Signals(outcome.stopped_by).name

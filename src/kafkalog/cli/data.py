@@ -225,8 +225,10 @@ def produce_command(
         producer_config_file, producer_properties, acks, compression_codec, linger_ms, batch_size, sync
     )
 
-    def parse(line: bytes, number: int) -> dict:
-        return _parse_json_line(line, number, fixed_headers) if json_lines else reader.parse(line, number)
+    def parse_json(line: bytes, number: int) -> dict:
+        return _parse_json_line(line, number, fixed_headers)
+
+    parse = parse_json if json_lines else reader.parse
 
     if online:
         if config_file is not None:
@@ -245,7 +247,7 @@ def produce_command(
     signals = DeferredSignals()
     try:
         with signals.installed():
-            outcome = produce_lines(LineSource(input_file), sink, parse, partition, signals)
+            outcome = produce_lines(LineSource(input_file, sys.stdout.buffer), sink, parse, partition, signals)
     finally:
         sink.close()
     report(sink, outcome)
@@ -292,28 +294,29 @@ class LogDirSink:
         config = self._open().get_log(self.topic, partition).config
         return min(int(config.max_message_bytes), int(config.segment_bytes))
 
-    @staticmethod
-    def _size(record: dict) -> int:
-        """An upper bound of the record's encoded size (uncompressed)."""
-        key, value = record["key"], record["value"]
-        size = RECORD_OVERHEAD + (len(key) if key else 0) + (len(value) if value else 0)
-        for name, data in record["headers"]:
-            size += HEADER_OVERHEAD + len(name.encode()) + (len(data) if data else 0)
-        return size
-
     def send(self, partition: int, record: dict) -> None:
-        if record["timestamp"] is None:  # stamped when read, as Kafka's producer stamps at send()
+        """Queue one record (stamped now when it has no timestamp, as Kafka's producer stamps at send()); its
+        partition's batch goes out when the next record would pass batch.size, or at once with --sync."""
+        if record["timestamp"] is None:
             record["timestamp"] = int(time.time() * 1000)
-        size = self._size(record)
+        # an upper bound of the encoded size (uncompressed)
+        key, value, headers = record["key"], record["value"], record["headers"]
+        size = RECORD_OVERHEAD + (len(key) if key else 0) + (len(value) if value else 0)
+        if headers:
+            size += sum(HEADER_OVERHEAD + len(name.encode()) + (len(data) if data else 0) for name, data in headers)
         record["size"] = size
-        rows = self.pending.setdefault(partition, [])
-        if rows and self.pending_bytes[partition] + size > self.settings.batch_size:
+        rows = self.pending.get(partition)
+        if rows is None:
+            rows = self.pending[partition] = []
+            self.pending_bytes[partition] = BATCH_OVERHEAD
+            if self.first_pending_at is None:
+                self.first_pending_at = time.monotonic()
+        elif self.pending_bytes[partition] + size > self.settings.batch_size:
             self._flush_partition(partition)
-            rows = self.pending.setdefault(partition, [])
+            self.send(partition, record)
+            return
         rows.append(record)
-        self.pending_bytes[partition] = self.pending_bytes.get(partition, BATCH_OVERHEAD) + size
-        if self.first_pending_at is None:
-            self.first_pending_at = time.monotonic()
+        self.pending_bytes[partition] += size
         if self.settings.sync or self.pending_bytes[partition] >= self.settings.batch_size:
             self._flush_partition(partition)
 
@@ -447,7 +450,7 @@ FOLLOW_POLL_SECONDS = 0.2
     "--follow",
     is_flag=True,
     help="Offline: keep reading records appended to the log dir until Ctrl-C/SIGTERM (or --timeout-ms), as the "
-    "online consumer does; without it an offline read stops at the end.",
+    "online consumer does; without it an offline read stops at the end. Online it is what the consumer does anyway.",
 )
 @click.option("--from-beginning", is_flag=True, help="Start at the log start offset (Kafka's default is the end).")
 @click.option(
@@ -571,8 +574,6 @@ def consume_command(
     if online:
         if config_file is not None:
             raise click.UsageError("--config (a broker's server.properties) applies to --log-dir only")
-        if follow and timeout_ms is not None:
-            raise click.UsageError("--follow waits forever and --timeout-ms stops waiting: give one")
         group = _one_group(group, consumer_props)
         if group is not None and (partition is not None or offset is not None or timestamp is not None):
             raise click.UsageError("--group cannot be used with --partition, --offset or --timestamp")
@@ -690,8 +691,8 @@ def _consume_offline(
                             continue
                         if max_messages is not None and printed >= max_messages:
                             return
+                        printed += 1  # counted before it is written, as Kafka's ConsoleConsumer.process
                         out.write(render(part.partition, record, kind))
-                        printed += 1
                         last_record = time.monotonic()
                     out.flush()
                 positions[part.partition] = max(position, part.bound(isolation))

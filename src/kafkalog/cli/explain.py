@@ -16,6 +16,7 @@ from __future__ import annotations
 import datetime as dt
 import html
 import json
+import re
 import time
 from pathlib import Path
 
@@ -199,12 +200,26 @@ def _row(s) -> list[str]:
         s.rule or "-",
         _when(s.deleted_at_ms),
         _when(s.files_gone_at_ms),
-        s.reason,
+        one_time_format(s.reason),
     ]
 
 
 def _or(ms: int | None, default: int) -> int:
     return default if ms is None else ms
+
+
+_EPOCH_AND_ISO = re.compile(r"\b(1\d{12}) \(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z(?:, ([^)]*))?\)")
+_EPOCH = re.compile(r"\b1\d{12}\b")
+
+
+def one_time_format(text: str) -> str:
+    """The explainer's prose gives times as epoch milliseconds, mostly with their ISO form in parentheses; the
+    page shows each as the table does (UTC, to the second), so that one format is used throughout."""
+
+    def both(m: re.Match[str]) -> str:
+        return _when(int(m.group(1))) + (f" ({m.group(2)})" if m.group(2) else "")
+
+    return _EPOCH.sub(lambda m: _when(int(m.group(0))), _EPOCH_AND_ISO.sub(both, text))
 
 
 def _iso(ms: int) -> str:
@@ -266,23 +281,23 @@ def retention_figure(e: RetentionExplanation, now_ms: int) -> dict:
     lines = [("now", now_ms, "#000", "solid"), ("next retention check", e.next_check_ms, "#777", "dot")]
     if horizon is not None:
         lines.append(("retention horizon of the next check", horizon, "#d9534f", "dash"))
-    for text, when, color, dash in lines:
-        if lo <= when <= hi:
+    for level, (text, when, color, dash) in enumerate(lines):
+        if lo <= when <= hi:  # each label on its own level above the plot: lines seconds apart stay readable
             fig.add_vline(x=_iso(when), line={"color": color, "dash": dash, "width": 1.5})
             fig.add_annotation(
-                x=_iso(when), y=1.0, yref="paper", yanchor="bottom", text=f"{text}<br>{_when(when)}",
-                showarrow=False, font={"size": 11, "color": color},
+                x=_iso(when), y=1.0, yref="paper", yanchor="bottom", yshift=2 + 30 * level,
+                text=f"{text}<br>{_when(when)}", showarrow=False, font={"size": 11, "color": color},
+                bgcolor="rgba(255,255,255,0.85)",
             )  # fmt: skip
     fig.update_layout(
         title=f"{e.topic}-{e.partition}: retention.ms {e.retention_ms}, retention.bytes {e.retention_bytes}, "
         f"offsets {e.log_start_offset}..{e.log_end_offset}",
         barmode="overlay",
-        height=220 + 28 * len(segs),
-        margin={"t": 110},
+        height=300 + 28 * len(segs),
+        margin={"t": 150, "b": 120},
         xaxis={"type": "date", "range": [_iso(lo), _iso(hi)], "tickformat": "%Y-%m-%d %H:%M:%S",
                "title": {"text": "time (UTC)"}},
         yaxis={"title": {"text": "segment (offsets)"}, "autorange": "reversed", "type": "category"},
-        legend={"orientation": "h", "y": -0.25},
     )  # fmt: skip
     return json.loads(fig.to_json())
 
@@ -308,7 +323,7 @@ def render_html(explanations: list[RetentionExplanation], now_ms: int | None = N
             "<tr>" + "".join(f"<td>{html.escape(cell)}</td>" for cell in _row(s)) + "</tr>" for s in e.segments
         )
         parts.append(
-            f"<h2>{html.escape(e.topic)}-{e.partition}</h2><p>{html.escape(e.summary)}</p>"
+            f"<h2>{html.escape(e.topic)}-{e.partition}</h2><p>{html.escape(one_time_format(e.summary))}</p>"
             f"<div id='chart-{n}' class='retention-chart'></div>"
             f"<script type='application/json' id='figure-{n}'>{figure}</script>"
             f"<script>(function(){{var f=JSON.parse(document.getElementById('figure-{n}').textContent);"

@@ -71,14 +71,14 @@ def topics_online(
 ) -> None:
     """kafka-topics.sh's --list, --describe, --create, --alter (partitions and config overrides) and --delete,
     through CreateTopics, Metadata, DescribeConfigs, CreatePartitions, IncrementalAlterConfigs and DeleteTopics."""
-    from .topics import KAFKA_INTERNAL_TOPICS
+    from .topics import KAFKA_INTERNAL_TOPICS, matching_topics
 
     opts = options or TopicsOptions()
     admin = admin_client(bootstrap, command_config, "kafkalog-topics")
     try:
         names = sorted(n for n in admin.list_topics() if not (opts.exclude_internal and n in KAFKA_INTERNAL_TOPICS))
         if topic and action in ("list", "describe", "alter", "delete"):
-            names = [n for n in names if n == topic]
+            names = matching_topics(names, topic, action)
             if not names and action != "list":
                 if opts.if_exists:
                     return
@@ -262,6 +262,7 @@ class BrokerSink:
         self.failed: dict[int, str] = {}
         self.where: dict[int, list[int]] = {}
         self.stop: BaseException | None = None
+        self.null_header_noted = False
 
     def partition_count(self) -> int:
         partitions = self.producer.partitions_for(self.topic)
@@ -270,11 +271,21 @@ class BrokerSink:
         return len(partitions)
 
     def send(self, partition: int, record: dict[str, Any]) -> None:
+        headers = record["headers"]
+        if headers and any(v is None for _, v in headers):
+            if not self.null_header_noted:  # said once: kafka-python's send() takes bytes header values only
+                click.echo(
+                    f"Note: line {record['line']}: a null header value is sent as empty bytes (kafka-python's "
+                    "producer cannot send a null header value; offline --log-dir writes it as null)",
+                    err=True,
+                )
+                self.null_header_noted = True
+            headers = [(k, v if v is not None else b"") for k, v in headers]
         future = self.producer.send(
             self.topic,
             value=record["value"],
             key=record["key"],
-            headers=[(k, v if v is not None else b"") for k, v in record["headers"]],
+            headers=list(headers),
             partition=partition,
             timestamp_ms=record["timestamp"],
         )
@@ -351,7 +362,7 @@ def produce_online(
     signals = DeferredSignals()
     try:
         with signals.installed():
-            outcome = produce_lines(LineSource(input_file), sink, parse, partition, signals)
+            outcome = produce_lines(LineSource(input_file, sys.stdout.buffer), sink, parse, partition, signals)
     finally:
         sink.close()
     report(sink, outcome)
@@ -440,12 +451,12 @@ def consume_online(
                 for record in records:
                     if max_messages is not None and printed >= max_messages:
                         break
+                    printed += 1  # counted before it is written, as Kafka's ConsoleConsumer.process
                     try:
                         out.write(render(record.partition, record, kafka_python_timestamp_type(record)))
                     except BrokenPipeError:
                         click.echo("Unable to write to standard out, closing consumer.", err=True)
                         raise
-                    printed += 1
                 out.flush()
     finally:
         if group is not None and config["enable_auto_commit"]:

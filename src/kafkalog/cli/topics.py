@@ -227,6 +227,18 @@ def _split_configs(configs: tuple[str, ...]) -> tuple[dict[str, str], list[Path]
     return parse_key_values(tuple(c for c in configs if "=" in c), "--config"), files
 
 
+def matching_topics(names: list[str], topic: str, action: str) -> list[str]:
+    """The topics ``--topic`` names. For --list and --describe it is a regular expression, as TopicCommand's
+    IncludeList (',' meaning '|', matched whole); for --alter and --delete only the exact name, so that a '.' in
+    a name never reaches a colliding topic ('a.b' matching 'a_b')."""
+    if action in ("list", "describe"):
+        from .offsets import _include_list
+
+        pattern = _include_list(topic)
+        return [n for n in names if n == topic or pattern.fullmatch(n)]
+    return [n for n in names if n == topic]
+
+
 def _show(
     log_dirs: tuple[Path, ...],
     action: str,
@@ -239,7 +251,7 @@ def _show(
     view = open_readonly(log_dirs)
     names = [n for n in view.topics() if not (exclude_internal and n in KAFKA_INTERNAL_TOPICS)]
     if topic:
-        names = [n for n in names if n == topic]
+        names = matching_topics(names, topic, action)
         if not names and not if_exists and action == "describe":
             raise click.ClickException(f"Topic '{topic}' does not exist as expected")  # TopicCommand's message
     if action == "list":

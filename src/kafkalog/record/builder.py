@@ -412,7 +412,7 @@ def encode_records_reference(
     return bytes(out)
 
 
-def _binary_columns(items: BinaryColumn) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def binary_columns(items: BinaryColumn) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(data, start, length) arrays of bytes-or-None items (a sequence or an Arrow array); length -1 is None."""
     if len(items) == 0:
         return _EMPTY_U8, _EMPTY_I64, _EMPTY_I64
@@ -471,10 +471,10 @@ def encode_record_columns(
     hdr_first = np.zeros(n, dtype=np.int64)
     if n > 1:
         np.cumsum(hdr_count[:-1], out=hdr_first[1:])
-    key_data, key_start, key_len = _binary_columns(keys)
-    val_data, val_start, val_len = _binary_columns(values)
-    hkey_data, hkey_start, hkey_len = _binary_columns(header_keys)
-    hval_data, hval_start, hval_len = _binary_columns(header_values)
+    key_data, key_start, key_len = binary_columns(keys)
+    val_data, val_start, val_len = binary_columns(values)
+    hkey_data, hkey_start, hkey_len = binary_columns(header_keys)
+    hval_data, hval_start, hval_len = binary_columns(header_values)
     ts_deltas = np.ascontiguousarray(ts_deltas, dtype=np.int64)
     offset_deltas = np.ascontiguousarray(offset_deltas, dtype=np.int64)
     sizes = _kernels.record_body_sizes(

@@ -1,37 +1,67 @@
-"""Kafka's murmur2 hash and the default partitioner for keyed records (BuiltInPartitioner, Utils.murmur2)."""
+"""Kafka's murmur2 hash and the default partitioner for keyed records (BuiltInPartitioner, Utils.murmur2).
+
+One implementation of the hash, a numba kernel over keys laid end to end (``_murmur2_keys``): ``murmur2`` hashes
+one key with it, ``murmur2_partitions`` a whole Arrow column of keys (the Spark sink's partitioning).
+"""
 
 from __future__ import annotations
 
-_M = 0x5BD1E995
+import numpy as np
+import pyarrow as pa
+from numba import njit
+
+from .builder import binary_columns
+
 _SEED = 0x9747B28C
-_MASK = 0xFFFFFFFF
+
+
+@njit(cache=True, nogil=True)
+def _murmur2_keys(data, starts, lengths):  # pragma: no cover - compiled
+    """32-bit MurmurHash2 with Kafka's seed of every key ``data[starts[i] : starts[i] + lengths[i]]``, as an unsigned
+    value in an int64 (0 for a null key, whose length is -1)."""
+    m = 0x5BD1E995
+    mask = 0xFFFFFFFF
+    n = lengths.shape[0]
+    out = np.zeros(n, np.int64)
+    for i in range(n):
+        length = lengths[i]
+        if length < 0:
+            continue
+        pos = starts[i]
+        h = (_SEED ^ length) & mask
+        blocks = length // 4
+        for b in range(blocks):
+            j = pos + 4 * b
+            k = np.int64(data[j]) | (np.int64(data[j + 1]) << 8) | (np.int64(data[j + 2]) << 16)
+            k |= np.int64(data[j + 3]) << 24
+            k = (k * m) & mask
+            k ^= k >> 24
+            k = (k * m) & mask
+            h = (h * m) & mask
+            h ^= k
+        tail = length & 3
+        base = pos + blocks * 4
+        if tail == 3:
+            h ^= np.int64(data[base + 2]) << 16
+        if tail >= 2:
+            h ^= np.int64(data[base + 1]) << 8
+        if tail >= 1:
+            h ^= np.int64(data[base])
+            h = (h * m) & mask
+        h ^= h >> 13
+        h = (h * m) & mask
+        h ^= h >> 15
+        out[i] = h
+    return out
+
+
+_ONE_KEY_START = np.zeros(1, np.int64)
 
 
 def murmur2(data: bytes) -> int:
     """32-bit MurmurHash2 with Kafka's seed, returned as a signed int32 like Java's."""
-    data = bytes(data)
-    length = len(data)
-    h = (_SEED ^ length) & _MASK
-    blocks = length // 4
-    for i in range(0, blocks * 4, 4):
-        k = int.from_bytes(data[i : i + 4], "little")
-        k = (k * _M) & _MASK
-        k ^= k >> 24
-        k = (k * _M) & _MASK
-        h = (h * _M) & _MASK
-        h ^= k
-    tail = length & 3
-    base = blocks * 4
-    if tail == 3:
-        h ^= data[base + 2] << 16
-    if tail >= 2:
-        h ^= data[base + 1] << 8
-    if tail >= 1:
-        h ^= data[base]
-        h = (h * _M) & _MASK
-    h ^= h >> 13
-    h = (h * _M) & _MASK
-    h ^= h >> 15
+    key = np.frombuffer(bytes(data), dtype=np.uint8)
+    h = int(_murmur2_keys(key, _ONE_KEY_START, np.array([len(key)], np.int64))[0])
     return h - (1 << 32) if h & 0x80000000 else h
 
 
@@ -47,3 +77,11 @@ def default_partition(key: bytes, num_partitions: int) -> int:
     if num_partitions <= 0:
         raise ValueError(f"num_partitions must be positive, not {num_partitions}")
     return to_positive(murmur2(key)) % num_partitions
+
+
+def murmur2_partitions(keys: pa.Array, num_partitions: np.ndarray | int) -> np.ndarray:
+    """``toPositive(murmur2(key)) % num_partitions`` per key (Kafka's default partitioner); -1 for null keys.
+    ``num_partitions`` is one count or one per key."""
+    data, starts, lengths = binary_columns(keys)
+    hashed = _murmur2_keys(np.ascontiguousarray(data), starts.astype(np.int64), lengths.astype(np.int64))
+    return np.where(lengths >= 0, (hashed & 0x7FFFFFFF) % np.asarray(num_partitions, dtype=np.int64), -1)

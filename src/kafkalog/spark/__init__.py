@@ -2,8 +2,8 @@
 
 ``register(spark)`` makes ``spark.read`` / ``readStream`` / ``write`` / ``writeStream`` ``.format("kafkalog")``
 available; ``local_session()`` builds a local session with it registered. See ``kafkalog.spark.source`` for the
-read options and the schema, ``stream`` for streaming reads, ``writer`` for the sink, and ``jobs`` for the
-pipeline jobs (export, ingest, report).
+read options (parsed in ``options``, planned in ``planning``, read by ``batch``), ``stream`` for streaming reads,
+``writer`` for the sink, and ``jobs`` for the pipeline jobs (export, ingest, report).
 
 pyspark is an extra (``pip install 'kafkalog[spark]'``). This package imports without it, so that its pyspark-free
 modules (``logfiles``) stay usable; the names below load on first use, and without pyspark they raise
@@ -20,29 +20,23 @@ from ._require import INSTALL_HINT, SPARK_EXTRA, PySparkMissingError, require_py
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from .batch import KafkaLogBatchReader
+    from .options import FORMAT_NAME, KAFKA_SCHEMA, KAFKA_SCHEMA_WITH_HEADERS, kafka_schema, parse_options
+    from .planning import KafkaLogInputPartition
     from .session import local_session
-    from .source import (
-        FORMAT_NAME,
-        KAFKA_SCHEMA,
-        KAFKA_SCHEMA_WITH_HEADERS,
-        KafkaLogBatchReader,
-        KafkaLogDataSource,
-        KafkaLogInputPartition,
-        kafka_schema,
-        parse_options,
-    )
+    from .source import KafkaLogDataSource
 
 # name -> the submodule that defines it; loaded (after the pyspark check) on first access
 _LAZY = {
     "local_session": "session",
-    "FORMAT_NAME": "source",
-    "KAFKA_SCHEMA": "source",
-    "KAFKA_SCHEMA_WITH_HEADERS": "source",
-    "KafkaLogBatchReader": "source",
+    "FORMAT_NAME": "options",
+    "KAFKA_SCHEMA": "options",
+    "KAFKA_SCHEMA_WITH_HEADERS": "options",
+    "KafkaLogBatchReader": "batch",
     "KafkaLogDataSource": "source",
-    "KafkaLogInputPartition": "source",
-    "kafka_schema": "source",
-    "parse_options": "source",
+    "KafkaLogInputPartition": "planning",
+    "kafka_schema": "options",
+    "parse_options": "options",
 }
 
 

@@ -63,18 +63,9 @@ from pyspark.sql.types import StructType
 
 from ..errors import InvalidConfigurationError, OffsetOutOfRangeError
 from ..partition import readonly as logfiles
-from .source import (
-    EARLIEST,
-    LATEST,
-    KafkaLogBatchReader,
-    KafkaLogInputPartition,
-    ReadOptions,
-    _check_specific,
-    _parse_offsets,
-    _select,
-    kafka_schema,
-    parse_options,
-)
+from .batch import KafkaLogBatchReader
+from .options import EARLIEST, LATEST, ReadOptions, kafka_schema, parse_offsets, parse_options
+from .planning import KafkaLogInputPartition, check_specific_offsets, select_partitions
 
 log = logging.getLogger(__name__)
 
@@ -164,7 +155,7 @@ def parse_stream_options(options: Mapping[str, str]) -> StreamOptions:
     delay_ms = time_string_ms(opts.get(MAX_TRIGGER_DELAY.lower(), DEFAULT_MAX_TRIGGER_DELAY))
     starting: str | dict[TopicPartition, int] = "latest"
     if "startingtimestamp" not in opts and "startingoffsetsbytimestamp" not in opts:  # those take precedence
-        starting = _parse_offsets("startingOffsets", opts.get("startingoffsets", "latest"))
+        starting = parse_offsets("startingOffsets", opts.get("startingoffsets", "latest"))
     read = parse_options({k: v for k, v in opts.items() if k not in {o.lower() for o in STREAM_ONLY_OPTIONS}})
     isolation = opts.get("kafka.isolation.level", "read_uncommitted").strip().lower()
     if isolation != "read_uncommitted" and not getattr(read, "read_committed", False):
@@ -291,7 +282,7 @@ class KafkaLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # A new query refuses a folder that is not a log dir; a running one reads what is there.
         found = (logfiles.discover_log_dirs if strict else logfiles.discover)(list(options.paths))
         if strict or options.strategy == "subscribePattern":
-            selected = _select(options, found)
+            selected = select_partitions(options, found)
         elif options.strategy == "subscribe":
             selected = sorted(tp for tp in found if tp[0] in options.topics)
         else:
@@ -329,7 +320,7 @@ class KafkaLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if starting == "latest":
             return encode_offsets({tp: s.offsets.latest for tp, s in scanned.items()})
         assert isinstance(starting, dict)
-        _check_specific("startingOffsets", starting, sorted(scanned))
+        check_specific_offsets("startingOffsets", starting, sorted(scanned))
         offsets: PartitionOffsetMap = {}
         for tp, s in scanned.items():
             offset = starting[tp]

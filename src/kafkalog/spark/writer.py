@@ -98,14 +98,11 @@ With ``kafka.enable.idempotence=false`` batches carry no producer id and a retry
 from __future__ import annotations
 
 import contextlib
-import errno
-import fcntl
 import hashlib
 import itertools
 import json
 import logging
 import os
-import time
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -114,18 +111,9 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from numba import njit
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import (
-    ArrayType,
-    BinaryType,
-    DataType,
-    DoubleType,
-    IntegerType,
-    StringType,
-    StructField,
     StructType,
-    TimestampType,
 )
 
 from ..clock import SYSTEM_TIME
@@ -134,503 +122,42 @@ from ..errors import (
     InvalidPartitionsError,
     InvalidRecordError,
     InvalidTimestampError,
-    KafkaLogError,
-    KafkaStorageError,
-    UnknownTopicOrPartitionError,
 )
 from ..layout import (
     INT32_MAX,
-    LOCK_FILE,
     LOG_START_OFFSET_CHECKPOINT,
     RECOVERY_POINT_CHECKPOINT,
     REPLICATION_OFFSET_CHECKPOINT,
     WRITE_LOCK_FILE,
 )
-from ..logdir import CleanShutdownFile, TopicConfigStore
+from ..logdir import CleanShutdownFile
 from ..partition import Partition
-from ..record.builder import _binary_columns, assemble_batch, encode_record_columns, encode_records_fast
-from ..record.compression import codec_id, codec_name
+from ..record.partitioner import murmur2_partitions
 from ..storage.checkpoints import CheckpointError, OffsetCheckpointFile
 from ..storage.config import LogConfig
 from ..storage.files import fsync_dir
 from ..storage.log import Log
 from . import logfiles
-from .source import log_dir_paths
+from .catalog import TopicCatalog, TopicInfo
+from .locks import DirLocks, check_log_dirs_free, flock_wait
+from .options import FORMAT_NAME
+from .sink_batches import (
+    BATCH_OVERHEAD,
+    RECORD_OVERHEAD,
+    as_large_binary,
+    binary_lengths,
+    build_arrow_batch,
+    chunk_starts,
+    header_bytes,
+)
+from .sink_options import DEFAULT_MAX_BLOCK_MS, SinkColumns, WriteOptions, parse_write_options, resolve_columns
 
 log = logging.getLogger(__name__)
 
-FORMAT_NAME = "kafkalog"
-
-DEFAULT_BATCH_SIZE = 16384  # Kafka producer's batch.size
-DEFAULT_BUFFER_MEMORY = 32 * 1024 * 1024  # Kafka producer's buffer.memory
-DEFAULT_MAX_BLOCK_MS = 60_000  # Kafka producer's max.block.ms
 EPOCHS_PER_PRODUCER_ID = 32767  # producer epochs 0..32766 per derived producer id
 PRODUCER_ID_BIT = 1 << 62  # derived producer ids: bit 62 set, 62 hash bits below
 NEVER_EXPIRE_MS = 1 << 62
-# A record's framing at its widest (length, attributes, timestamp and offset deltas, key and value lengths,
-# header count): sizes are estimated from above so a batch never outgrows batch.size or max.message.bytes.
-RECORD_OVERHEAD = 36
-HEADER_OVERHEAD = 10  # a header's key and value lengths
-BATCH_OVERHEAD = 61
 STATE_VERSION = 1
-
-# Producer configs the sink maps to its own options (the unprefixed names win over the kafka. ones).
-_ALIASES = {
-    "compression.type": "kafka.compression.type",
-    "batch.size": "kafka.batch.size",
-    "buffer.memory": "kafka.buffer.memory",
-    "max.block.ms": "kafka.max.block.ms",
-}
-_KNOWN_KAFKA = {*_ALIASES.values(), "kafka.enable.idempotence"}
-
-HEADERS_TYPE = ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())]))
-
-
-# ----- options ------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class WriteOptions:
-    """The sink options, validated."""
-
-    paths: tuple[str, ...]
-    topic: str | None = None
-    compression: str = "none"
-    batch_size: int = DEFAULT_BATCH_SIZE
-    buffer_memory: int = DEFAULT_BUFFER_MEMORY
-    max_block_ms: int = DEFAULT_MAX_BLOCK_MS
-    idempotent: bool = True
-    checkpoint_location: str | None = None
-    ignored: tuple[str, ...] = ()
-
-
-def _write_paths(opts: Mapping[str, str]) -> tuple[str, ...]:
-    return log_dir_paths(opts, "kafkalog writes", "for the kafkalog sink: the topic's log dir(s), comma-separated.")
-
-
-def _option(opts: Mapping[str, str], name: str) -> str | None:
-    value = opts.get(name)
-    alias = _ALIASES.get(name)
-    other = opts.get(alias) if alias else None
-    if value is not None and other is not None and value.strip() != other.strip():
-        raise InvalidConfigurationError(
-            f"Options '{name}' = '{value}' and '{alias}' = '{other}' disagree; give only one of them"
-        )
-    return value if value is not None else other
-
-
-def _int_option(opts: Mapping[str, str], name: str, default: int) -> int:
-    value = _option(opts, name)
-    if value is None:
-        return default
-    text = value.strip()
-    if not text.isdigit():
-        raise InvalidConfigurationError(f"Option '{name}' must be a non-negative integer, not '{value}'")
-    return int(text)
-
-
-def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
-    """Validate the sink options (keys are case-insensitive, as Spark passes them)."""
-    opts = {str(k).lower(): str(v) for k, v in options.items() if v is not None}
-    if "kafka.transactional.id" in opts:
-        raise InvalidConfigurationError(
-            "Option 'kafka.transactional.id' is not supported by the kafkalog sink: it writes without "
-            "transactions (idempotent appends give exactly once, see kafkalog.spark.writer)"
-        )
-    compression = _option(opts, "compression.type")
-    try:
-        codec = codec_name(codec_id(compression.strip())) if compression is not None else "none"
-    except KafkaLogError:
-        raise InvalidConfigurationError(
-            f"Invalid value {compression} for configuration compression.type: String must be one of: "
-            "none, gzip, snappy, lz4, zstd"
-        ) from None
-    idempotence = opts.get("kafka.enable.idempotence", "true").strip().lower()
-    if idempotence not in ("true", "false"):
-        raise InvalidConfigurationError(
-            f"Option 'kafka.enable.idempotence' must be 'true' or 'false', not '{idempotence}'"
-        )
-    topic = opts.get("topic")
-    if topic is not None and not topic.strip():
-        raise InvalidConfigurationError("Option 'topic' is empty: give a topic name, or leave it out to use a column")
-    ignored = tuple(sorted(k for k in opts if k.startswith("kafka.") and k not in _KNOWN_KAFKA))
-    return WriteOptions(
-        paths=_write_paths(opts),
-        topic=topic.strip() if topic is not None else None,
-        compression=codec,
-        batch_size=_int_option(opts, "batch.size", DEFAULT_BATCH_SIZE),
-        buffer_memory=_int_option(opts, "buffer.memory", DEFAULT_BUFFER_MEMORY),
-        max_block_ms=_int_option(opts, "max.block.ms", DEFAULT_MAX_BLOCK_MS),
-        idempotent=idempotence == "true",
-        checkpoint_location=opts.get("checkpointlocation"),
-        ignored=ignored,
-    )
-
-
-# ----- the input columns (KafkaWriter.validateQuery) ------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class SinkColumns:
-    """Where each column the sink uses is in the input (None when absent), and the timestamp's type."""
-
-    value: int
-    key: int | None = None
-    headers: int | None = None
-    topic: int | None = None
-    partition: int | None = None
-    timestamp: int | None = None
-    timestamp_is_double: bool = False
-
-
-def _same_type(actual: DataType, wanted: DataType) -> bool:
-    # DataTypeUtils.sameType: equal but for nullability.
-    return actual.simpleString() == wanted.simpleString()
-
-
-def _column(schema: StructType, name: str, wanted: list[DataType], required: str | None = None) -> int | None:
-    names = schema.fieldNames()
-    if name not in names:
-        if required is not None:
-            raise InvalidConfigurationError(required)
-        return None
-    index = names.index(name)
-    actual = schema.fields[index].dataType
-    if not any(_same_type(actual, w) for w in wanted):
-        raise InvalidConfigurationError(
-            f"{name} attribute unsupported type {actual.simpleString()}. {name} must be a(n) "
-            f"{' or '.join(w.simpleString() for w in wanted)}"
-        )
-    return index
-
-
-def resolve_columns(schema: StructType, topic_option: str | None) -> SinkColumns:
-    """Check the input schema as the Kafka sink does (same messages) and locate the columns."""
-    topic = None
-    if topic_option is None:
-        topic = _column(
-            schema,
-            "topic",
-            [StringType()],
-            required="topic option required when no 'topic' attribute is present. Use the topic option for "
-            "setting a topic.",
-        )
-    key = _column(schema, "key", [StringType(), BinaryType()])
-    value = _column(schema, "value", [StringType(), BinaryType()], required="Required attribute 'value' not found")
-    headers = _column(schema, "headers", [HEADERS_TYPE])
-    partition = _column(schema, "partition", [IntegerType()])
-    timestamp = _column(schema, "timestamp", [DoubleType(), TimestampType()])
-    is_double = timestamp is not None and isinstance(schema.fields[timestamp].dataType, DoubleType)
-    assert value is not None
-    return SinkColumns(value, key, headers, topic, partition, timestamp, is_double)
-
-
-# ----- log dir ownership ------------------------------------------------------------------------------------
-
-
-def _lock_holders(path: str) -> list[str]:
-    """The processes holding a lock on ``path``, from /proc/locks (Linux; empty when unknown)."""
-    try:
-        st = os.stat(path)
-        with open("/proc/locks", encoding="ascii", errors="replace") as f:
-            lines = f.read().splitlines()
-    except OSError:
-        return []
-    wanted = (os.major(st.st_dev), os.minor(st.st_dev), st.st_ino)
-    holders: dict[int, str] = {}
-    for line in lines:
-        parts = line.split()
-        if len(parts) < 6 or parts[1] == "->":  # '->' lines are waiters, not holders
-            continue
-        try:
-            major, minor, inode = parts[5].split(":")
-            where = (int(major, 16), int(minor, 16), int(inode))
-            pid = int(parts[4])
-        except ValueError:
-            continue
-        if where != wanted or pid in holders:
-            continue
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                cmd = f.read().replace(b"\0", b" ").decode("utf-8", "replace").strip()
-        except OSError:
-            cmd = ""
-        cmd = cmd if len(cmd) <= 160 else cmd[:157] + "..."
-        holders[pid] = f"pid {pid} ({parts[1]} lock{', ' + cmd if cmd else ''})"
-    return list(holders.values())
-
-
-def _dir_in_use(log_dir: str) -> KafkaStorageError:
-    path = os.path.join(log_dir, LOCK_FILE)
-    holders = _lock_holders(path)
-    who = "; ".join(holders) if holders else "another process"
-    return KafkaStorageError(
-        f"Log dir {os.path.abspath(log_dir)} is owned by a running LogManager or Kafka broker: its {LOCK_FILE} is "
-        f"held by {who}. The kafkalog sink writes only log dirs that no LogManager holds; produce through "
-        "that LogManager, or shut it down first.",
-        path=log_dir,
-    )
-
-
-def _lock_shared(log_dir: str) -> int:
-    """An fd holding a shared flock and a shared POSIX lock on ``<log_dir>/.lock``; KafkaStorageError if owned."""
-    path = os.path.join(log_dir, LOCK_FILE)
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError as e:
-        raise KafkaStorageError(f"Failed to open lock file {path}: {e}", path=log_dir) from e
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        fcntl.lockf(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except OSError as e:
-        os.close(fd)
-        if e.errno in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
-            raise _dir_in_use(log_dir) from None
-        raise KafkaStorageError(f"Failed to lock {path}: {e}", path=log_dir) from e
-    return fd
-
-
-def check_log_dirs_free(paths: Iterable[str]) -> None:
-    """Fail (KafkaStorageError naming the dir and the holder) if a LogManager or broker holds a log dir."""
-    for log_dir in paths:
-        if not os.path.isdir(log_dir):
-            raise KafkaStorageError(f"Log directory {log_dir} given in option 'path' does not exist", path=log_dir)
-        os.close(_lock_shared(log_dir))
-
-
-class _DirLocks:
-    """The shared ``.lock`` locks of the log dirs a task writes into, held until the task is done.
-
-    POSIX locks belong to the process and go when any of its fds on the file closes, so each dir is opened
-    once and kept.
-    """
-
-    def __init__(self) -> None:
-        self._fds: dict[str, int] = {}
-
-    def hold(self, log_dir: str) -> None:
-        if log_dir not in self._fds:
-            self._fds[log_dir] = _lock_shared(log_dir)
-
-    def release(self) -> None:
-        fds, self._fds = self._fds, {}
-        for fd in fds.values():
-            with contextlib.suppress(OSError):
-                os.close(fd)
-
-
-def _flock_wait(fd: int, timeout_ms: int, what: str) -> None:
-    """Take an exclusive flock on ``fd``, waiting up to ``timeout_ms``."""
-    deadline = time.monotonic() + timeout_ms / 1000
-    delay = 0.002
-    while True:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return
-        except BlockingIOError:
-            if time.monotonic() >= deadline:
-                raise KafkaStorageError(
-                    f"Timed out after {timeout_ms} ms waiting for the write lock of {what}: another writer holds "
-                    "it (option 'max.block.ms')"
-                ) from None
-            time.sleep(delay)
-            delay = min(delay * 2, 0.05)
-
-
-# ----- topics -----------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class TopicInfo:
-    name: str
-    partitions: int
-    dirs: dict[int, logfiles.PartitionDir]
-    config: LogConfig
-
-
-class TopicCatalog:
-    """The topics of the log dirs: partition counts (kafkalog-topics.json, else the directories), dirs, configs."""
-
-    def __init__(self, paths: tuple[str, ...]) -> None:
-        self.paths = paths
-        self.found = logfiles.discover(list(paths))
-        self.store = TopicConfigStore([Path(p) for p in paths]).load()
-        self._topics: dict[str, TopicInfo] = {}
-
-    def topic(self, name: str) -> TopicInfo:
-        info = self._topics.get(name)
-        if info is None:
-            info = self._topics[name] = self._load(name)
-        return info
-
-    def _load(self, name: str) -> TopicInfo:
-        where = ", ".join(self.paths)
-        dirs = {p: d for (t, p), d in self.found.items() if t == name}
-        state = self.store.get(name)
-        if not dirs:
-            raise UnknownTopicOrPartitionError(
-                f"Topic {name} not present in the log dirs {where}. The kafkalog sink does not create topics: "
-                "create it first (kafkalog topics --log-dir DIR --create --topic NAME, or LogManager.create_topic)"
-            )
-        count = state.partitions if state is not None else max(dirs) + 1
-        missing = [p for p in range(count) if p not in dirs]
-        if missing:
-            raise UnknownTopicOrPartitionError(
-                f"Topic {name} has {count} partitions but {', '.join(f'{name}-{p}' for p in missing)} "
-                f"{'is' if len(missing) == 1 else 'are'} not in the log dirs {where}: give every log dir of the "
-                "topic in option 'path'"
-            )
-        config = LogConfig(dict(state.config) if state is not None else {})
-        return TopicInfo(name, count, dirs, config)
-
-
-# ----- vectorized helpers -----------------------------------------------------------------------------------
-
-
-@njit(cache=True, nogil=True)
-def _murmur2_positive(data, starts, lengths):  # pragma: no cover - compiled
-    """Kafka's toPositive(murmur2(key)) of every key (0 for null ones, whose length is -1)."""
-    m = 0x5BD1E995
-    mask = 0xFFFFFFFF
-    n = lengths.shape[0]
-    out = np.zeros(n, np.int64)
-    for i in range(n):
-        length = lengths[i]
-        if length < 0:
-            continue
-        pos = starts[i]
-        h = (0x9747B28C ^ length) & mask
-        blocks = length // 4
-        for b in range(blocks):
-            j = pos + 4 * b
-            k = np.int64(data[j]) | (np.int64(data[j + 1]) << 8) | (np.int64(data[j + 2]) << 16)
-            k |= np.int64(data[j + 3]) << 24
-            k = (k * m) & mask
-            k ^= k >> 24
-            k = (k * m) & mask
-            h = (h * m) & mask
-            h ^= k
-        tail = length & 3
-        base = pos + blocks * 4
-        if tail == 3:
-            h ^= np.int64(data[base + 2]) << 16
-        if tail >= 2:
-            h ^= np.int64(data[base + 1]) << 8
-        if tail >= 1:
-            h ^= np.int64(data[base])
-            h = (h * m) & mask
-        h ^= h >> 13
-        h = (h * m) & mask
-        h ^= h >> 15
-        out[i] = h & 0x7FFFFFFF
-    return out
-
-
-@njit(cache=True, nogil=True)
-def _chunk_starts(sizes, limit):  # pragma: no cover - compiled
-    """Greedy batch boundaries: a new batch starts when the next record would take it past ``limit`` bytes
-    (a record larger than the limit gets a batch of its own, as the Kafka producer does)."""
-    n = sizes.shape[0]
-    out = np.empty(n + 1, np.int64)
-    k = 0
-    acc = 0
-    for i in range(n):
-        if i == 0 or (acc > 0 and acc + sizes[i] > limit):
-            out[k] = i
-            k += 1
-            acc = 0
-        acc += sizes[i]
-    out[k] = n
-    return out[: k + 1]
-
-
-def murmur2_partitions(keys: pa.Array, num_partitions: np.ndarray | int) -> np.ndarray:
-    """``toPositive(murmur2(key)) % num_partitions`` per key (Kafka's default partitioner); -1 for null keys."""
-    data, starts, lengths = _binary_columns(keys)
-    hashed = _murmur2_positive(np.ascontiguousarray(data), starts.astype(np.int64), lengths.astype(np.int64))
-    return np.where(lengths >= 0, hashed % np.asarray(num_partitions, dtype=np.int64), -1)
-
-
-def _as_large_binary(array: pa.Array) -> pa.Array:
-    if isinstance(array, pa.ChunkedArray):
-        array = array.combine_chunks()
-    return array if array.type == pa.large_binary() else array.cast(pa.large_binary())
-
-
-def _lengths(array: pa.Array) -> np.ndarray:
-    """Byte lengths of a large_binary array, -1 for nulls."""
-    return _binary_columns(array)[2].astype(np.int64)
-
-
-def _header_parts(headers: pa.Array) -> tuple[np.ndarray, pa.Array, pa.Array]:
-    """(headers per record, every header key, every header value) of a list<struct<key,value>> array."""
-    if isinstance(headers, pa.ChunkedArray):
-        headers = headers.combine_chunks()
-    counts = pc.fill_null(pc.list_value_length(headers), 0).to_numpy(zero_copy_only=False).astype(np.int64)
-    flat = headers.flatten()  # skips null lists, honours the slice offset
-    if flat.null_count:
-        raise InvalidRecordError("A header in the 'headers' column is null: every header needs a key")
-    hkeys = flat.field(0)
-    if hkeys.null_count:
-        raise InvalidRecordError("Null header keys are not permitted (a header in the 'headers' column has a null key)")
-    return counts, hkeys, flat.field(1)
-
-
-def _header_bytes(headers: pa.Array) -> np.ndarray:
-    """Per record, at most the bytes its headers take (keys, values and their lengths), for size estimates."""
-    counts, hkeys, hvalues = _header_parts(headers)
-    each = np.maximum(_lengths(_as_large_binary(hkeys)), 0) + np.maximum(_lengths(_as_large_binary(hvalues)), 0)
-    each += HEADER_OVERHEAD
-    sums = np.concatenate(([0], np.cumsum(each)))
-    ends = np.cumsum(counts)
-    return sums[ends] - sums[ends - counts]
-
-
-def _records_section(keys: pa.Array, values: pa.Array, ts_deltas: np.ndarray, headers: pa.Array | None) -> bytes:
-    """The records section of a batch from Arrow columns (headers a list<struct<key,value>> array): the bulk
-    encoder's kernels fed from the Arrow buffers, never per record in Python."""
-    n = len(values)
-    offset_deltas = np.arange(n, dtype=np.int64)
-    if headers is None or not pc.any(pc.greater(pc.fill_null(pc.list_value_length(headers), 0), 0)).as_py():
-        return encode_records_fast(keys, values, ts_deltas, offset_deltas, None)
-    hdr_count, hkeys, hvalues = _header_parts(headers)
-    return encode_record_columns(
-        keys, values, _as_large_binary(hkeys), _as_large_binary(hvalues), hdr_count, ts_deltas, offset_deltas
-    )
-
-
-def build_arrow_batch(
-    keys: pa.Array,
-    values: pa.Array,
-    timestamps: np.ndarray,
-    headers: pa.Array | None = None,
-    *,
-    compression: str = "none",
-    producer_id: int = -1,
-    producer_epoch: int = -1,
-    base_sequence: int = -1,
-) -> bytes:
-    """One v2 batch (offsets from 0) from Arrow columns: keys/values binary or string arrays, ``timestamps``
-    int64 ms, ``headers`` a list<struct<key:string,value:binary>> array or None."""
-    n = len(values)
-    if n == 0:
-        return b""
-    ts = np.ascontiguousarray(timestamps, dtype=np.int64)
-    base_ts = int(ts[0])
-    section = _records_section(_as_large_binary(keys), _as_large_binary(values), ts - base_ts, headers)
-    codec = codec_id(compression)
-    return assemble_batch(
-        section,
-        record_count=n,
-        last_offset_delta=n - 1,
-        base_offset=0,
-        base_timestamp=base_ts,
-        max_timestamp=max(int(ts.max()), -1),
-        compression_type=codec,
-        producer_id=producer_id,
-        producer_epoch=producer_epoch,
-        base_sequence=base_sequence,
-    )
 
 
 # ----- one partition, locked and opened ---------------------------------------------------------------------
@@ -674,7 +201,7 @@ def _update_root_checkpoints(log_dir: str, key: tuple[str, int], offset: int, ti
     """Set ``key``'s recovery point and high watermark in the log dir's checkpoints, one writer at a time."""
     fd = os.open(os.path.join(log_dir, WRITE_LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        _flock_wait(fd, timeout_ms, f"log dir {log_dir}")
+        flock_wait(fd, timeout_ms, f"log dir {log_dir}")
         for name in (RECOVERY_POINT_CHECKPOINT, REPLICATION_OFFSET_CHECKPOINT):
             checkpoint = OffsetCheckpointFile(Path(log_dir) / name)
             try:
@@ -718,7 +245,7 @@ class PartitionAppender:
         part = self.part
         fd = os.open(os.path.join(part.directory, WRITE_LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            _flock_wait(fd, self.max_block_ms, f"partition {part.name} in {part.log_dir}")
+            flock_wait(fd, self.max_block_ms, f"partition {part.name} in {part.log_dir}")
             self._fd = fd
             self.log = self._open()
             # The sink writes as the partition's leader (this task alone holds its write lock): acks and the
@@ -868,7 +395,7 @@ class TaskWriter:
         self.pending_bytes = 0
         self.sticky_bytes: dict[str, int] = {}
         self.message = KafkaLogCommitMessage(self.producer_id, self.producer_epoch)
-        self._dir_locks = _DirLocks()
+        self._dir_locks = DirLocks()
 
     def write(self, batches: Iterable[pa.RecordBatch]) -> KafkaLogCommitMessage:
         try:
@@ -917,8 +444,8 @@ class TaskWriter:
         """Assign every row its partition and buffer it there (vectorized)."""
         cols = self.columns
         n = batch.num_rows
-        values = _as_large_binary(batch.column(cols.value))
-        keys = _as_large_binary(batch.column(cols.key)) if cols.key is not None else pa.nulls(n, pa.large_binary())
+        values = as_large_binary(batch.column(cols.value))
+        keys = as_large_binary(batch.column(cols.key)) if cols.key is not None else pa.nulls(n, pa.large_binary())
         headers = batch.column(cols.headers) if cols.headers is not None else None
         timestamps = self._timestamps(batch)
         topics, topic_index = self._topics(batch)
@@ -937,11 +464,11 @@ class TaskWriter:
                     f"(topic {topics[topic_index[i]].name})."
                 )
             partitions[given] = numbers[given]
-        key_lengths = _lengths(keys)
-        value_lengths = _lengths(values)
+        key_lengths = binary_lengths(keys)
+        value_lengths = binary_lengths(values)
         sizes = np.maximum(key_lengths, 0) + np.maximum(value_lengths, 0) + RECORD_OVERHEAD
         if headers is not None:
-            sizes += _header_bytes(headers)
+            sizes += header_bytes(headers)
         open_rows = partitions < 0
         keyed = open_rows & (key_lengths >= 0)
         if keyed.any():
@@ -1030,7 +557,7 @@ class TaskWriter:
             if skip < n:
                 rest = rows.slice(skip)
                 sizes = rest.column("size").to_numpy().astype(np.int64)
-                bounds = _chunk_starts(sizes, self._batch_limit(info.config))
+                bounds = chunk_starts(sizes, self._batch_limit(info.config))
                 now = SYSTEM_TIME.milliseconds()
                 for a, b in itertools.pairwise(bounds):
                     a, b = int(a), int(b)

@@ -11,6 +11,7 @@ offset is what tells the leader how far it has come.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import struct
 from collections.abc import Callable
@@ -67,7 +68,8 @@ class BrokerConnection:
         self._reader, self._writer = await asyncio.wait_for(opening, timeout)
         if self.security is not None and self.security.mechanism is not None:
             try:
-                await self.security.authenticate(self, timeout)
+                # The base class's request (a v1 header): SaslHandshake v1 and SaslAuthenticate v1 are not flexible.
+                await self.security.authenticate(functools.partial(BrokerConnection.request, self), timeout)
             except BaseException:
                 self.close()
                 raise

@@ -84,8 +84,9 @@ class InterBrokerSecurity:
             raise InvalidConfigurationError(f"{key}: the broker's own username and password are missing")
         return cls(name, endpoint.security_protocol, context, mechanism, options["username"], options["password"])
 
-    async def authenticate(self, conn: Any, timeout: float) -> None:
-        """The SASL exchange on a fresh connection (``conn.request`` sends one request, returns its body)."""
+    async def authenticate(self, send: Any, timeout: float) -> None:
+        """The SASL exchange on a fresh connection; ``send(api_key, version, body, timeout)`` sends one request
+        with a v1 (non-flexible) header and returns its response body."""
         from kafka.protocol.sasl import (
             SaslAuthenticateRequest,
             SaslAuthenticateResponse,
@@ -94,7 +95,7 @@ class InterBrokerSecurity:
         )
 
         assert self.mechanism is not None
-        body = await conn.request(
+        body = await send(
             SASL_HANDSHAKE_KEY, 1, SaslHandshakeRequest(mechanism=self.mechanism).encode(version=1), timeout
         )
         handshake = SaslHandshakeResponse[1].decode(body)
@@ -106,7 +107,7 @@ class InterBrokerSecurity:
 
         async def exchange(token: bytes) -> bytes:
             request = SaslAuthenticateRequest(auth_bytes=token).encode(version=1)
-            answer = SaslAuthenticateResponse[1].decode(await conn.request(SASL_AUTHENTICATE_KEY, 1, request, timeout))
+            answer = SaslAuthenticateResponse[1].decode(await send(SASL_AUTHENTICATE_KEY, 1, request, timeout))
             if answer.error_code != 0:
                 raise InterBrokerAuthenticationError(
                     f"Authentication as {self.username} failed: {answer.error_message or answer.error_code}"

@@ -45,6 +45,7 @@ from .interbroker import InterBrokerSecurity
 log = logging.getLogger("kafka.cluster")
 
 OFFSETS_TOPIC = "__consumer_offsets"
+TRANSACTION_STATE_TOPIC = "__transaction_state"
 
 
 def _int(props: dict[str, str], key: str, default: int) -> int:
@@ -716,6 +717,9 @@ class ClusterNode:
         self.high_watermark_moved(tp)
         if newly_led and tp.topic == OFFSETS_TOPIC:
             self._elected_offsets_partition(tp, partition)
+        txn = getattr(self.server, "txn_cluster", None)
+        if newly_led and tp.topic == TRANSACTION_STATE_TOPIC and txn is not None:
+            txn.elected(tp, partition)  # the transaction coordinator loads the partition's ids
 
     def _become_follower(self, tp: TopicPartition, partition, state: zk.LeaderAndIsr) -> None:
         if (
@@ -729,6 +733,9 @@ class ClusterNode:
         partition.make_follower(state.leader, state.leader_epoch)
         if tp.topic == OFFSETS_TOPIC and self.server.group_coordinator is not None:
             self.server.group_coordinator.on_resignation(tp.partition)
+        txn = getattr(self.server, "txn_cluster", None)
+        if tp.topic == TRANSACTION_STATE_TOPIC and txn is not None:
+            txn.resigned(tp)  # its ids answer NOT_COORDINATOR here from now on
         log.info("[Broker %d] %s: follower of %d at epoch %d", self.broker_id, tp, state.leader, state.leader_epoch)
         if was_leader:
             self.high_watermark_moved(tp)  # waiting acks=-1 produces answer NOT_LEADER_OR_FOLLOWER now

@@ -39,7 +39,6 @@ from ..messages import ConsumerGroupDescribeResponse, ConsumerGroupHeartbeatResp
 from ..protocol import Response
 from ..security.acl import allowed, cluster_allowed
 from ..security.context import CURRENT
-from . import txn
 from .metadata import topic_uuid
 
 log = logging.getLogger("kafka.server.KafkaApis")
@@ -118,6 +117,22 @@ def _offsets_partition_offline(broker, group_id: str) -> bool:
     return partition.log.is_offline
 
 
+async def _find_transaction_coordinator(broker, key: str) -> tuple[str, int, str | None, int, str, int]:
+    """FindCoordinator(TRANSACTION) on a ZooKeeper cluster: the leader of the id's __transaction_state partition
+    (the topic created on first use with transaction.state.log.replication.factor replicas)."""
+    txn_cluster = broker.txn_cluster
+    try:
+        await txn_cluster.ensure_state_topic()
+    except Exception as e:
+        log.warning("FindCoordinator for transactional id %s: %s", key, e)
+        return key, int(Errors.COORDINATOR_NOT_AVAILABLE), "The coordinator is not available.", -1, "", -1
+    found = txn_cluster.coordinator_of(key, CURRENT.get().listener)
+    if found is None:
+        return key, int(Errors.COORDINATOR_NOT_AVAILABLE), "The coordinator is not available.", -1, "", -1
+    node, host, port = found
+    return key, int(Errors.NONE), None, node, host, port
+
+
 async def handle_find_coordinator(broker, header, request) -> Response:
     version = header.api_version
     key_type = request.key_type if version >= 1 else GROUP_KEY_TYPE
@@ -140,8 +155,9 @@ async def handle_find_coordinator(broker, header, request) -> Response:
             if error == Errors.NONE and _offsets_partition_offline(broker, key):
                 error = Errors.COORDINATOR_NOT_AVAILABLE
             message = None if error == Errors.NONE else "The coordinator is not available."
-        elif key_type == TRANSACTION_KEY_TYPE and not txn.coordinator_available(broker):
-            error, message = Errors.COORDINATOR_NOT_AVAILABLE, txn.CLUSTER_UNSUPPORTED
+        elif key_type == TRANSACTION_KEY_TYPE and getattr(broker, "txn_cluster", None) is not None:
+            answers.append(await _find_transaction_coordinator(broker, key))
+            continue
         elif key_type == TRANSACTION_KEY_TYPE:
             error = broker.txn_coordinator.ensure_state_topic()  # __transaction_state, created on first use
             message = None if error == 0 else "The coordinator is not available."

@@ -10,7 +10,6 @@ import logging
 
 from ..protocol import (
     CLUSTER_AUTHORIZATION_FAILED,
-    COORDINATOR_NOT_AVAILABLE,
     NONE,
     TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
     InitProducerIdResponse,
@@ -18,7 +17,7 @@ from ..protocol import (
     error_code,
 )
 from ..security.acl import allowed, cluster_allowed
-from .txn import coordinator_available, fenced_for
+from .txn import fenced_for, replicated
 
 
 def _idempotent_write_allowed(broker) -> bool:
@@ -48,11 +47,6 @@ async def handle(broker, header, request) -> Response:
             version=version, throttle_time_ms=0, error_code=code, producer_id=-1, producer_epoch=-1
         )
         return Response.of(response, version)
-    if request.transactional_id is not None and not coordinator_available(broker):
-        response = InitProducerIdResponse(
-            version=version, throttle_time_ms=0, error_code=COORDINATOR_NOT_AVAILABLE, producer_id=-1, producer_epoch=-1
-        )
-        return Response.of(response, version)
     if request.transactional_id is not None:
         expected = None
         if version >= 3 and request.producer_id != -1:
@@ -60,12 +54,14 @@ async def handle(broker, header, request) -> Response:
         result = broker.txn_coordinator.init_producer_id(
             request.transactional_id, request.transaction_timeout_ms, expected
         )
+        code = await replicated(broker, request.transactional_id, int(result.error))  # a cluster: once replicated
+        ok = code == NONE
         response = InitProducerIdResponse(
             version=version,
             throttle_time_ms=0,
-            error_code=fenced_for(version, 4, result.error),
-            producer_id=result.producer_id,
-            producer_epoch=result.producer_epoch,
+            error_code=fenced_for(version, 4, code),
+            producer_id=result.producer_id if ok else -1,
+            producer_epoch=result.producer_epoch if ok else -1,
         )
         return Response.of(response, version)
     try:

@@ -46,17 +46,14 @@ DtState = DescribeTransactionsResponse.TransactionState
 LtState = ListTransactionsResponse.TransactionState
 
 
-CLUSTER_UNSUPPORTED = (
-    "Transactions are served on a single node only: this broker is part of a ZooKeeper cluster, whose transaction "
-    "markers would have to reach other brokers"
-)
-
-
-def coordinator_available(broker) -> bool:
-    """Whether this broker coordinates transactions: on one node, yes. On a ZooKeeper cluster the coordinator
-    could not write markers to partitions other brokers lead (markers over the wire are not built), so it answers
-    COORDINATOR_NOT_AVAILABLE rather than start transactions it could never complete."""
-    return getattr(broker, "cluster", None) is None
+async def replicated(broker, transactional_id: str, code: int) -> int:
+    """The answer to a client after the coordinator accepted its request: on a ZooKeeper cluster, given once the
+    id's __transaction_state partition is replicated (Kafka appends transaction state with acks=-1); NOT_COORDINATOR
+    or COORDINATOR_NOT_AVAILABLE when it could not be. On one node, ``code`` as it is."""
+    txn_cluster = getattr(broker, "txn_cluster", None)
+    if txn_cluster is None or code != 0:
+        return code
+    return await txn_cluster.replicated_answer(transactional_id, code)
 
 
 def fenced_for(version: int, first_fenced_version: int, error: int) -> int:
@@ -82,6 +79,7 @@ async def handle_add_partitions(broker, header, request) -> Response:
             [(t.name, p) for t in request.v3_and_below_topics for p in t.partitions],
             False,
         )
+        results = await _replicated_results(broker, request.v3_and_below_transactional_id, results)
         response = AddPartitionsToTxnResponse(
             version=version, throttle_time_ms=0, results_by_topic_v3_and_below=_topic_results(results)
         )
@@ -97,6 +95,8 @@ async def handle_add_partitions(broker, header, request) -> Response:
         results = _add_partitions(
             broker, version, txn.transactional_id, txn.producer_id, txn.producer_epoch, wanted, bool(txn.verify_only)
         )
+        if not txn.verify_only:
+            results = await _replicated_results(broker, txn.transactional_id, results)
         by_transaction.append(
             AddPartitionsToTxnResponse.AddPartitionsToTxnResult(
                 transactional_id=txn.transactional_id, topic_results=_topic_results(results)
@@ -131,6 +131,13 @@ def _add_partitions(
     return dict.fromkeys(wanted, fenced_for(version, 2, error))
 
 
+async def _replicated_results(broker, txn_id: str, results: dict[tuple[str, int], int]) -> dict[tuple[str, int], int]:
+    if not results or any(code != 0 for code in results.values()):
+        return results
+    code = await replicated(broker, txn_id, 0)
+    return dict.fromkeys(results, code)
+
+
 def _topic_results(results: dict[tuple[str, int], int]) -> list:
     by_topic: dict[str, list] = {}
     for (topic, partition), code in results.items():
@@ -154,7 +161,10 @@ async def handle_add_offsets(broker, header, request) -> Response:
     elif not allowed(broker, "READ", "GROUP", request.group_id):
         code = GROUP_AUTHORIZATION_FAILED
     else:
-        group_error = broker.group_coordinator.ensure_offsets_topic()
+        # One node creates __consumer_offsets here; a cluster's is created by the group's FindCoordinator (Kafka
+        # only computes the partition).
+        clustered = getattr(broker, "cluster", None) is not None
+        group_error = GroupErrors.NONE if clustered else broker.group_coordinator.ensure_offsets_topic()
         if group_error != GroupErrors.NONE:
             code = int(group_error)
         else:
@@ -165,7 +175,7 @@ async def handle_add_offsets(broker, header, request) -> Response:
                 request.producer_epoch,
                 [(GROUP_METADATA_TOPIC_NAME, offsets_partition)],
             )
-            code = fenced_for(version, 2, error)
+            code = fenced_for(version, 2, await replicated(broker, request.transactional_id, int(error)))
     return Response.of(AddOffsetsToTxnResponse(version=version, throttle_time_ms=0, error_code=code), version)
 
 
@@ -178,7 +188,7 @@ async def handle_end_txn(broker, header, request) -> Response:
         error = broker.txn_coordinator.end_transaction(
             request.transactional_id, request.producer_id, request.producer_epoch, bool(request.committed)
         )
-        code = fenced_for(version, 2, error)
+        code = fenced_for(version, 2, await replicated(broker, request.transactional_id, int(error)))
     return Response.of(EndTxnResponse(version=version, throttle_time_ms=0, error_code=code), version)
 
 
@@ -196,14 +206,26 @@ async def handle_txn_offset_commit(broker, header, request) -> Response:
         results = dict.fromkeys(wanted, TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     else:
         group_coordinator = broker.group_coordinator
-        error = group_coordinator.ensure_offsets_topic()
-        if error == GroupErrors.NONE:
-            error = broker.txn_coordinator.verify(
-                request.transactional_id,
-                request.producer_id,
-                request.producer_epoch,
-                (GROUP_METADATA_TOPIC_NAME, group_coordinator.partition_for(request.group_id)),
-            )
+        txn_cluster = getattr(broker, "txn_cluster", None)
+        offsets_tp = (GROUP_METADATA_TOPIC_NAME, group_coordinator.partition_for(request.group_id))
+        error: int
+        if txn_cluster is not None:
+            # A cluster: the id's coordinator may be another broker (asked over the wire); a fenced epoch is
+            # INVALID_PRODUCER_EPOCH here as with the local check.
+            code = (
+                await txn_cluster.verify(
+                    request.transactional_id, request.producer_id, request.producer_epoch, [offsets_tp]
+                )
+            )[offsets_tp]
+            error = int(Errors.INVALID_PRODUCER_EPOCH) if code == Errors.PRODUCER_FENCED else code
+        else:
+            error = int(group_coordinator.ensure_offsets_topic())
+            if error == GroupErrors.NONE:
+                error = int(
+                    broker.txn_coordinator.verify(
+                        request.transactional_id, request.producer_id, request.producer_epoch, offsets_tp
+                    )
+                )
         if error != 0:
             results = dict.fromkeys(wanted, int(error))
         else:
@@ -240,39 +262,62 @@ async def handle_txn_offset_commit(broker, header, request) -> Response:
 
 # ----- WriteTxnMarkers (27) ------------------------------------------------------------------------------------
 async def handle_write_txn_markers(broker, header, request) -> Response:
-    """A coordinator's markers for partitions this broker leads (Kafka: CLUSTER_ACTION on the cluster). This
-    node's own coordinator writes its markers in process; this answers the request for other senders."""
+    """A coordinator's markers for partitions this broker leads (Kafka: CLUSTER_ACTION on the cluster), appended
+    with origin coordinator and acks=-1: on a ZooKeeper cluster each is answered once the partition's in-sync
+    replicas have it (Kafka's appendRecords with requiredAcks -1), as a produce is. A written marker in
+    __consumer_offsets settles the transaction's pending offsets (Kafka's scheduleHandleTxnCompletion); long polls
+    of the partition wake (its last stable offset moved). One node's own coordinator writes its markers in process."""
     version = header.api_version
     permitted = cluster_allowed(broker, "CLUSTER_ACTION")
     now = broker.log_manager.clock.milliseconds()
+    cluster = getattr(broker, "cluster", None)
     results = []
     for marker in request.markers:
+        commit = bool(marker.transaction_result)
+        appended: dict[TopicPartition, object] = {}
+        codes: dict[TopicPartition, int] = {}
+        for topic in marker.topics:
+            for partition in topic.partition_indexes:
+                tp = TopicPartition(topic.name, partition)
+                if not permitted:
+                    codes[tp] = CLUSTER_AUTHORIZATION_FAILED
+                    continue
+                appended[tp] = append_marker(
+                    broker.replica_manager,
+                    tp,
+                    marker.producer_id,
+                    marker.producer_epoch,
+                    marker.coordinator_epoch,
+                    commit,
+                    now,
+                )
+        if cluster is not None and appended:
+            for tp, result in appended.items():
+                if result.error is None:  # type: ignore[attr-defined]
+                    broker.purgatory.notify(tp)  # followers' long-polling fetches wait for new records too
+            timeout_ms = int(broker.config.props.get("request.timeout.ms", 30000))
+            appended = await cluster.wait_for_acks(appended, timeout_ms)
+        for tp, result in appended.items():
+            error = result.error  # type: ignore[attr-defined]
+            codes[tp] = error_code(error)
+            if error is None:
+                _marker_written(broker, tp, marker.producer_id, commit)
         topics = []
         for topic in marker.topics:
-            partitions = []
-            for partition in topic.partition_indexes:
-                if not permitted:
-                    code = CLUSTER_AUTHORIZATION_FAILED
-                else:
-                    tp = TopicPartition(topic.name, partition)
-                    result = append_marker(
-                        broker.replica_manager,
-                        tp,
-                        marker.producer_id,
-                        marker.producer_epoch,
-                        marker.coordinator_epoch,
-                        bool(marker.transaction_result),
-                        now,
-                    )
-                    code = error_code(result.error)
-                    if result.error is None and topic.name == GROUP_METADATA_TOPIC_NAME:
-                        broker.group_coordinator.complete_transaction(
-                            marker.producer_id, partition, bool(marker.transaction_result)
-                        )
-                partitions.append(WtmPartition(partition_index=partition, error_code=code))
+            partitions = [
+                WtmPartition(partition_index=p, error_code=codes[TopicPartition(topic.name, p)])
+                for p in topic.partition_indexes
+            ]
             topics.append(WtmTopic(name=topic.name, partitions=partitions))
         results.append(WtmResult(producer_id=marker.producer_id, topics=topics))
     return Response.of(WriteTxnMarkersResponse(version=version, markers=results), version)
+
+
+def _marker_written(broker, tp: TopicPartition, producer_id: int, commit: bool) -> None:
+    if broker.purgatory is not None:
+        broker.purgatory.notify(tp)  # read_committed long polls: the last stable offset moved
+    if tp.topic == GROUP_METADATA_TOPIC_NAME:
+        broker.group_coordinator.complete_transaction(producer_id, tp.partition, commit)
 
 
 # ----- DescribeTransactions (65) -------------------------------------------------------------------------------

@@ -37,7 +37,7 @@ from typing import Any
 
 from ...errors import UnknownTopicOrPartitionError
 from ...manager import TopicPartition
-from ...partition import READ_COMMITTED
+from ...partition import LOG_END
 from ...record.builder import RecordBatchBuilder, control_batch
 from ...record.types import ControlRecordType
 from ...storage.producer_state import AppendOrigin
@@ -158,6 +158,22 @@ class TransactionListing:
 MarkerListener = Callable[[TopicPartition, int, bool], None]
 
 
+@dataclass(frozen=True)
+class MarkerSend:
+    """The markers of one transaction for a marker channel (Kafka's TxnIdAndMarkerEntry): written once the state
+    partition's high watermark reached ``state_end_offset`` (the Prepare record is replicated), each answer
+    reported with ``TransactionCoordinator.marker_written``."""
+
+    transactional_id: str
+    state_partition: int
+    state_end_offset: int
+    producer_id: int
+    producer_epoch: int
+    coordinator_epoch: int
+    commit: bool
+    partitions: frozenset[TopicPartitionKey]
+
+
 def append_marker(
     replica_manager,
     tp: TopicPartition,
@@ -202,11 +218,26 @@ class TransactionCoordinator:
         self._marker_listeners: list[MarkerListener] = []
         self._tasks: dict[str, Any] = {}  # name -> the scheduler's handle (has cancel())
         self._active = False
+        # The state partitions this broker coordinates: None = all of them (a single node); on a ZooKeeper cluster,
+        # those it leads (on_election / on_resignation), minus those still loading.
+        self.owned: set[int] | None = None
+        self.loading: set[int] = set()
+        self.coordinator_epochs: dict[int, int] = {}  # on a cluster: the leader epoch each partition was won at
+        # On a cluster, the state topic's partition count as ZooKeeper has it (this broker may host few of them).
+        self.cluster_partition_count: int | None = None
+        # On a cluster, markers go over the wire (Kafka's TransactionMarkerChannelManager): an object with
+        # ``send(MarkerSend)`` and ``drop_partition(state_partition)``; None writes them in process (one node).
+        self.marker_channel: Any = None
 
     # ================================================================ lifecycle
-    def startup(self, enable_transactional_id_expiration: bool = True) -> None:
-        """Load every state partition (completing the transactions caught mid-commit), then start the checks."""
-        self.load()
+    def startup(self, enable_transactional_id_expiration: bool = True, *, clustered: bool = False) -> None:
+        """Load every state partition (completing the transactions caught mid-commit), then start the checks. On a
+        cluster nothing is loaded here: each partition is loaded when this broker becomes its leader
+        (``on_election``)."""
+        if clustered:
+            self.owned = set()
+        else:
+            self.load()
         self._active = True
         self._every(
             "transaction-abort",
@@ -256,6 +287,8 @@ class TransactionCoordinator:
             return None
 
     def partition_count(self) -> int:
+        if self.cluster_partition_count is not None:
+            return self.cluster_partition_count
         present = self.state_topic_partitions()
         if present and sorted(present) == list(range(len(present))):
             return len(present)
@@ -299,8 +332,64 @@ class TransactionCoordinator:
                 return Errors.COORDINATOR_NOT_AVAILABLE
         return Errors.NONE
 
+    # ================================================================ partitions coordinated here (a cluster)
+    def status(self, transactional_id: str) -> Errors:
+        """Kafka's getTransactionState errors: NOT_COORDINATOR when another broker leads the id's state partition,
+        COORDINATOR_LOAD_IN_PROGRESS while this one loads it (the client finds the coordinator again / retries)."""
+        if self.owned is None:
+            return Errors.NONE
+        partition = self.partition_for(transactional_id)
+        if partition in self.loading:
+            return Errors.COORDINATOR_LOAD_IN_PROGRESS
+        if partition not in self.owned:
+            return Errors.NOT_COORDINATOR
+        return Errors.NONE
+
+    def begin_loading(self, partition: int) -> None:
+        """This broker became the leader of ``partition``: its ids answer COORDINATOR_LOAD_IN_PROGRESS until
+        ``on_election`` loads them."""
+        if self.owned is not None and partition not in self.owned:
+            self.loading.add(partition)
+
+    def on_election(self, partition: int, coordinator_epoch: int) -> None:
+        """Kafka's TransactionCoordinator.onElection: load the ids of state ``partition`` (this broker leads it at
+        leader epoch ``coordinator_epoch``), coordinate them from now on, and complete the transactions found in
+        PrepareCommit/PrepareAbort by sending their markers again."""
+        if self.owned is None:
+            return
+        log.info("Elected as the txn coordinator for partition %d at epoch %d", partition, coordinator_epoch)
+        self._drop_partition(partition)
+        self.coordinator_epochs[partition] = coordinator_epoch
+        try:
+            self._load_partition(partition)
+        finally:
+            self.loading.discard(partition)
+        self.owned.add(partition)
+        self._complete_loaded(partition)
+
+    def on_resignation(self, partition: int) -> None:
+        """Kafka's onResignation: another broker leads state ``partition`` now; its ids leave this coordinator
+        (NOT_COORDINATOR from now on) and their unsent markers are dropped (the new coordinator sends them)."""
+        if self.owned is None:
+            return
+        self.loading.discard(partition)
+        if partition in self.owned:
+            self.owned.discard(partition)
+            self._drop_partition(partition)
+            log.info("Resigned as the txn coordinator for partition %d", partition)
+
+    def _drop_partition(self, partition: int) -> None:
+        for txn_id in [t for t in self.transactions if self.partition_for(t) == partition]:
+            self.transactions.pop(txn_id, None)
+            self._unsent.pop(txn_id, None)
+        if self.marker_channel is not None:
+            self.marker_channel.drop_partition(partition)
+
     def coordinator_epoch(self, transactional_id: str) -> int:
-        """The coordinator epoch of an id: the leader epoch of its state partition (0 when it has none yet)."""
+        """The coordinator epoch of an id: the leader epoch of its state partition (0 when it has none yet); on a
+        cluster, the epoch at which this broker became its leader (Kafka's onElection epoch)."""
+        if self.owned is not None:
+            return self.coordinator_epochs.get(self.partition_for(transactional_id), 0)
         try:
             partition = self.replica_manager.get_partition(
                 TRANSACTION_STATE_TOPIC_NAME, self.partition_for(transactional_id)
@@ -340,7 +429,13 @@ class TransactionCoordinator:
         self._unsent.clear()
         for partition in sorted(self.state_topic_partitions() or []):
             self._load_partition(partition)
+        self._complete_loaded(None)
+
+    def _complete_loaded(self, partition: int | None) -> None:
+        """Send the markers of the loaded transactions (of ``partition``, or all) in PrepareCommit/PrepareAbort."""
         for metadata in list(self.transactions.values()):
+            if partition is not None and self.partition_for(metadata.transactional_id) != partition:
+                continue
             if metadata.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
                 log.info(
                     "Completing %s of transactional id %s (producer %d, epoch %d) after loading it",
@@ -355,7 +450,8 @@ class TransactionCoordinator:
         replica = self.replica_manager.get_partition(TRANSACTION_STATE_TOPIC_NAME, partition)
         loaded: dict[str, TransactionMetadata | None] = {}
         skipped = 0
-        for record in replica.records(None, READ_COMMITTED):
+        # To the log end, as Kafka loads: a new leader keeps every record it has (its followers truncate to it).
+        for record in replica.records(None, LOG_END):
             if record.key is None:
                 skipped += 1
                 continue
@@ -393,13 +489,45 @@ class TransactionCoordinator:
         """Write the transaction's markers, then its Complete state (Kafka's addTxnMarkersToSend and what the
         marker channel does with the answers). ``complete`` is already the pending transition."""
         commit = complete.state == S.COMPLETE_COMMIT
+        txn_id = metadata.transactional_id
         remaining = set(metadata.topic_partitions)
-        self._unsent[metadata.transactional_id] = (
-            complete,
-            remaining,
-            self.coordinator_epoch(metadata.transactional_id),
+        coordinator_epoch = self.coordinator_epoch(txn_id)
+        self._unsent[txn_id] = (complete, remaining, coordinator_epoch)
+        if self.marker_channel is None or not remaining:
+            self._retry_markers(txn_id, commit)
+            return
+        state_partition = self.partition_for(txn_id)
+        self.marker_channel.send(
+            MarkerSend(
+                txn_id,
+                state_partition,
+                self._state_log_end(state_partition),
+                metadata.producer_id,
+                metadata.producer_epoch,
+                coordinator_epoch,
+                commit,
+                frozenset(remaining),
+            )
         )
-        self._retry_markers(metadata.transactional_id, commit)
+
+    def _state_log_end(self, partition: int) -> int:
+        """The log end offset of a state partition: right after a Prepare write, the offset its replicas must reach
+        before the markers go out (Kafka sends them from the append's callback, once the ISR has it)."""
+        try:
+            return int(self.replica_manager.get_partition(TRANSACTION_STATE_TOPIC_NAME, partition).log_end_offset)
+        except UnknownTopicOrPartitionError:
+            return 0
+
+    def marker_written(self, txn_id: str, coordinator_epoch: int, tp: TopicPartitionKey) -> None:
+        """The marker channel wrote (or gave up, for a partition that is gone) the marker of ``txn_id`` to ``tp``;
+        after the last one the transaction's Complete state is written."""
+        entry = self._unsent.get(txn_id)
+        if entry is None or entry[2] != coordinator_epoch:
+            return  # a resigned or superseded coordinator's answer
+        complete, remaining, _ = entry
+        remaining.discard(tp)
+        if not remaining:
+            self._retry_markers(txn_id, complete.state == S.COMPLETE_COMMIT)
 
     def _retry_markers(self, txn_id: str, commit: bool) -> None:
         entry = self._unsent.get(txn_id)
@@ -467,7 +595,9 @@ class TransactionCoordinator:
             return InitProducerIdResult(Errors.INVALID_REQUEST)
         if not self.validate_transaction_timeout_ms(timeout_ms):
             return InitProducerIdResult(Errors.INVALID_TRANSACTION_TIMEOUT)
-        error = self.ensure_state_topic()
+        # One node creates the state topic on first use; a cluster's exists (FindCoordinator created it) wherever
+        # this broker leads the id's partition.
+        error = self.ensure_state_topic() if self.owned is None else self.status(transactional_id)
         if error is not Errors.NONE:
             return InitProducerIdResult(error)
         metadata = self.transactions.get(transactional_id)
@@ -556,6 +686,9 @@ class TransactionCoordinator:
         if not transactional_id:
             return Errors.INVALID_REQUEST
         added = set(partitions)
+        status = self.status(transactional_id)
+        if status is not Errors.NONE:
+            return status
         metadata = self.transactions.get(transactional_id)
         if metadata is None or metadata.producer_id != producer_id:
             return Errors.INVALID_PRODUCER_ID_MAPPING
@@ -572,6 +705,9 @@ class TransactionCoordinator:
     ) -> Errors:
         """Is ``partition`` part of this producer's ongoing transaction? (Kafka's verification before a
         transactional write: the produce path and TxnOffsetCommit.)"""
+        status = self.status(transactional_id)
+        if status is not Errors.NONE:
+            return status
         metadata = self.transactions.get(transactional_id)
         if metadata is None or metadata.producer_id != producer_id:
             return Errors.INVALID_PRODUCER_ID_MAPPING
@@ -591,8 +727,10 @@ class TransactionCoordinator:
         if not transactional_id:
             return dict.fromkeys(wanted, Errors.INVALID_REQUEST)
         metadata = self.transactions.get(transactional_id)
-        error = Errors.NONE
-        if metadata is None or metadata.producer_id != producer_id:
+        error = self.status(transactional_id)
+        if error is not Errors.NONE:
+            pass
+        elif metadata is None or metadata.producer_id != producer_id:
             error = Errors.INVALID_PRODUCER_ID_MAPPING
         elif metadata.producer_epoch != producer_epoch:
             error = Errors.PRODUCER_FENCED
@@ -612,6 +750,9 @@ class TransactionCoordinator:
     ) -> Errors:
         if not transactional_id:
             return Errors.INVALID_REQUEST
+        status = self.status(transactional_id)
+        if status is not Errors.NONE:
+            return status
         metadata = self.transactions.get(transactional_id)
         if metadata is None or metadata.producer_id != producer_id:
             return Errors.INVALID_PRODUCER_ID_MAPPING
@@ -714,6 +855,9 @@ class TransactionCoordinator:
     def describe(self, transactional_id: str) -> tuple[Errors, TransactionDescription | None]:
         if not transactional_id:
             return Errors.INVALID_REQUEST, None
+        status = self.status(transactional_id)
+        if status is not Errors.NONE:
+            return status, None
         metadata = self.transactions.get(transactional_id)
         if metadata is None or metadata.state == S.DEAD:
             return Errors.TRANSACTIONAL_ID_NOT_FOUND, None
