@@ -308,3 +308,26 @@ def test_group_coordinator_fails_over_with_its_committed_offsets(cluster):
     request = [ConsumerGroupTopicPartitions("billing", [TopicPartition("orders", 0)])]
     listed = admin.list_consumer_group_offsets(request)["billing"].result(30)
     assert [(p.topic, p.partition, p.offset) for p in listed.topic_partitions] == [("orders", 0, 60)]
+
+
+def test_explicit_replica_assignments(cluster):
+    """CreateTopics and CreatePartitions with the replicas given (kafka-topics.sh --replica-assignment): placed as
+    asked; a broker twice in a partition or an unknown broker is INVALID_REPLICA_ASSIGNMENT."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    admin.create_topics([NewTopic("placed", num_partitions=2, replica_assignment=[[2, 3], [3, 1]])])["placed"].result(
+        30
+    )
+    cluster.wait_for(lambda: all(len(p["isr"]) == 2 for p in cluster.metadata("placed").values()), 30, "the ISRs")
+    assert {p: m["replicas"] for p, m in cluster.metadata("placed").items()} == {0: [2, 3], 1: [3, 1]}
+    admin.create_partitions([NewPartitions("placed", 3, [[1, 2]])])["placed"].result(30)
+    cluster.wait_for(lambda: len(cluster.metadata("placed")) == 3, 30, "the new partition")
+    assert cluster.metadata("placed")[2]["replicas"] == [1, 2]
+    for bad in ([[1, 1]], [[1, 9]]):
+        with pytest.raises(KafkaException) as refused:
+            admin.create_topics([NewTopic("misplaced", num_partitions=1, replica_assignment=bad)])["misplaced"].result(
+                30
+            )
+        assert refused.value.args[0].name() == "INVALID_REPLICA_ASSIGNMENT"

@@ -58,6 +58,25 @@ def _bool(props: dict[str, str], key: str, default: bool) -> bool:
     return default if raw is None else str(raw).strip().lower() == "true"
 
 
+def _checked_assignment(given: dict[int, list[int]], brokers: list[int]) -> dict[int, list[int]]:
+    """An explicit replica assignment as Kafka's AdminZkClient.validateTopicCreate checks it: partitions 0..n-1,
+    one replication factor, no broker twice in a partition, every broker registered."""
+    from ...errors import InvalidReplicaAssignmentError
+
+    if sorted(given) != list(range(len(given))):
+        raise InvalidReplicaAssignmentError("Partitions should be a consecutive 0-based integer sequence")
+    sizes = {len(r) for r in given.values()}
+    if len(sizes) != 1 or 0 in sizes:
+        raise InvalidReplicaAssignmentError("All partitions should have the same number of replicas")
+    for p, replicas in given.items():
+        if len(set(replicas)) != len(replicas):
+            raise InvalidReplicaAssignmentError(f"Duplicate replica assignment found: {p} -> {replicas}")
+        unknown = sorted(set(replicas) - set(brokers))
+        if unknown:
+            raise InvalidReplicaAssignmentError(f"Unknown broker(s) in replica assignment: {unknown}.")
+    return {p: list(r) for p, r in sorted(given.items())}
+
+
 @dataclass(frozen=True)
 class ClusterSettings:
     """The ZooKeeper and replication keys of server.properties, with Kafka 3.x's defaults."""
@@ -1164,20 +1183,30 @@ class ClusterNode:
 
     # ----- topics ----------------------------------------------------------------------------------------------
     async def create_topic(
-        self, name: str, partitions: int, replication_factor: int, config: dict[str, str], validate_only: bool
+        self,
+        name: str,
+        partitions: int,
+        replication_factor: int,
+        config: dict[str, str],
+        validate_only: bool,
+        replica_assignment: dict[int, list[int]] | None = None,
     ) -> zk.TopicAssignment:
-        """CreateTopics in ZooKeeper mode (Kafka's AdminZkClient.createTopic): the config, then the assignment;
-        the controller then creates each partition's state, and the replicas their logs."""
+        """CreateTopics in ZooKeeper mode (Kafka's AdminZkClient.createTopic): the config, then the assignment
+        (Kafka's rack-unaware one, or ``replica_assignment`` as given, checked as Kafka checks it); the controller
+        then creates each partition's state, and the replicas their logs."""
         validate_topic_name(name)
         LogConfig(config, broker=self.server.config.log)  # InvalidConfigurationError before anything is written
         # The registered brokers now (not the last view, which may predate a broker's registration).
         brokers = sorted(int(b) for b in await asyncio.to_thread(self.zk.get_children, zk.BROKER_IDS))
-        if replication_factor > len(brokers):
+        if replica_assignment:
+            assignment = zk.TopicAssignment(_checked_assignment(replica_assignment, brokers), new_uuid())
+        elif replication_factor > len(brokers):
             raise InvalidReplicationFactorError(
                 f"Unable to replicate the partition {replication_factor} time(s): The target replication factor of "
                 f"{replication_factor} cannot be reached because only {len(brokers)} broker(s) are registered."
             )
-        assignment = zk.TopicAssignment(assign_replicas(brokers, partitions, replication_factor), new_uuid())
+        else:
+            assignment = zk.TopicAssignment(assign_replicas(brokers, partitions, replication_factor), new_uuid())
         if validate_only:
             if await asyncio.to_thread(self.zk.exists, zk.topic_path(name)):
                 raise TopicExistsError(f"Topic '{name}' already exists.")
