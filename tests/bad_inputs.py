@@ -354,7 +354,8 @@ def _snapshot_cases() -> list[BadInput]:
 
 def _properties_cases() -> list[BadInput]:
     from kafkalog.logdir import MetaProperties
-    from kafkalog.storage.config import BrokerConfig, load_properties
+    from kafkalog.storage.config import BrokerConfig
+    from kafkalog.storage.properties import load_properties
 
     def props(text: bytes, loader: str) -> Callable[[Env], object]:
         def attempt(env: Env) -> object:

@@ -56,7 +56,8 @@ def by_label(samples, name: str, label: str, **fixed: str) -> dict[str, float]:
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
     server = BrokerProcess(
-        tmp_path_factory.mktemp("metrics"), {"metrics.port": "0", "metrics.host": "127.0.0.1"}
+        tmp_path_factory.mktemp("metrics"),
+        {"metrics.port": "0", "metrics.host": "127.0.0.1"},
     ).start()
     try:
         assert wait_until(lambda: _ENDPOINT.search(server.log) is not None, 30), server.log
@@ -132,6 +133,8 @@ def test_counters_match_what_the_clients_did(broker):
     assert value(samples, "kafka_controller_kafkacontroller_activecontrollercount") == 1
     assert value(samples, "kafka_network_requestchannel_requestqueuesize") >= 0
     assert value(samples, "kafka_log_logmanager_offlinelogdirectorycount") == 0
+    assert value(samples, "kafka_log_logcleaner_deadthreadcount") == 0
+    assert value(samples, "kafka_log_logcleanermanager_time_since_last_run_ms") >= 0
 
     # request total time: every Yammer percentile, a count at least the request count
     quantiles = by_label(samples, "kafka_network_requestmetrics_totaltimems", "quantile", request="Produce")

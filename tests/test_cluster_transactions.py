@@ -8,13 +8,13 @@ coordinates it, and the markers reach the data partitions' leaders on the other 
 from __future__ import annotations
 
 import random
-import threading
 import time
 
 import pytest
 
 from kafkalog.coordinator.group.coordinator import partition_for
 from tools.cluster import zookeeper
+from tools.cluster.txnload import read_all, transactional_producer
 
 missing = zookeeper.available()
 pytestmark = pytest.mark.skipif(missing is not None, reason=f"no ZooKeeper: {missing}")
@@ -46,57 +46,6 @@ def _create(cluster, topic: str, partitions: int) -> None:
     )
 
 
-def _producer(cluster, txn_id: str):
-    from confluent_kafka import Producer
-
-    producer = Producer(
-        {
-            "bootstrap.servers": cluster.bootstrap,
-            "transactional.id": txn_id,
-            "transaction.timeout.ms": 30000,
-            "message.timeout.ms": 30000,
-            "linger.ms": 5,
-        }
-    )
-    producer.init_transactions(60)
-    return producer
-
-
-def _committed(cluster, topic: str, partitions: int, isolation: str = "read_committed") -> dict[int, list[str]]:
-    """Every record value a consumer with ``isolation`` reads from each partition, to the end."""
-    from confluent_kafka import Consumer, TopicPartition
-
-    live = ",".join(b.bootstrap for b in cluster.brokers.values() if b.alive)
-    consumer = Consumer(
-        {
-            "bootstrap.servers": live,
-            "group.id": f"reader-{time.monotonic_ns()}",
-            "enable.auto.commit": False,
-            "isolation.level": isolation,
-            "auto.offset.reset": "earliest",
-            "enable.partition.eof": True,
-        }
-    )
-    out: dict[int, list[str]] = {p: [] for p in range(partitions)}
-    try:
-        consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-        done: set[int] = set()
-        deadline = time.monotonic() + 60
-        while len(done) < partitions and time.monotonic() < deadline:
-            msg = consumer.poll(1.0)
-            if msg is None:
-                continue
-            if msg.error():
-                if msg.error().code() == -191:  # _PARTITION_EOF
-                    done.add(msg.partition())
-                continue
-            out[msg.partition()].append(msg.value().decode())
-        assert len(done) == partitions, f"only partitions {sorted(done)} read to their end"
-    finally:
-        consumer.close()
-    return out
-
-
 def _find_coordinator(cluster, txn_id: str) -> int:
     """The broker id FindCoordinator(TRANSACTION) v2 names, asked of a live broker over a plain socket."""
     from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse
@@ -123,7 +72,7 @@ def test_transactions_span_brokers(cluster):
     _create(cluster, topic, 3)
     assert {p["leader"] for p in cluster.metadata(topic).values()} == {1, 2, 3}
     txn_id = "spread-1"
-    producer = _producer(cluster, txn_id)
+    producer = transactional_producer(cluster.bootstrap, txn_id)
     state = cluster.metadata("__transaction_state")
     assert len(state) == STATE_PARTITIONS and all(len(p["replicas"]) == 3 for p in state.values()), state
     assert _find_coordinator(cluster, txn_id) == state[partition_for(txn_id, STATE_PARTITIONS)]["leader"]
@@ -143,8 +92,8 @@ def test_transactions_span_brokers(cluster):
         else:
             producer.flush(30)  # written to the logs first (librdkafka drops what it has not sent yet on abort)
             producer.abort_transaction(30)
-    assert _committed(cluster, topic, 3) == expected
-    assert _committed(cluster, topic, 3, "read_uncommitted") == everything
+    assert read_all(cluster, topic, 3) == expected
+    assert read_all(cluster, topic, 3, "read_uncommitted") == everything
     # The coordinator is another broker than two of the data partitions' leaders: markers went over the wire.
     logs = "".join(line for b in cluster.brokers.values() for line in b.lines)
     assert "Elected as the txn coordinator for partition" in logs
@@ -154,57 +103,84 @@ def test_coordinator_killed_mid_stream(cluster):
     """The transaction coordinator is SIGKILLed while a transactional producer commits a transaction every few
     records: a new leader of the state partition takes over (loading its state, completing what was prepared) and
     the producer goes on (re-created after a fatal error, as an application does); every committed transaction is
-    read exactly once by a read_committed consumer, none partially, none twice."""
-    from confluent_kafka import KafkaException
+    read exactly once by a read_committed consumer, none partially, none twice, nothing aborted."""
+    from tools.cluster.txnload import TxnLog, check_exactly_once, kill_when, run_transactions
 
     topic = "txn-failover"
     _create(cluster, topic, 3)
     txn_id = "failover-1"
-    producer = _producer(cluster, txn_id)
     coordinator = _find_coordinator(cluster, txn_id)
-    committed: list[int] = []  # batch numbers whose commit_transaction returned
-    batches = 40
-    killed = threading.Event()
+    log = TxnLog()
+    delay = random.Random(21).uniform(0.0, 0.3)  # lands anywhere in a transaction: produce, EndTxn, markers
 
-    def kill_when_running() -> None:  # lands anywhere in a transaction: produce, AddPartitions, EndTxn, markers
-        while len(committed) < 12:
-            time.sleep(0.01)
-        time.sleep(random.Random(21).uniform(0.0, 0.3))
+    def kill() -> None:
+        time.sleep(delay)
         cluster.brokers[coordinator].kill()
-        killed.set()
 
-    killer = threading.Thread(target=kill_when_running, daemon=True)
-    killer.start()
-    batch = 0
-    while batch < batches:
-        try:
-            producer.begin_transaction()
-            for i in range(6):
-                producer.produce(topic, value=f"b{batch}-{i}".encode(), partition=i % 3)
-            producer.commit_transaction(60)
-            committed.append(batch)
-            batch += 1
-        except KafkaException as e:
-            error = e.args[0]
-            if error.txn_requires_abort():
-                producer.abort_transaction(60)
-            elif error.retriable():
-                continue  # the same batch again in a new transaction (the failed one is aborted or never began)
-            else:  # fatal (e.g. fenced): a new producer with the same id, as librdkafka's docs advise
-                producer = _producer(cluster, txn_id)
-            seen = {v.split("-")[0] for vs in _committed(cluster, topic, 3).values() for v in vs}
-            if f"b{batch}" in seen:  # the commit did happen before the error
-                committed.append(batch)
-                batch += 1
+    killer = kill_when(lambda: len(log.committed) >= 12, kill)
+    run_transactions(cluster, topic, "failover-1", 40, 6, 3, log, deadline_s=240)
     killer.join(60)
-    assert killed.is_set() and len(committed) == batches
-    new_coordinator = _find_coordinator(cluster, txn_id)
-    assert new_coordinator != coordinator
-    values = [v for vs in _committed(cluster, topic, 3).values() for v in vs]
-    assert len(values) == len(set(values)), "a record read twice"
-    by_batch: dict[str, int] = {}
-    for v in values:
-        by_batch[v.split("-")[0]] = by_batch.get(v.split("-")[0], 0) + 1
-    assert sorted(by_batch) == sorted(f"b{b}" for b in committed), "a committed batch lost, or an aborted one seen"
-    assert set(by_batch.values()) == {6}, "a transaction seen in part"
+    assert not cluster.brokers[coordinator].alive and not log.errors, log.errors
+    assert _find_coordinator(cluster, txn_id) != coordinator
+    values = [v for vs in read_all(cluster, topic, 3).values() for v in vs]
+    problems = check_exactly_once(values, log.committed, 6)
+    assert problems == {"lost": [], "duplicated": [], "phantom": []}, problems
+    assert len(log.committed) == 40
     cluster.brokers[coordinator].start()
+
+
+def test_produce_verified_with_a_coordinator_on_another_broker(cluster):
+    """Kafka's transaction verification across brokers: a transactional batch sent to a partition led by a broker
+    other than the id's coordinator, before the partition was added to the transaction, is refused with
+    INVALID_TXN_STATE (the leader asked the coordinator with AddPartitionsToTxn v4 VerifyOnly) and nothing is
+    written; once added, the same batch is written."""
+    from kafka.protocol.producer import InitProducerIdRequest, ProduceRequest
+    from kafka.protocol.producer.transaction import AddPartitionsToTxnRequest, EndTxnRequest
+
+    from brokertools import RawClient
+    from kafkalog.record.builder import RecordBatchBuilder
+
+    topic = "txn-verified"
+    _create(cluster, topic, 3)
+    txn_id = "verified-1"
+    coordinator = _find_coordinator(cluster, txn_id)  # (creates the state topic if no test did yet)
+    layout = cluster.metadata(topic)
+    partition = next(p for p, info in layout.items() if info["leader"] != coordinator)
+    leader = cluster.brokers[layout[partition]["leader"]]
+    with RawClient(cluster.brokers[coordinator].bootstrap) as txn_client, RawClient(leader.bootstrap) as data_client:
+        init = txn_client.call(InitProducerIdRequest(transactional_id=txn_id, transaction_timeout_ms=60000), 4)
+        assert init.error_code == 0
+
+        def produce() -> int:
+            builder = RecordBatchBuilder(
+                producer_id=init.producer_id, producer_epoch=init.producer_epoch, base_sequence=0, is_transactional=True
+            )
+            builder.append(b"k", b"verified", int(time.time() * 1000))
+            data = ProduceRequest.TopicProduceData
+            parts = [data.PartitionProduceData(index=partition, records=builder.build())]
+            request = ProduceRequest(
+                transactional_id=txn_id, acks=-1, timeout_ms=10000, topic_data=[data(name=topic, partition_data=parts)]
+            )
+            return int(data_client.call(request, 9).responses[0].partition_responses[0].error_code)
+
+        assert produce() == 48  # INVALID_TXN_STATE
+        assert read_all(cluster, topic, 3, "read_uncommitted")[partition] == []
+        Topic = AddPartitionsToTxnRequest.AddPartitionsToTxnTopic
+        added = txn_client.call(
+            AddPartitionsToTxnRequest(
+                v3_and_below_transactional_id=txn_id,
+                v3_and_below_producer_id=init.producer_id,
+                v3_and_below_producer_epoch=init.producer_epoch,
+                v3_and_below_topics=[Topic(name=topic, partitions=[partition])],
+            ),
+            3,
+        )
+        assert [
+            r.partition_error_code for t in added.results_by_topic_v3_and_below for r in t.results_by_partition
+        ] == [0]
+        assert produce() == 0
+        end = EndTxnRequest(
+            transactional_id=txn_id, producer_id=init.producer_id, producer_epoch=init.producer_epoch, committed=True
+        )
+        assert txn_client.call(end, 3).error_code == 0
+    assert read_all(cluster, topic, 3)[partition] == ["verified"]

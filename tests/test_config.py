@@ -10,13 +10,8 @@ import pytest
 from conftest import fixture_path
 from kafkalog.errors import InvalidConfigurationError
 from kafkalog.layout import INT64_MAX as LONG_MAX
-from kafkalog.storage.config import (
-    TOPIC_KEYS,
-    BrokerConfig,
-    LogConfig,
-    load_properties,
-    parse_properties,
-)
+from kafkalog.storage.config import TOPIC_KEYS, BrokerConfig, LogConfig
+from kafkalog.storage.properties import load_properties, parse_properties
 
 HOUR = 3_600_000
 WEEK = 168 * HOUR

@@ -28,6 +28,7 @@ def test_demo_job_runs_end_to_end(tmp_path: Path) -> None:
     assert "Part 3: Spark reads the retained clicks" in result.stdout  # the Spark stage ran and agreed
     assert "Part 4: kafka-python against kafkalog serve" in result.stdout  # a real client over the wire
     assert "shut down cleanly" in result.stdout
+    assert "WARN NativeCodeLoader" not in result.stderr  # Spark's start-up warnings are not the demo's output
     for part in (1, 2, 3, 4):  # one line per part saying what it proved
         assert len([line for line in result.stdout.splitlines() if line.startswith(f"Part {part} proved")]) == 1
 

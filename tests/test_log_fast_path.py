@@ -65,7 +65,7 @@ def _files(directory: Path) -> dict[str, bytes]:
 def overlap(request, monkeypatch) -> str:
     """Run the fast path both ways: small batches inline, and (threshold 0) every batch overlapped."""
     if request.param == "checked-while-written":
-        monkeypatch.setattr("kafkalog.storage.log.OVERLAP_MIN_BYTES", 0)
+        monkeypatch.setattr("kafkalog.storage.log_append.OVERLAP_MIN_BYTES", 0)
     return request.param
 
 

@@ -305,7 +305,7 @@ def test_client_appends_write_kafka_bytes(folder: str, overlap: bool, tmp_path: 
     Log.append with the leader epoch Kafka stamped: LogValidator's in-place path gives Kafka's .log, .index
     and .timeindex. ``checked-while-written`` sends every batch through the overlapped path (threshold 0)."""
     if overlap:
-        monkeypatch.setattr("kafkalog.storage.log.OVERLAP_MIN_BYTES", 0)
+        monkeypatch.setattr("kafkalog.storage.log_append.OVERLAP_MIN_BYTES", 0)
     log_path, base, interval = _segment_files(folder)
     data = log_path.read_bytes()
     batches = scan_log(log_path)

@@ -26,8 +26,6 @@ from kafkalog.logdir import (
     LogDirLock,
     MetaProperties,
     PartitionMetadataFile,
-    TopicConfigStore,
-    TopicState,
     has_collision_chars,
     is_valid_topic_name,
     new_uuid,
@@ -35,7 +33,8 @@ from kafkalog.logdir import (
     unify_collision_chars,
     validate_topic_name,
 )
-from kafkalog.storage.config import parse_properties
+from kafkalog.storage.properties import parse_properties
+from kafkalog.topic_store import TopicConfigStore, TopicState
 
 BHEEM = ("broker-logs", "bheem6005-kafka", "kafka-logs")
 MSCALDAS = ("broker-logs", "mscaldas-cp512-lz4", "kafka-data")

@@ -17,7 +17,7 @@ from kafkalog.cli import main
 from kafkalog.errors import InconsistentBrokerIdError, InconsistentBrokerMetadataError, InconsistentClusterIdError
 from kafkalog.logdir import LogDirLock, MetaProperties
 from kafkalog.manager import LogManager
-from kafkalog.storage.config import parse_properties
+from kafkalog.storage.properties import parse_properties
 
 KRAFT_META = ("broker-logs", "itumelengmogase-cp77-kraft", "kafka-data", "meta.properties")
 ZK_META = ("broker-logs", "bheem6005-kafka", "kafka-logs", "meta.properties")

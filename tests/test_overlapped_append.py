@@ -17,7 +17,7 @@ from kafkalog.record import build_batch
 from kafkalog.record.batch import CRC_OFFSET, HEADER_STRUCT, RECORDS_OFFSET
 from kafkalog.record.checksums import crc32c
 from kafkalog.storage import Log
-from kafkalog.storage import log as log_module
+from kafkalog.storage import log_append as log_module
 from kafkalog.storage.fileio import FaultInjectingFileIO, injected
 from kafkalog.storage.overlap import OVERLAP_MIN_BYTES, BackgroundChecker, checker
 from kafkalog.testing import MockTime

@@ -20,11 +20,12 @@ from click.testing import CliRunner
 from conftest import fixture_path
 from kafkalog.cli import main
 from kafkalog.layout import TOPICS_FILE
-from kafkalog.logdir import PartitionMetadataFile, TopicConfigStore
+from kafkalog.logdir import PartitionMetadataFile
 from kafkalog.manager import LogManager
 from kafkalog.storage.checkpoints import OffsetCheckpointFile
 from kafkalog.storage.file_records import FileRecords
 from kafkalog.testing import MockTime
+from kafkalog.topic_store import TopicConfigStore
 
 KRAFT = ("broker-logs", "itumelengmogase-cp77-kraft", "kafka-data")
 ZK_ERA = ("broker-logs", "mscaldas-cp512-lz4", "kafka-data")  # Kafka 2.1 (CP 5.1.2): configs lived in ZooKeeper

@@ -26,7 +26,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("common", ("kafkalog.errors", "kafkalog.clock", "kafkalog.scheduler", "kafkalog.layout")),
     ("record", ("kafkalog.record",)),
     ("storage", ("kafkalog.storage",)),
-    ("cleaner, log dirs", ("kafkalog.cleaner", "kafkalog.logdir", "kafkalog.topic_origins")),
+    ("cleaner, log dirs", ("kafkalog.cleaner", "kafkalog.logdir", "kafkalog.topic_store", "kafkalog.topic_origins")),
     ("partition", ("kafkalog.partition",)),
     (
         "manager",

@@ -50,6 +50,14 @@ from .spark._require import PySparkMissingError, require_pyspark
 from .storage import Log
 from .testing import MockTime
 
+QUIET_LOG4J2 = """rootLogger.level = error
+rootLogger.appenderRef.stderr.ref = stderr
+appender.console.type = Console
+appender.console.name = stderr
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n
+"""
 EVENT_TYPES = ("page_view", "click", "add_to_cart", "checkout", "search")
 SEGMENT_BYTES = 1024 * 1024
 
@@ -312,7 +320,12 @@ def run_spark(console: Console, log_dir: Path, expected_records: int, out_dir: P
     with LogManager(log_dir, {"log.cleaner.enable": "false"}) as manager:  # the sink's topic must exist
         manager.create_topic("click-stats", partitions=1, config={"cleanup.policy": "compact"})
     console.print("  starting a local Spark session (the JVM takes a while to start)...")
-    spark = local_session("kafkalog-demo")
+    # Spark's start-up warnings (hostname, native Hadoop) say nothing about the demo: its JVM logs errors only.
+    quiet = out_dir / "log4j2-demo.properties"
+    quiet.write_text(QUIET_LOG4J2, encoding="utf-8")
+    spark = local_session(
+        "kafkalog-demo", config={"spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={quiet.as_uri()}"}
+    )
     spark.sparkContext.setLogLevel("ERROR")
     try:
         console.print("  batch query: reading every retained click through the kafkalog source...")

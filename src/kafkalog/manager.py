@@ -47,14 +47,10 @@ from .layout import (
     parse_partition_dir,
 )
 from .logdir import (
-    ORIGIN_KAFKALOG,
-    ORIGIN_UNKNOWN,
     CleanShutdownFile,
     LogDirLock,
     MetaProperties,
     PartitionMetadataFile,
-    TopicConfigStore,
-    TopicState,
     has_collision_chars,
     initial_meta_properties,
     new_uuid,
@@ -73,6 +69,7 @@ from .storage.cluster_metadata import ClusterMetadataImage
 from .storage.config import BrokerConfig, LogConfig
 from .storage.log import Log
 from .topic_origins import INTERNAL_TOPIC_CONFIGS, internal_topic_configs, read_cluster_metadata, resolve_topic
+from .topic_store import ORIGIN_KAFKALOG, ORIGIN_UNKNOWN, TopicConfigStore, TopicState
 
 log = logging.getLogger(__name__)
 

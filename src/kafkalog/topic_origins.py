@@ -1,6 +1,6 @@
 """Where the configs of a topic in a log dir come from, when kafkalog did not create it.
 
-kafkalog keeps its topics' ids and configs in its own store (``kafkalog-topics.json``, logdir.TopicConfigStore).
+kafkalog keeps its topics' ids and configs in its own store (``kafkalog-topics.json``, topic_store.TopicConfigStore).
 A Kafka broker keeps them elsewhere: a KRaft broker (3.x/4.x) in its cluster metadata (``__cluster_metadata-0``,
 read by kafkalog.storage.cluster_metadata), a ZooKeeper-era broker in ZooKeeper, which is not in the log dir.
 ``resolve_topic`` decides, per topic, which source holds and what kafkalog can say:
@@ -28,16 +28,10 @@ from pathlib import Path
 
 from .errors import InvalidConfigurationError, KafkaLogError, KafkaStorageError
 from .layout import METADATA_PARTITION_DIR
-from .logdir import (
-    ORIGIN_CLUSTER_METADATA,
-    ORIGIN_KAFKALOG,
-    ORIGIN_UNKNOWN,
-    PartitionMetadataFile,
-    TopicState,
-    new_uuid,
-)
+from .logdir import PartitionMetadataFile, new_uuid
 from .storage.cluster_metadata import BROKER_RESOURCE, ClusterMetadataImage, load_cluster_metadata
 from .storage.config import BROKER_KEYS, TOPIC_KEYS, LogConfig
+from .topic_store import ORIGIN_CLUSTER_METADATA, ORIGIN_KAFKALOG, ORIGIN_UNKNOWN, TopicState
 
 log = logging.getLogger(__name__)
 

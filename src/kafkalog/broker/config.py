@@ -14,7 +14,8 @@ from pathlib import Path
 from ..coordinator.group import GroupCoordinatorConfig
 from ..coordinator.transaction import TransactionCoordinatorConfig
 from ..errors import InvalidConfigurationError
-from ..storage.config import BrokerConfig, load_properties
+from ..storage.config import BrokerConfig
+from ..storage.properties import load_properties
 
 DEFAULT_LISTENER = "PLAINTEXT://127.0.0.1:9092"
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")

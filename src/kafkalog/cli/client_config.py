@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from ..storage.config import load_properties
+from ..storage.properties import load_properties
 
 
 def admin_kwargs(command_config: Path | None) -> dict[str, Any]:

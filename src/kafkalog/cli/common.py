@@ -18,7 +18,7 @@ import click
 from ..layout import CLEAN_SHUTDOWN_FILE, LOG_DIR_ROOT_FILES, METADATA_PARTITION_DIR, METADATA_TOPIC
 from ..manager import LogManager
 from ..partition.readonly import ReadOnlyLogDir, log_dir_problem
-from ..storage.config import load_properties
+from ..storage.properties import load_properties
 
 log_dir_option = click.option(
     "--log-dir",

@@ -19,7 +19,7 @@ import click
 
 from ..manager import TopicPartition
 from ..record import CODEC_NAMES, build_batch
-from ..storage.config import load_properties
+from ..storage.properties import load_properties
 from .common import (
     broker_config_option,
     log_dir_or_broker_options,

@@ -77,7 +77,7 @@ def log_dirs_command(
 
 def _node_id(log_dirs: tuple[Path, ...]) -> int:
     """The broker the dirs belong to: meta.properties' node.id (broker.id in a ZooKeeper-era file), else 0."""
-    from ..storage.config import load_properties
+    from ..storage.properties import load_properties
 
     for directory in log_dirs:
         meta = directory / "meta.properties"

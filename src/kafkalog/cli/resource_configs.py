@@ -226,7 +226,7 @@ def _offline(
     add_config: str | None,
     delete_config: str | None,
 ) -> None:
-    from ..storage.config import load_properties
+    from ..storage.properties import load_properties
     from .common import open_manager, open_readonly
 
     props = {k: str(v) for k, v in load_properties(config_file).items()} if config_file else {}

@@ -9,7 +9,8 @@ import click
 
 from ..logdir import validate_topic_name
 from ..partition.readonly import ReadOnlyLogDir
-from ..storage.config import BrokerConfig, LogConfig, load_properties
+from ..storage.config import BrokerConfig, LogConfig
+from ..storage.properties import load_properties
 from .common import log_dir_or_broker_options, online_or_offline, open_manager, open_readonly, parse_key_values
 
 DEFAULT_PARTITIONS = 1  # offline; a broker applies its num.partitions

@@ -30,9 +30,10 @@ from ..layout import (
     REPLICATION_OFFSET_CHECKPOINT,
     SEGMENT_FILE,
 )
-from ..logdir import PartitionMetadataFile, TopicConfigStore
+from ..logdir import PartitionMetadataFile
 from ..storage.cluster_metadata import ClusterMetadataImage, load_cluster_metadata
 from ..topic_origins import resolve_topic
+from ..topic_store import TopicConfigStore
 from .aborted import AbortedFilter, collect_aborted_txns, read_txn_index
 from .read_path import ReadRun, last_stable_offset, path_batches, read_path, read_range, runs_from
 from .segment_files import (

@@ -9,8 +9,8 @@ from pathlib import Path
 from ..errors import (
     UnknownTopicOrPartitionError,
 )
-from ..logdir import TopicConfigStore
 from ..storage.config import LogConfig
+from ..topic_store import TopicConfigStore
 from . import logfiles
 
 log = logging.getLogger(__name__)

@@ -19,12 +19,12 @@ import pyarrow as pa
 
 from ..cleaner.policy import segment_dirty_ratio
 from ..layout import CLEANER_OFFSET_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT, LOG_SUFFIX, REPLICATION_OFFSET_CHECKPOINT
-from ..logdir import TopicConfigStore
 from ..partition import readonly as logfiles
 from ..record.batch import HEADER_SIZE_UP_TO_MAGIC
 from ..record.scan import batch_size_at
 from ..storage.config import LogConfig
 from ..storage.retention import plan_retention
+from ..topic_store import TopicConfigStore
 
 EXPORT_STATE_FILE = "_kafkalog_offsets.json"
 

@@ -289,7 +289,8 @@ def _epoch_checkpoint(data: bytes, workdir: Path) -> None:
 
 def _properties(data: bytes, workdir: Path) -> None:
     from ..logdir import MetaProperties
-    from ..storage.config import BrokerConfig, LogConfig, load_properties
+    from ..storage.config import BrokerConfig, LogConfig
+    from ..storage.properties import load_properties
 
     path = _write(workdir, "server.properties", data)
     props = load_properties(path)

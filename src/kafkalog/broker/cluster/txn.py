@@ -46,6 +46,9 @@ MARKER_RETRY_BACKOFF_MS = 100
 # WriteTxnMarkers answers per partition (Kafka's TransactionMarkerRequestCompletionHandler)
 NONE = 0
 UNKNOWN_TOPIC_OR_PARTITION = 3
+NETWORK_EXCEPTION = 13
+CLUSTER_AUTHORIZATION_FAILED = 31
+INVALID_TXN_STATE = 48
 UNSUPPORTED_FOR_MESSAGE_FORMAT = 43
 INVALID_PRODUCER_EPOCH = 47
 TRANSACTION_COORDINATOR_FENCED = 52
@@ -136,7 +139,8 @@ class TransactionCluster:
     ) -> dict[tuple[str, int], int]:
         """Whether each partition is in the producer's ongoing transaction, asked of the id's coordinator: this
         broker's own, or another broker's with AddPartitionsToTxn v4 VerifyOnly (Kafka's AddPartitionsToTxnManager).
-        Error codes per partition; COORDINATOR_NOT_AVAILABLE when the coordinator cannot be reached."""
+        Error codes per partition: COORDINATOR_NOT_AVAILABLE when the coordinator is unknown, NETWORK_EXCEPTION when
+        it cannot be reached (as Kafka's manager answers)."""
         if self.coordinator.status(transactional_id) != 16:  # coordinated here (or loading here)
             local = self.coordinator.verify_partitions(transactional_id, producer_id, producer_epoch, partitions)
             return {tp: int(code) for tp, code in local.items()}
@@ -165,11 +169,13 @@ class TransactionCluster:
             response = AddPartitionsToTxnResponse.decode(await conn.request(24, 4, body, timeout), version=4)
         except (OSError, TimeoutError, ConnectionError, asyncio.IncompleteReadError, ValueError, struct.error) as e:
             log.info("Verifying %s with broker %d failed: %s", transactional_id, found[0], e)
-            return dict.fromkeys(partitions, 15)
+            return dict.fromkeys(partitions, NETWORK_EXCEPTION)
         finally:
             conn.close()
         if response.error_code != NONE:
-            return dict.fromkeys(partitions, int(response.error_code))
+            # Kafka: the client never sees CLUSTER_AUTHORIZATION_FAILED for the brokers' own request
+            code = INVALID_TXN_STATE if response.error_code == CLUSTER_AUTHORIZATION_FAILED else response.error_code
+            return dict.fromkeys(partitions, int(code))
         codes = dict.fromkeys(partitions, 15)
         for result in response.results_by_transaction:
             for topic in result.topic_results:

@@ -70,6 +70,72 @@ def _unverified_transactional_write(broker, transactional_id, tp: TopicPartition
     )
 
 
+# Kafka's ReplicaManager: verification errors a producer could not retry become NOT_ENOUGH_REPLICAS (retriable, no
+# metadata refresh); PRODUCER_FENCED is INVALID_PRODUCER_EPOCH for the producer (AddPartitionsToTxnManager).
+NOT_ENOUGH_REPLICAS = 19
+_RETRIABLE_VERIFICATION = {13, 14, 15, 16, 51}  # NETWORK_EXCEPTION, COORDINATOR_*, NOT_COORDINATOR, CONCURRENT_TXNS
+
+
+def _ongoing_transaction(broker, tp: TopicPartition, producer_id: int, producer_epoch: int) -> bool:
+    """Whether this partition's log already has an open transaction of the producer at this epoch (Kafka verifies
+    only a producer's first transactional write to a partition)."""
+    try:
+        log_ = broker.replica_manager.get_partition(tp.topic, tp.partition).log
+    except Exception:
+        return False
+    entry = log_.producer_state.active_producers.get(producer_id)
+    return entry is not None and entry.producer_epoch == producer_epoch and entry.current_txn_first_offset is not None
+
+
+def _error_name(code: int) -> str:
+    from ...coordinator.transaction import Errors
+
+    if code in Errors._value2member_map_:
+        return Errors(code).name
+    return "NETWORK_EXCEPTION" if code == 13 else str(code)
+
+
+async def _verify_in_cluster(broker, transactional_id, entries: dict[TopicPartition, bytes]) -> dict:
+    """Kafka's transaction verification on a ZooKeeper cluster (KIP-890 part 1, AddPartitionsToTxnManager): the
+    first transactional batch of a producer to a partition is written only once the id's coordinator, on whichever
+    broker, confirms the partition is in the producer's ongoing transaction. (error, message) per refused one."""
+    coordinator = broker.txn_coordinator
+    if coordinator is None or not coordinator.config.partition_verification_enable:
+        return {}
+    wanted: dict[tuple[int, int], list[TopicPartition]] = {}
+    refused: dict[TopicPartition, tuple[int, str]] = {}
+    for tp, records in entries.items():
+        (attributes,) = struct.unpack_from(">h", records, ATTRIBUTES_OFFSET)
+        if not attributes & TRANSACTIONAL_FLAG:
+            continue
+        producer_id, producer_epoch = struct.unpack_from(">qh", records, PRODUCER_OFFSET)
+        if transactional_id is None:
+            refused[tp] = (
+                INVALID_TXN_STATE,
+                "A transactional batch needs the producer's transactional id in the request",
+            )
+        elif not _ongoing_transaction(broker, tp, producer_id, producer_epoch):
+            wanted.setdefault((producer_id, producer_epoch), []).append(tp)
+    for (producer_id, producer_epoch), tps in wanted.items():
+        codes = await broker.txn_cluster.verify(
+            transactional_id, producer_id, producer_epoch, [(tp.topic, tp.partition) for tp in tps]
+        )
+        for tp in tps:
+            code = codes.get((tp.topic, tp.partition), 15)
+            if code == 0:
+                continue
+            underlying = _error_name(code)
+            if code in _RETRIABLE_VERIFICATION:
+                code = NOT_ENOUGH_REPLICAS
+            elif code == 90:  # PRODUCER_FENCED
+                code = 47  # INVALID_PRODUCER_EPOCH
+            refused[tp] = (
+                code,
+                f"Unable to verify the partition has been added to the transaction. Underlying error: {underlying}",
+            )
+    return refused
+
+
 async def handle(broker, header, request):
     acks = request.acks
     entries: dict[TopicPartition, bytes] = {}
@@ -102,6 +168,9 @@ async def handle(broker, header, request):
                 early[tp] = refused
                 continue
             entries[tp] = bytes(records)
+    if entries and getattr(broker, "txn_cluster", None) is not None:
+        early.update(await _verify_in_cluster(broker, transactional_id, entries))
+        entries = {tp: records for tp, records in entries.items() if tp not in early}
     results = broker.replica_manager.append_records(entries, acks) if entries else {}
     if broker.metrics is not None:
         broker.metrics.produced(entries, results)

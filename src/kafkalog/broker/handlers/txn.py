@@ -217,7 +217,11 @@ async def handle_txn_offset_commit(broker, header, request) -> Response:
                     request.transactional_id, request.producer_id, request.producer_epoch, [offsets_tp]
                 )
             )[offsets_tp]
-            error = int(Errors.INVALID_PRODUCER_EPOCH) if code == Errors.PRODUCER_FENCED else code
+            if code == Errors.PRODUCER_FENCED:
+                code = int(Errors.INVALID_PRODUCER_EPOCH)
+            elif code == 13:  # NETWORK_EXCEPTION: the coordinator did not answer; the client retries
+                code = int(Errors.COORDINATOR_NOT_AVAILABLE)
+            error = code
         else:
             error = int(group_coordinator.ensure_offsets_topic())
             if error == GroupErrors.NONE:
