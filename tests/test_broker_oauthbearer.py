@@ -134,7 +134,9 @@ def test_listener_configuration():
 
     endpoint = Endpoint("SASL_PLAINTEXT", "127.0.0.1", 0, "SASL_PLAINTEXT")
     props = {"sasl.enabled.mechanisms": "OAUTHBEARER"}
-    with pytest.raises(InvalidConfigurationError, match="listener.name.sasl_plaintext.oauthbearer.sasl.jaas.config"):
+    with pytest.raises(
+        InvalidConfigurationError, match=r"listener\.name\.sasl_plaintext\.oauthbearer\.sasl\.jaas\.config"
+    ):
         listener_sasl(props, endpoint)
     props["listener.name.sasl_plaintext.oauthbearer.sasl.jaas.config"] = JAAS
     options = listener_sasl(props, endpoint).oauthbearer
@@ -381,7 +383,7 @@ def test_sessions_end_with_the_token_and_clients_reauthenticate(tmp_path):
             assert wait_until(lambda: time.monotonic() - authenticated > lifetime, 5)
             client.send(encode_request(MetadataRequest(version=1, topics=None), 1))
             assert client.closed_by_peer()
-        assert "its SASL session has expired" in b.log
+        assert wait_until(lambda: "its SASL session has expired" in b.log, 10)
         with RawClient(b.bootstrap_of("SASL_PLAINTEXT")) as client:
             _handshake(client)
             _authenticate(client, _first(jwt(_claims(life_s=30))))
