@@ -27,6 +27,36 @@ in the same run, so that ratios compare like with like on a shared, noisy machin
 
 Goals (the issue's): produce >= 0.5 of the limit with 1 KiB values and >= 1.0 of the mock; consume >= 0.7
 of sendfile and >= 1.0 of the mock; p99 <= 5 ms at 10,000 msg/s. The JSON has every ratio ("ratios").
+
+Where the broker's time goes (py-spy on the broker process: benchmarks/profile_broker.py; A/B of commits in
+alternating rounds: benchmarks/ab_broker.py, figures in results/broker-ab.json):
+
+- Bulk produce (1 MiB requests): the broker is not the only process wanting the 2 cores; its event loop
+  waits in select much of the time, and a GB costs it 2-3 CPU-seconds (the mock cluster: about 0.4): reading
+  the socket (recv, the stream reader's buffer, then the frame copy), the append (pwritev into the page cache,
+  the CRC-32C and record walk in numba on the check thread, index entries in mmapped files) and the answer.
+  A 100-byte-record request over 16 partitions costs 3-4x as much per byte (per-partition work).
+- Small requests (the latency load): Python per request, about 120 us of broker CPU for a one-record produce
+  after the fixes below, spread flat over the loop, decode, append and validation (2-6% each).
+- Consume: sendfile leaves the broker at 0.3-0.6 CPU-seconds per GB; the confluent-kafka consumer (a Python
+  object per record) is the bottleneck, and kcat (C) reads 2-4x faster from the same broker.
+- One-off stalls on the event loop: numba's first dispatch (~1 s, now at startup), the first FindCoordinator
+  creating __consumer_offsets (50 partitions, ~1 s), a leader-epoch checkpoint fsync on a partition's first
+  append.
+
+Changes measured (B/A, medians of 3 alternating rounds; CPU per GB from /proc, so 10 ms ticks): stream reader
+limit 1 MiB (CPU/GB produced 0.84-0.88x); numba loaded at startup (first produce 958 -> 49 ms); no quota
+lookup without quotas + direct os.sendfile of a region before loop.sendfile (CPU/GB produced 0.80-0.90x,
+latency p50 at 5k msg/s 0.36x); a null-check plan per message class and asyncio.timeout instead of wait_for on
+the size prefix (broker CPU per one-record produce 227 -> 210 us); the Produce response encoded by hand
+(kafka-python's tagged-field encoder took a third of a small request: broker CPU per one-record produce 177 ->
+117 us, round trip p50 172 -> 122 us). All together, with what other work added to the request path meanwhile
+(idle timers, metrics): 175 -> 153 us per one-record produce. Measured and not taken: uvloop (no gain beyond
+noise, and it has no native sendfile), turning off the append/check overlap (no difference), asyncio.timeout
+for the fetch long poll's wait (1.2x the broker CPU per message at 5,000 msg/s in two runs of 4 alternating
+rounds). PLAINTEXT consume slower than TLS was not reproduced: with the same consumer and topic PLAINTEXT read
+96-143 MB/s and TLS 59-103 MB/s before these changes, and 2.60x / 1.16x TLS's rate in the two full runs after
+(the "tls" row of each run watches it).
 """
 
 from __future__ import annotations

@@ -517,3 +517,43 @@ def test_a_refused_create_does_not_leave_a_new_log_dir_behind(tmp_path: Path) ->
     bad_config = run("topics", "--log-dir", str(d), "--create", "--topic", "t", "--config", "segment.bytes=13")
     assert bad_name.exit_code == 1 and bad_config.exit_code == 1 and "segment.bytes" in bad_config.output
     assert not d.exists()
+
+
+@pytest.mark.parametrize("job", [["export", "--topic", "t", "--output", "out"], ["report"]])
+def test_spark_jobs_refuse_a_folder_that_is_not_a_log_dir_before_spark_starts(tmp_path: Path, job: list[str]) -> None:
+    pytest.importorskip("pyspark")
+    missing = tmp_path / "nowhere"
+    result = run("spark", job[0], "--log-dir", str(missing), *job[1:])
+    assert result.exit_code == 1 and result.output == f"Error: Log dir {missing} does not exist\n"
+
+
+# ----- dump --cluster-metadata-decoder on a real KRaft broker's snapshot ----------------------------------------
+
+
+def test_cluster_metadata_decoder_prints_kafkas_lines_for_a_real_kraft_snapshot() -> None:
+    """core/src/main/scala/kafka/tools/DumpLogSegments.scala, ClusterMetadataLogMessageParser: no key ("No keys
+    for metadata records"), and the payload is a JSON object {"type": MetadataRecordType name, "version": n,
+    "data": MetadataJsonConverters.writeJson(...)}, whose fields follow the record's schema
+    (metadata/src/main/resources/common/metadata/PartitionRecord.json: partitionId, topicId, replicas, isr,
+    removingReplicas, addingReplicas, leader, leaderEpoch, partitionEpoch, directories; the tagged
+    leaderRecoveryState only when it is not its default 0)."""
+    import json
+
+    from conftest import fixture_path
+
+    snapshot = fixture_path(
+        "broker-logs", "itumelengmogase-cp77-kraft", "kafka-data", "__cluster_metadata-0",
+        "00000000000000021265-0000000006.checkpoint",
+    )  # fmt: skip
+    result = run("dump", "--files", str(snapshot), "--cluster-metadata-decoder")
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[:2] == [f"Dumping {snapshot}", "Snapshot end offset: 21265, epoch: 6"]
+    records = [line for line in lines if line.startswith("| offset: ")]
+    assert records and all(" key: " not in line for line in records)
+    partitions = [json.loads(line.split(" payload: ", 1)[1]) for line in records if "PARTITION_RECORD" in line]
+    assert partitions and all(list(p) == ["type", "version", "data"] for p in partitions)
+    assert list(partitions[0]["data"])[:10] == [
+        "partitionId", "topicId", "replicas", "isr", "removingReplicas", "addingReplicas", "leader", "leaderEpoch",
+        "partitionEpoch", "directories",
+    ]  # fmt: skip

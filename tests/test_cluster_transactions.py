@@ -8,13 +8,13 @@ coordinates it, and the markers reach the data partitions' leaders on the other 
 from __future__ import annotations
 
 import random
-import threading
 import time
 
 import pytest
 
 from kafkalog.coordinator.group.coordinator import partition_for
 from tools.cluster import zookeeper
+from tools.cluster.txnload import read_all, transactional_producer
 
 missing = zookeeper.available()
 pytestmark = pytest.mark.skipif(missing is not None, reason=f"no ZooKeeper: {missing}")
@@ -46,55 +46,15 @@ def _create(cluster, topic: str, partitions: int) -> None:
     )
 
 
-def _producer(cluster, txn_id: str):
-    from confluent_kafka import Producer
-
-    producer = Producer(
-        {
-            "bootstrap.servers": cluster.bootstrap,
-            "transactional.id": txn_id,
-            "transaction.timeout.ms": 30000,
-            "message.timeout.ms": 30000,
-            "linger.ms": 5,
-        }
-    )
-    producer.init_transactions(60)
-    return producer
-
-
-def _committed(cluster, topic: str, partitions: int, isolation: str = "read_committed") -> dict[int, list[str]]:
-    """Every record value a consumer with ``isolation`` reads from each partition, to the end."""
-    from confluent_kafka import Consumer, TopicPartition
-
-    live = ",".join(b.bootstrap for b in cluster.brokers.values() if b.alive)
-    consumer = Consumer(
-        {
-            "bootstrap.servers": live,
-            "group.id": f"reader-{time.monotonic_ns()}",
-            "enable.auto.commit": False,
-            "isolation.level": isolation,
-            "auto.offset.reset": "earliest",
-            "enable.partition.eof": True,
-        }
-    )
-    out: dict[int, list[str]] = {p: [] for p in range(partitions)}
-    try:
-        consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-        done: set[int] = set()
-        deadline = time.monotonic() + 60
-        while len(done) < partitions and time.monotonic() < deadline:
-            msg = consumer.poll(1.0)
-            if msg is None:
-                continue
-            if msg.error():
-                if msg.error().code() == -191:  # _PARTITION_EOF
-                    done.add(msg.partition())
-                continue
-            out[msg.partition()].append(msg.value().decode())
-        assert len(done) == partitions, f"only partitions {sorted(done)} read to their end"
-    finally:
-        consumer.close()
-    return out
+def _read_settled(cluster, topic: str, wanted: dict[int, list[str]], timeout: float = 30.0) -> dict[int, list[str]]:
+    """What read_committed reads, read again until it is ``wanted`` or ``timeout`` passed: commit_transaction returns
+    once the commit is prepared, and the markers that move the last stable offset follow a moment later."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = read_all(cluster, topic, len(wanted))
+        if found == wanted or time.monotonic() > deadline:
+            return found
+        time.sleep(0.2)
 
 
 def _find_coordinator(cluster, txn_id: str) -> int:
@@ -123,7 +83,7 @@ def test_transactions_span_brokers(cluster):
     _create(cluster, topic, 3)
     assert {p["leader"] for p in cluster.metadata(topic).values()} == {1, 2, 3}
     txn_id = "spread-1"
-    producer = _producer(cluster, txn_id)
+    producer = transactional_producer(cluster.bootstrap, txn_id)
     state = cluster.metadata("__transaction_state")
     assert len(state) == STATE_PARTITIONS and all(len(p["replicas"]) == 3 for p in state.values()), state
     assert _find_coordinator(cluster, txn_id) == state[partition_for(txn_id, STATE_PARTITIONS)]["leader"]
@@ -143,8 +103,8 @@ def test_transactions_span_brokers(cluster):
         else:
             producer.flush(30)  # written to the logs first (librdkafka drops what it has not sent yet on abort)
             producer.abort_transaction(30)
-    assert _committed(cluster, topic, 3) == expected
-    assert _committed(cluster, topic, 3, "read_uncommitted") == everything
+    assert _read_settled(cluster, topic, expected) == expected
+    assert read_all(cluster, topic, 3, "read_uncommitted") == everything
     # The coordinator is another broker than two of the data partitions' leaders: markers went over the wire.
     logs = "".join(line for b in cluster.brokers.values() for line in b.lines)
     assert "Elected as the txn coordinator for partition" in logs
@@ -154,59 +114,28 @@ def test_coordinator_killed_mid_stream(cluster):
     """The transaction coordinator is SIGKILLed while a transactional producer commits a transaction every few
     records: a new leader of the state partition takes over (loading its state, completing what was prepared) and
     the producer goes on (re-created after a fatal error, as an application does); every committed transaction is
-    read exactly once by a read_committed consumer, none partially, none twice."""
-    from confluent_kafka import KafkaException
+    read exactly once by a read_committed consumer, none partially, none twice, nothing aborted."""
+    from tools.cluster.txnload import TxnLog, kill_when, run_transactions, settled_check
 
     topic = "txn-failover"
     _create(cluster, topic, 3)
     txn_id = "failover-1"
-    producer = _producer(cluster, txn_id)
     coordinator = _find_coordinator(cluster, txn_id)
-    committed: list[int] = []  # batch numbers whose commit_transaction returned
-    batches = 40
-    killed = threading.Event()
+    log = TxnLog()
+    delay = random.Random(21).uniform(0.0, 0.3)  # lands anywhere in a transaction: produce, EndTxn, markers
 
-    def kill_when_running() -> None:  # lands anywhere in a transaction: produce, AddPartitions, EndTxn, markers
-        while len(committed) < 12:
-            time.sleep(0.01)
-        time.sleep(random.Random(21).uniform(0.0, 0.3))
+    def kill() -> None:
+        time.sleep(delay)
         cluster.brokers[coordinator].kill()
-        killed.set()
 
-    killer = threading.Thread(target=kill_when_running, daemon=True)
-    killer.start()
-    batch = 0
-    while batch < batches:
-        try:
-            producer.begin_transaction()
-            for i in range(6):
-                producer.produce(topic, value=f"b{batch}-{i}".encode(), partition=i % 3)
-            producer.commit_transaction(60)
-            committed.append(batch)
-            batch += 1
-        except KafkaException as e:
-            error = e.args[0]
-            if error.txn_requires_abort():
-                producer.abort_transaction(60)
-            elif error.retriable():
-                continue  # the same batch again in a new transaction (the failed one is aborted or never began)
-            else:  # fatal (e.g. fenced): a new producer with the same id, as librdkafka's docs advise
-                producer = _producer(cluster, txn_id)
-            seen = {v.split("-")[0] for vs in _committed(cluster, topic, 3).values() for v in vs}
-            if f"b{batch}" in seen:  # the commit did happen before the error
-                committed.append(batch)
-                batch += 1
+    killer = kill_when(lambda: len(log.committed) >= 12, kill)
+    run_transactions(cluster, topic, "failover-1", 40, 6, 3, log, deadline_s=240)
     killer.join(60)
-    assert killed.is_set() and len(committed) == batches
-    new_coordinator = _find_coordinator(cluster, txn_id)
-    assert new_coordinator != coordinator
-    values = [v for vs in _committed(cluster, topic, 3).values() for v in vs]
-    assert len(values) == len(set(values)), "a record read twice"
-    by_batch: dict[str, int] = {}
-    for v in values:
-        by_batch[v.split("-")[0]] = by_batch.get(v.split("-")[0], 0) + 1
-    assert sorted(by_batch) == sorted(f"b{b}" for b in committed), "a committed batch lost, or an aborted one seen"
-    assert set(by_batch.values()) == {6}, "a transaction seen in part"
+    assert not cluster.brokers[coordinator].alive and not log.errors, log.errors
+    assert _find_coordinator(cluster, txn_id) != coordinator
+    _, problems = settled_check(cluster, topic, 3, log.committed, 6)
+    assert problems == {"lost": [], "duplicated": [], "phantom": []}, problems
+    assert len(log.committed) == 40
     cluster.brokers[coordinator].start()
 
 
@@ -245,7 +174,7 @@ def test_produce_verified_with_a_coordinator_on_another_broker(cluster):
             return int(data_client.call(request, 9).responses[0].partition_responses[0].error_code)
 
         assert produce() == 48  # INVALID_TXN_STATE
-        assert _committed(cluster, topic, 3, "read_uncommitted")[partition] == []
+        assert read_all(cluster, topic, 3, "read_uncommitted")[partition] == []
         Topic = AddPartitionsToTxnRequest.AddPartitionsToTxnTopic
         added = txn_client.call(
             AddPartitionsToTxnRequest(
@@ -264,4 +193,4 @@ def test_produce_verified_with_a_coordinator_on_another_broker(cluster):
             transactional_id=txn_id, producer_id=init.producer_id, producer_epoch=init.producer_epoch, committed=True
         )
         assert txn_client.call(end, 3).error_code == 0
-    assert _committed(cluster, topic, 3)[partition] == ["verified"]
+    assert _read_settled(cluster, topic, {0: [], 1: [], 2: [], partition: ["verified"]})[partition] == ["verified"]

@@ -23,6 +23,10 @@
 - exactly-once (full runs; the quick form is tests/test_eos_loop.py): a confluent-kafka consume-transform-produce
   program against ``kafkalog serve``, SIGKILLed at random moments and restarted until it has consumed its input;
   every input's output exactly once in the read_committed output (``tools.reliability.eos``; 50 runs).
+- cluster transactions (full runs, or ``--cluster-txn-only``; quick form tests/test_cluster_transactions.py): three
+  brokers, a transactional producer committing across partitions led by different brokers while the coordinator (2
+  in 3) or another broker is SIGKILLed 20 times; every committed transaction read once, completely, nothing else
+  (``tools.reliability.cluster_txn``).
 - kill -9 of ``kafkalog serve`` (full runs, or ``--broker-only``): an idempotent acks=all librdkafka producer and
   a consumer group under 200 broker SIGKILLs per flush policy; nothing acknowledged lost or duplicated, the group
   resumes at its committed offsets (``tools.reliability.broker_kill9``); a tmpfs log dir that fills up under
@@ -520,6 +524,9 @@ def run(quick: bool = False, iterations: int | None = None, seed: int = 1, root:
             rows += replication_rows(False, root, seed + 4)
             rows += broker_rows(False, root, seed + 5)
             rows.append(eos_row(50, root, seed + 6))
+            from .cluster_txn import cluster_txn_row
+
+            rows.append(cluster_txn_row(root, 20, seed + 7))
         return rows
     finally:
         if own_root:
@@ -600,9 +607,22 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="only the exactly-once row: a consume-transform-produce program under kill -9 (50 runs, 3 with --quick)",
     )
+    parser.add_argument(
+        "--cluster-txn-only",
+        action="store_true",
+        help="only the cluster transaction row: 3 brokers, the coordinator SIGKILLed (20 kills, 3 with --quick)",
+    )
     args = parser.parse_args(argv)
     start = time.monotonic()
-    if args.eos_only:
+    if args.cluster_txn_only:
+        from .cluster_txn import cluster_txn_row
+
+        root = Path(tempfile.mkdtemp(prefix="kafkalog-cluster-txn-"))
+        try:
+            rows = [cluster_txn_row(root, 3 if args.quick else 20, args.seed + 7)]
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+    elif args.eos_only:
         from .eos import eos_row
 
         root = Path(tempfile.mkdtemp(prefix="kafkalog-eos-"))

@@ -21,7 +21,9 @@ Limits: ``max.connections`` (a new connection waits for a slot, as Kafka's accep
 is one whose client has not taken a response within it).
 
 The loop is asyncio's own: uvloop's transports have no native sendfile (loop.sendfile would copy), so it
-would cost the zero-copy path.
+would cost the zero-copy path. Measured (issue 23, alternating brokers, 3 rounds on 2 shared cores): uvloop
+gave 0.95-0.97x the broker CPU per GB produced (within the noise) and 1.67x per GB consumed (the copies),
+and no consistent latency gain at 5,000-10,000 msg/s; not worth losing sendfile.
 """
 
 from __future__ import annotations

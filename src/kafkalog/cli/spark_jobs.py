@@ -71,14 +71,21 @@ class SparkGroup(click.Group):
             raise click.ClickException(spark_error_line(e)) from None
 
 
-def _require_topic(log_dirs: tuple[Path, ...], topic: str) -> None:
-    """The topic must exist before a job writes into it (the sink does not create topics): checked on the files,
-    before Spark starts, with the command that creates it."""
-    from ..partition.readonly import ReadOnlyLogDir, log_dir_problem
+def _require_log_dirs(log_dirs: tuple[Path, ...]) -> None:
+    """Each --log-dir must be a log dir: checked on the files before Spark starts (a wrong path is one line)."""
+    from ..partition.readonly import log_dir_problem
 
     for directory in log_dirs:
         if (problem := log_dir_problem(directory)) is not None:
             raise click.ClickException(problem)
+
+
+def _require_topic(log_dirs: tuple[Path, ...], topic: str) -> None:
+    """The topic must exist before a job writes into it (the sink does not create topics): checked on the files,
+    before Spark starts, with the command that creates it."""
+    from ..partition.readonly import ReadOnlyLogDir
+
+    _require_log_dirs(log_dirs)
     if topic not in ReadOnlyLogDir(list(log_dirs)).topics():
         dirs = " ".join(f"--log-dir {d}" for d in log_dirs)
         raise click.ClickException(
@@ -108,6 +115,7 @@ def export_command(log_dirs: tuple[Path, ...], topic: str, output: Path, fmt: st
     """Append the records of TOPIC not exported yet to OUTPUT (incremental by offsets)."""
     from ..spark.jobs import export
 
+    _require_log_dirs(log_dirs)
     spark = _session(master)
     result = export(spark, [str(d) for d in log_dirs], topic, str(output), fmt=fmt, progress=True)
     if result.up_to_date:
@@ -174,6 +182,7 @@ def report_command(log_dirs: tuple[Path, ...], output: Path | None, master: str)
     compaction dirty ratios."""
     from ..spark.jobs import report
 
+    _require_log_dirs(log_dirs)
     spark = _session(master)
     _, partitions = report(spark, [str(d) for d in log_dirs], output=str(output) if output else None)
     table = Table(title=f"{len(partitions)} partitions in {', '.join(str(d) for d in log_dirs)}")
