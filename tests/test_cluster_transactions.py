@@ -46,6 +46,17 @@ def _create(cluster, topic: str, partitions: int) -> None:
     )
 
 
+def _read_settled(cluster, topic: str, wanted: dict[int, list[str]], timeout: float = 30.0) -> dict[int, list[str]]:
+    """What read_committed reads, read again until it is ``wanted`` or ``timeout`` passed: commit_transaction returns
+    once the commit is prepared, and the markers that move the last stable offset follow a moment later."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = read_all(cluster, topic, len(wanted))
+        if found == wanted or time.monotonic() > deadline:
+            return found
+        time.sleep(0.2)
+
+
 def _find_coordinator(cluster, txn_id: str) -> int:
     """The broker id FindCoordinator(TRANSACTION) v2 names, asked of a live broker over a plain socket."""
     from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse
@@ -92,7 +103,7 @@ def test_transactions_span_brokers(cluster):
         else:
             producer.flush(30)  # written to the logs first (librdkafka drops what it has not sent yet on abort)
             producer.abort_transaction(30)
-    assert read_all(cluster, topic, 3) == expected
+    assert _read_settled(cluster, topic, expected) == expected
     assert read_all(cluster, topic, 3, "read_uncommitted") == everything
     # The coordinator is another broker than two of the data partitions' leaders: markers went over the wire.
     logs = "".join(line for b in cluster.brokers.values() for line in b.lines)
@@ -104,7 +115,7 @@ def test_coordinator_killed_mid_stream(cluster):
     records: a new leader of the state partition takes over (loading its state, completing what was prepared) and
     the producer goes on (re-created after a fatal error, as an application does); every committed transaction is
     read exactly once by a read_committed consumer, none partially, none twice, nothing aborted."""
-    from tools.cluster.txnload import TxnLog, check_exactly_once, kill_when, run_transactions
+    from tools.cluster.txnload import TxnLog, kill_when, run_transactions, settled_check
 
     topic = "txn-failover"
     _create(cluster, topic, 3)
@@ -122,8 +133,7 @@ def test_coordinator_killed_mid_stream(cluster):
     killer.join(60)
     assert not cluster.brokers[coordinator].alive and not log.errors, log.errors
     assert _find_coordinator(cluster, txn_id) != coordinator
-    values = [v for vs in read_all(cluster, topic, 3).values() for v in vs]
-    problems = check_exactly_once(values, log.committed, 6)
+    _, problems = settled_check(cluster, topic, 3, log.committed, 6)
     assert problems == {"lost": [], "duplicated": [], "phantom": []}, problems
     assert len(log.committed) == 40
     cluster.brokers[coordinator].start()
@@ -183,4 +193,4 @@ def test_produce_verified_with_a_coordinator_on_another_broker(cluster):
             transactional_id=txn_id, producer_id=init.producer_id, producer_epoch=init.producer_epoch, committed=True
         )
         assert txn_client.call(end, 3).error_code == 0
-    assert read_all(cluster, topic, 3)[partition] == ["verified"]
+    assert _read_settled(cluster, topic, {0: [], 1: [], 2: [], partition: ["verified"]})[partition] == ["verified"]

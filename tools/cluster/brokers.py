@@ -114,6 +114,7 @@ class LocalCluster:
             # 3 x 5 s): tests stop whole clusters, one broker after the other.
             "controlled.shutdown.retry.backoff.ms": "500",
             "group.initial.rebalance.delay.ms": "0",
+            "offsets.topic.num.partitions": "3",  # Kafka's 50 x 3 replicas would make every test cluster slow
             **(overrides or {}),
         }
         self.brokers = {

@@ -93,16 +93,18 @@ def run_transactions(
     partitions: int,
     log: TxnLog,
     deadline_s: float = 600.0,
+    stop: threading.Event | None = None,
 ) -> TxnLog:
-    """Commit ``batches`` transactions of ``per_batch`` records each; ``log`` fills as it goes (another thread
-    may watch ``log.committed`` to time its faults)."""
+    """Commit ``batches`` transactions of ``per_batch`` records each (fewer if ``stop`` is set first: then every
+    transaction begun is finished); ``log`` fills as it goes (another thread may watch ``log.committed`` to time its
+    faults)."""
     from confluent_kafka import KafkaException
 
     producer = transactional_producer(cluster.bootstrap, txn_id)
     log.producers += 1
     batch = 0
     deadline = time.monotonic() + deadline_s
-    while batch < batches and time.monotonic() < deadline:
+    while batch < batches and time.monotonic() < deadline and not (stop is not None and stop.is_set()):
         try:
             producer.begin_transaction()
             for i in range(per_batch):
@@ -128,7 +130,7 @@ def run_transactions(
         if f"b{batch}" in seen:  # the commit did happen before the error
             log.committed.append(batch)
             batch += 1
-    if batch < batches:
+    if batch < batches and not (stop is not None and stop.is_set()):
         log.errors.append(f"only {batch} of {batches} transactions committed in {deadline_s:.0f} s")
     return log
 
@@ -161,6 +163,21 @@ def check_exactly_once(values: list[str], committed: list[int], per_batch: int) 
     lost = sorted(b for b in wanted if counts.get(b, 0) < per_batch)
     phantom = sorted(b for b in counts if b not in wanted)
     return {"lost": lost, "duplicated": duplicated, "phantom": phantom}
+
+
+def settled_check(
+    cluster: Any, topic: str, partitions: int, committed: list[int], per_batch: int, timeout_s: float = 30.0
+) -> tuple[list[str], dict[str, list[str]]]:
+    """Read ``topic`` with read_committed and check it, again until nothing committed is missing or ``timeout_s``
+    passed: commit_transaction returns once the coordinator has prepared the commit, and the markers (which move
+    the last stable offset) follow, so the last transaction may become readable a moment later."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        values = [v for vs in read_all(cluster, topic, partitions).values() for v in vs]
+        problems = check_exactly_once(values, committed, per_batch)
+        if not problems["lost"] or time.monotonic() > deadline:
+            return values, problems
+        time.sleep(0.5)
 
 
 def kill_when(condition: Any, action: Any, poll_s: float = 0.01) -> threading.Thread:

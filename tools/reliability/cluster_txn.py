@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from tools.cluster.brokers import LocalCluster
-from tools.cluster.txnload import TxnLog, check_exactly_once, read_all, run_transactions
+from tools.cluster.txnload import TxnLog, run_transactions, settled_check
 
 from .runner import Row
 
@@ -45,8 +45,10 @@ def _coordinator(cluster: LocalCluster) -> int:
     return -1
 
 
-def cluster_txn_row(root: Path, rounds: int, batches: int, seed: int) -> Row:
+def cluster_txn_row(root: Path, rounds: int, seed: int, batches: int = 100_000) -> Row:
+    """``rounds`` kills while the producer commits transactions (at most ``batches``), then the check."""
     row = Row(f"cluster transactions: RF 3, min.insync 2, {rounds} broker SIGKILLs (the coordinator 2 in 3)")
+    stop = threading.Event()
     rng = random.Random(seed)
     overrides = {"auto.leader.rebalance.enable": "false", "transaction.state.log.num.partitions": "4"}
     with LocalCluster(root / "cluster-txn", overrides=overrides) as cluster:
@@ -59,7 +61,9 @@ def cluster_txn_row(root: Path, rounds: int, batches: int, seed: int) -> Row:
         )
         log = TxnLog()
         producer = threading.Thread(
-            target=run_transactions, args=(cluster, TOPIC, TXN_ID, batches, PER_BATCH, 3, log, 1800.0), daemon=True
+            target=run_transactions,
+            args=(cluster, TOPIC, TXN_ID, batches, PER_BATCH, 3, log, 1800.0, stop),
+            daemon=True,
         )
         producer.start()
         coordinators = []
@@ -75,15 +79,16 @@ def cluster_txn_row(root: Path, rounds: int, batches: int, seed: int) -> Row:
                 row.runs += 1
                 time.sleep(rng.uniform(0.2, 2.0))
                 cluster.brokers[victim].start()
+            time.sleep(2.0)  # a few transactions with every broker back
         finally:
+            stop.set()
             producer.join(1800)
             for broker in cluster.brokers.values():
                 if not broker.alive:
                     broker.start()
         row.acked = len(log.committed) * PER_BATCH
         row.failures += log.errors
-        values = [v for vs in read_all(cluster, TOPIC, 3).values() for v in vs]
-        problems = check_exactly_once(values, log.committed, PER_BATCH)
+        values, problems = settled_check(cluster, TOPIC, 3, log.committed, PER_BATCH)
         row.lost = len(problems["lost"])
         row.corrupt = len(problems["duplicated"]) + len(problems["phantom"])
         for kind, found in problems.items():

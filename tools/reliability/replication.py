@@ -7,8 +7,11 @@ tests/test_replication.py.
   ZooKeeper itself is killed and restarted once under load. Then the cluster is stopped cleanly and the checker
   (tools.cluster.checker) reads every replica's log: lost, duplicated, reordered, phantom records and replicas
   whose bytes differ below the high watermark.
-- figures: records/s with acks=1 and acks=all on the three brokers, and the time from a leader's SIGKILL to the
-  first acknowledged produce on its successor.
+- rolling restarts: every broker in turn stopped with SIGTERM (controlled shutdown: the controller moves its
+  leaderships first) and started again, round after round, under acks=all; not one record may fail (only
+  retriable errors are allowed), and the checker must find every acknowledged record on every replica.
+- figures: records/s with acks=1 and acks=all on the three brokers, and the time from a leader's SIGKILL (and
+  from its SIGTERM, a controlled shutdown) to the first acknowledged produce on its successor.
 """
 
 from __future__ import annotations
@@ -16,10 +19,11 @@ from __future__ import annotations
 import random
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from tools.cluster import zookeeper
-from tools.cluster.brokers import LocalCluster
+from tools.cluster.brokers import ClusterBroker, LocalCluster
 from tools.cluster.checker import ProducerLog, check
 from tools.cluster.load import produce
 
@@ -90,6 +94,76 @@ def kills_row(root: Path, rounds: int, records: int, seed: int) -> Row:
     return row
 
 
+def rolling_row(root: Path, rounds: int, records: int) -> Row:
+    """Rolling restarts by SIGTERM under acks=all: no failed record, nothing lost."""
+    row = Row(f"replication: acks=all, {rounds} rolling restart(s) of 3 brokers by SIGTERM (controlled shutdown)")
+    with LocalCluster(root / "rolling") as cluster:
+        _create(cluster, TOPIC, 3)
+        out: dict[str, ProducerLog] = {}
+        rate = max(50.0, records / (rounds * 3 * 3.0))
+        sender = threading.Thread(
+            target=lambda: out.setdefault("log", produce(cluster.bootstrap, TOPIC, "t", records, rate_per_s=rate))
+        )
+        sender.start()
+        try:
+            for _ in range(rounds):
+                for broker in cluster.brokers.values():
+                    time.sleep(1.0)
+                    broker.stop()
+                    row.runs += 1
+                    broker.start()
+                    cluster.wait_for(
+                        lambda: all(len(p["isr"]) == 3 for p in cluster.metadata(TOPIC).values()), 120, "a whole ISR"
+                    )
+        finally:
+            sender.join(600)
+        producers = out.get("log", ProducerLog())
+        row.acked = len(producers.acked)
+        if producers.failed:
+            row.failures.append(f"{len(producers.failed)} records failed: {producers.failed[:3]}")
+        for broker in cluster.brokers.values():
+            broker.stop()
+        report = check({i: b.log_dir for i, b in cluster.brokers.items()}, TOPIC, producers, [0, 1, 2])
+        row.lost = len(report.lost)
+        row.corrupt = len(report.duplicated) + len(report.reordered) + len(report.phantom) + len(report.diverged)
+        row.note = report.summary().split("\n")[0]
+        if not report.ok:
+            row.failures.append(report.summary())
+    return row
+
+
+def _failover_seconds(
+    cluster: LocalCluster, topic: str, stop: Callable[[ClusterBroker], None]
+) -> tuple[float, int, bool]:
+    """(seconds from ``stop(leader)`` to the first acks=all produce acknowledged, the new leader, acknowledged)."""
+    from confluent_kafka import Producer
+
+    leader = cluster.metadata(topic)[0]["leader"]
+    producer = Producer(
+        {
+            "bootstrap.servers": cluster.bootstrap,
+            "acks": "all",
+            "linger.ms": 0,
+            "log_level": 3,
+            "topic.metadata.refresh.interval.ms": 1000,
+            "retry.backoff.ms": 50,
+            "message.timeout.ms": 60000,
+        }
+    )
+    producer.produce(topic, b"before")
+    producer.flush(10)
+    acked = threading.Event()
+    started = time.monotonic()
+    stop(cluster.brokers[leader])
+    producer.produce(topic, b"after", callback=lambda err, msg: err is None and acked.set())
+    while not acked.is_set() and time.monotonic() - started < 60:
+        producer.poll(0.01)
+    elapsed = time.monotonic() - started
+    new_leader = cluster.metadata(topic)[0]["leader"]
+    cluster.brokers[leader].start()
+    return elapsed, new_leader, acked.is_set()
+
+
 def figures_row(root: Path, records: int) -> Row:
     """records/s with acks=1 and acks=all, and the failover time, on one 3-broker cluster."""
     row = Row("replication figures: 3 brokers on loopback, 100-byte records, linger.ms=5")
@@ -108,40 +182,20 @@ def figures_row(root: Path, records: int) -> Row:
             row.acked += len(result.acked)
             best[acks] = max(best.get(acks, 0.0), len(result.acked) / elapsed)
         notes += [f"acks={acks}: {rate:,.0f} records/s" for acks, rate in best.items()]
-        _create(cluster, "failover", 1)
-        leader = cluster.metadata("failover")[0]["leader"]
-        warm = produce(cluster.bootstrap, "failover", "warm", 10)
-        row.acked += len(warm.acked)
-        from confluent_kafka import Producer
-
-        producer = Producer(
-            {
-                "bootstrap.servers": cluster.bootstrap,
-                "acks": "all",
-                "linger.ms": 0,
-                "log_level": 3,
-                "topic.metadata.refresh.interval.ms": 1000,
-                "retry.backoff.ms": 50,
-                "message.timeout.ms": 60000,
-            }
-        )
-        producer.produce("failover", b"before")
-        producer.flush(10)
-        acked = threading.Event()
-        killed = time.monotonic()
-        cluster.brokers[leader].kill()
-        producer.produce("failover", b"after", callback=lambda err, msg: err is None and acked.set())
-        while not acked.is_set() and time.monotonic() - killed < 60:
-            producer.poll(0.01)
-        failover = time.monotonic() - killed
-        new_leader = cluster.metadata("failover")[0]["leader"]
-        notes.append(
-            f"leader {leader} SIGKILLed -> first acks=all produce acknowledged by leader {new_leader} after "
-            f"{failover:.2f} s (zookeeper.session.timeout.ms=4000)"
-        )
-        if not acked.is_set():
-            row.failures.append("no produce was acknowledged within 60 s of the leader's kill")
-        cluster.brokers[leader].start()
+        for how, stop in (("SIGKILLed", lambda b: b.kill()), ("SIGTERMed (controlled shutdown)", lambda b: b.stop())):
+            topic = f"failover-{how.split()[0].lower()}"
+            _create(cluster, topic, 1)
+            leader = cluster.metadata(topic)[0]["leader"]
+            elapsed, new_leader, ok = _failover_seconds(cluster, topic, stop)
+            notes.append(
+                f"leader {leader} {how} -> first acks=all produce acknowledged by leader {new_leader} after "
+                f"{elapsed:.2f} s (zookeeper.session.timeout.ms=4000)"
+            )
+            if not ok:
+                row.failures.append(f"no produce was acknowledged within 60 s of the leader being {how}")
+            cluster.wait_for(
+                lambda t=topic: all(len(p["isr"]) == 3 for p in cluster.metadata(t).values()), 120, "a whole ISR"
+            )
         row.note = "; ".join(notes)
     return row
 
@@ -152,4 +206,4 @@ def replication_rows(quick: bool, root: Path, seed: int = 1) -> list[Row]:
         return [Row("replication", failures=[f"no ZooKeeper: {missing}"])]
     if quick:
         return [kills_row(root, 4, 1500, seed)]
-    return [kills_row(root, 16, 12000, seed), figures_row(root, 20000)]
+    return [kills_row(root, 16, 12000, seed), rolling_row(root, 3, 6000), figures_row(root, 20000)]

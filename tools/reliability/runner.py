@@ -526,7 +526,7 @@ def run(quick: bool = False, iterations: int | None = None, seed: int = 1, root:
             rows.append(eos_row(50, root, seed + 6))
             from .cluster_txn import cluster_txn_row
 
-            rows.append(cluster_txn_row(root, 20, 400, seed + 7))
+            rows.append(cluster_txn_row(root, 20, seed + 7))
         return rows
     finally:
         if own_root:
@@ -619,7 +619,7 @@ def main(argv: list[str] | None = None) -> int:
 
         root = Path(tempfile.mkdtemp(prefix="kafkalog-cluster-txn-"))
         try:
-            rows = [cluster_txn_row(root, 3 if args.quick else 20, 60 if args.quick else 400, args.seed + 7)]
+            rows = [cluster_txn_row(root, 3 if args.quick else 20, args.seed + 7)]
         finally:
             shutil.rmtree(root, ignore_errors=True)
     elif args.eos_only:

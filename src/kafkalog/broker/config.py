@@ -193,6 +193,7 @@ class KafkaConfig:
                 "default.replication.factor must be 1 on a single node "
                 "(set zookeeper.connect to run a replicated cluster)"
             )
+        self.inter_broker_listener = self._inter_broker_listener()
         self.socket_request_max_bytes = _int(p, "socket.request.max.bytes", 100 * 1024 * 1024, 1)
         self.queued_max_requests = _int(p, "queued.max.requests", 500, 1)
         self.group_initial_rebalance_delay_ms = _int(p, "group.initial.rebalance.delay.ms", 3000, 0)
@@ -206,6 +207,29 @@ class KafkaConfig:
         self.group_coordinator = GroupCoordinatorConfig.from_properties(p)  # offsets.*, group.* (checked here)
         self.transaction_coordinator = TransactionCoordinatorConfig.from_properties(p)  # transaction.* (checked)
         self.log = BrokerConfig(self.props)
+
+    def _inter_broker_listener(self) -> str:
+        """The listener brokers of a cluster talk to each other on (Kafka's inter.broker.listener.name, else the
+        listener named after security.inter.broker.protocol, PLAINTEXT by default). A cluster's broker must
+        advertise it (cluster/interbroker.py connects over it with its TLS and SASL settings)."""
+        p = self.props
+        named = p.get("inter.broker.listener.name", "").strip().upper()
+        protocol = p.get("security.inter.broker.protocol", "").strip().upper()
+        if named and protocol:
+            raise InvalidConfigurationError(
+                "Only one of inter.broker.listener.name and security.inter.broker.protocol should be set."
+            )
+        name = named or protocol or "PLAINTEXT"
+        if not p.get("zookeeper.connect", "").strip():
+            return name
+        endpoint = next((e for e in self.advertised if e.name == name), None)
+        if endpoint is None:
+            raise InvalidConfigurationError(
+                f"inter.broker.listener.name must be a listener name defined in advertised.listeners. "
+                f"The valid options based on currently configured listeners are "
+                f"{','.join(e.name for e in self.advertised)}"
+            )
+        return name
 
     @classmethod
     def load(cls, path: str | Path | None = None, overrides: Iterable[str] = ()) -> KafkaConfig:

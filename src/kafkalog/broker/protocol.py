@@ -210,6 +210,7 @@ _ERROR_CODES = {
     "ClusterAuthorizationFailedError": 31,
     "TransactionalIdAuthorizationFailedError": 53,
     "BrokerNotAvailableError": BROKER_NOT_AVAILABLE,
+    "CoordinatorNotAvailableError": COORDINATOR_NOT_AVAILABLE,
     "StaleControllerEpochError": STALE_CONTROLLER_EPOCH,
     "InvalidReplicaAssignmentError": INVALID_REPLICA_ASSIGNMENT,
     "NotControllerError": NOT_CONTROLLER,

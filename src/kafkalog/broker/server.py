@@ -23,6 +23,7 @@ from ..storage.validator import warm_up
 from .apis import RequestRouter
 from .cluster.node import ClusterNode, ClusterSettings
 from .cluster.producer_ids import ZkProducerIdManager
+from .cluster.security_zk import ZkAclStore, ZkCredentialStore
 from .cluster.txn import TransactionCluster
 from .config import KafkaConfig
 from .handlers.group import LoopScheduler
@@ -30,7 +31,7 @@ from .metrics import BrokerMetrics, MetricsEndpoint
 from .network import SocketSecurity, SocketServer
 from .producer_ids import ProducerIdManager
 from .purgatory import FetchPurgatory
-from .quota import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, QuotaManager, QuotaStore
+from .quota import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, QuotaManager, QuotaStore, request_quota
 from .replica_access import ReplicaManager, prepare_replica_manager
 from .security.acl import Authorizer
 from .security.context import CURRENT
@@ -101,6 +102,7 @@ class KafkaServer:
         self.quota_store: QuotaStore | None = None
         self.produce_quota: QuotaManager | None = None
         self.fetch_quota: QuotaManager | None = None
+        self.request_quota: QuotaManager | None = None
         # The request path's counters (always kept: a few integer adds per request); served over HTTP when
         # metrics.port is set (broker/metrics.py).
         self.metrics = BrokerMetrics()
@@ -137,14 +139,23 @@ class KafkaServer:
         warming = threading.Thread(target=warm_up, name="kafkalog-warm-up", daemon=True)
         warming.start()
         security = self._socket_security()
-        # ACLs and SCRAM credentials live in the first log dir (Kafka keeps them in ZooKeeper or the metadata log).
-        self.authorizer = Authorizer.from_config(self.config.props, self.config.log_dirs[0])
-        self.credential_store = CredentialStore(self.config.log_dirs[0])
-        self.quota_store = QuotaStore(self.config.log_dirs[0])
+        # A single node keeps its ACLs and SCRAM credentials in the first log dir; a broker of a ZooKeeper cluster
+        # keeps them where Kafka's ZooKeeper mode does, shared by every broker (cluster/security_zk.py).
+        props, first_dir = self.config.props, self.config.log_dirs[0]
+        if self.cluster_settings is None:
+            self.authorizer = Authorizer.from_config(props, first_dir)
+            self.credential_store = CredentialStore(first_dir)
+        self.quota_store = QuotaStore(first_dir)
         zk_cluster_id = None
         if self.cluster_settings is not None:
             self.cluster = ClusterNode(self, self.cluster_settings)
             zk_cluster_id = await self.cluster.connect()
+            zk_client = self.cluster.zk
+            acl_store = None
+            if props.get("authorizer.class.name", "").strip():
+                acl_store = await asyncio.to_thread(ZkAclStore, zk_client)
+            self.authorizer = Authorizer.from_config(props, first_dir, store=acl_store)
+            self.credential_store = await asyncio.to_thread(ZkCredentialStore, zk_client)
         meta = _meta_properties(self.config, zk_cluster_id)
         self.cluster_id = meta.cluster_id
         self.log_manager = LogManager(self.config.log_dirs, self.config.log)
@@ -154,9 +165,8 @@ class KafkaServer:
             self.cluster.replica_manager = self.replica_manager
             for tp, partition in self.replica_manager.partitions.items():
                 # Lead nothing until ZooKeeper's state says so: a restarted broker may no longer be the leader.
-                # The group coordinator's __consumer_offsets is not replicated yet: it stays local and led here.
-                # __transaction_state is replicated like any topic.
-                if not tp.topic.startswith("__") or tp.topic == TRANSACTION_STATE_TOPIC_NAME:
+                # __consumer_offsets and __transaction_state are replicated like any topic.
+                if not tp.topic.startswith("__") or tp.topic in ("__consumer_offsets", TRANSACTION_STATE_TOPIC_NAME):
                     partition.make_follower(-1, partition.leader_epoch)
         self.purgatory = FetchPurgatory(asyncio.get_running_loop())
         self.replica_manager.add_listener(self.purgatory.notify)
@@ -167,13 +177,18 @@ class KafkaServer:
         samples, window_ms = self.config.quota_window_num, self.config.quota_window_size_seconds * 1000
         self.produce_quota = QuotaManager(self.quota_store, PRODUCER_BYTE_RATE, samples, window_ms)
         self.fetch_quota = QuotaManager(self.quota_store, CONSUMER_BYTE_RATE, samples, window_ms)
+        self.request_quota = request_quota(self.quota_store, samples, window_ms)
         self.group_coordinator = GroupCoordinator(
             self.log_manager,
             self.config.group_coordinator,
             self.log_manager.clock,
             LoopScheduler(asyncio.get_running_loop()),
         )
-        self.group_coordinator.startup()  # loads the groups and offsets of __consumer_offsets
+        # A single node loads the groups and offsets of __consumer_offsets now; a broker of a cluster loads each
+        # partition when it becomes its leader.
+        if self.cluster is not None:
+            self.group_coordinator.cluster_partition_exists = self.cluster.partition_exists
+        self.group_coordinator.startup(clustered=self.cluster is not None)
         await asyncio.get_running_loop().run_in_executor(None, warming.join)
         self.txn_coordinator = TransactionCoordinator(
             self.log_manager,
@@ -264,11 +279,22 @@ class KafkaServer:
     def bound_addresses(self) -> list[tuple[str, int]]:
         return list(self.socket_server.bound) if self.socket_server else []
 
+    def advertised_endpoints(self) -> list[tuple[str, str, str, int]]:
+        """(listener, security protocol, host, port) of every advertised listener, the inter-broker one first
+        (what a broker of a cluster registers in ZooKeeper)."""
+        inter = self.config.inter_broker_listener
+        ordered = sorted(self.config.advertised, key=lambda e: e.name != inter)
+        return [(e.name, e.security_protocol, *self._resolved(e)) for e in ordered]
+
     def advertised_endpoint(self) -> tuple[str, int]:
         """(host, port) clients are told to connect to: the advertised listener of the request's listener (as
         Kafka answers with the endpoints of the listener a request came in on), else the first one."""
         listener = CURRENT.get().listener
         endpoint = next((e for e in self.config.advertised if e.name == listener), self.config.advertised[0])
+        return self._resolved(endpoint)
+
+    def _resolved(self, endpoint) -> tuple[str, int]:
+        """An advertised endpoint with port 0 or no host resolved to where its listener is bound."""
         host, port = endpoint.host, endpoint.port
         if port == 0 or not host or host == "0.0.0.0":
             bound = self.socket_server.bound_by_listener.get(endpoint.name) if self.socket_server else None

@@ -2,10 +2,17 @@
 
 - ``zkdata``: the znode paths and JSON shapes Kafka's ``kafka.zk.ZkData`` writes, so a ZooKeeper tool (or
   ``zookeeper-shell``) reads a kafkalog cluster as a Kafka one.
-- ``controller``: controller election on the ephemeral ``/controller`` node and leader election from the ISR.
-- ``replication``: the broker side: applying each partition's leader and ISR, the replica fetchers, ISR shrink
-  and expansion, and the wait of ``acks=-1`` produces.
-- ``assignment``: Kafka's rack-unaware replica assignment.
+- ``node``: this broker's membership: registration, controller election on the ephemeral ``/controller`` node and
+  the controller's election pass (leaders from the ISR), and the broker side: applying each partition's leader and
+  ISR, ISR shrink and expansion, the wait of ``acks=-1`` produces, controlled shutdown, the group coordinator's
+  partitions of ``__consumer_offsets`` (loaded on election, unloaded on resignation).
+- ``fetcher``: the replica fetchers (truncation by OffsetForLeaderEpoch, then Fetch with a replica id).
+- ``controller``: what the controller does on request or on a timer: controlled shutdown (ControlledShutdown from
+  a stopping broker), preferred and unclean elections (ElectLeaders, the auto-leader-rebalance task), and topic
+  deletion (StopReplica to every replica broker, then the topic's znodes go).
+- ``security_zk``: ACLs and SCRAM credentials in ZooKeeper (``/kafka-acl``, ``/config/users``) with Kafka's
+  change notifications, so every broker enforces the same ACLs and authenticates the same users.
+- ``assignment``: Kafka's rack-unaware replica assignment; ``producer_ids``: producer-id blocks from ZooKeeper.
 
 Why brokers watch the partition state znodes instead of receiving LeaderAndIsr/UpdateMetadata requests from
 the controller: the state znode is already the single truth (Kafka's controller writes it first and only then

@@ -11,7 +11,7 @@ offset is what tells the leader how far it has come.
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import functools
 import logging
 import struct
 from collections.abc import Callable
@@ -50,14 +50,29 @@ _BATCH_LENGTH = struct.Struct(">qi")
 class BrokerConnection:
     """One client connection to another broker: requests one at a time (a fetcher waits for each answer)."""
 
-    def __init__(self, host: str, port: int, client_id: str) -> None:
+    def __init__(self, host: str, port: int, client_id: str, security=None) -> None:
         self.host, self.port, self.client_id = host, port, client_id.encode()
+        self.security = security  # InterBrokerSecurity (TLS and/or SASL of the inter-broker listener), or None
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._correlation = 0
 
     async def connect(self, timeout: float) -> None:
-        self._reader, self._writer = await asyncio.wait_for(asyncio.open_connection(self.host, self.port), timeout)
+        """Open the connection; over TLS and authenticated by SASL when the inter-broker listener says so."""
+        context = getattr(self.security, "ssl_context", None)
+        opening = (
+            asyncio.open_connection(self.host, self.port, ssl=context, server_hostname=self.host)
+            if context is not None
+            else asyncio.open_connection(self.host, self.port)
+        )
+        self._reader, self._writer = await asyncio.wait_for(opening, timeout)
+        if self.security is not None and self.security.mechanism is not None:
+            try:
+                # The base class's request (a v1 header): SaslHandshake v1 and SaslAuthenticate v1 are not flexible.
+                await self.security.authenticate(functools.partial(BrokerConnection.request, self), timeout)
+            except BaseException:
+                self.close()
+                raise
 
     async def request(self, api_key: int, version: int, body: bytes, timeout: float) -> bytes:
         """Send one non-flexible request and return its response body (after the correlation id)."""
@@ -119,6 +134,7 @@ class ReplicaFetcher:
         self.partitions: dict[TopicPartition, FetchState] = {}
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._stopped = False
         self._conn: BrokerConnection | None = None
         cfg = node.settings
         self.max_wait_ms = cfg.replica_fetch_wait_max_ms
@@ -139,18 +155,20 @@ class ReplicaFetcher:
         self.partitions.pop(tp, None)
 
     async def stop(self) -> None:
+        self._stopped = True
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+            # Bounded, and the loop checks ``_stopped``: Python 3.11's wait_for may swallow a cancellation that
+            # races a fetch answer (fixed in 3.12), which would leave this await waiting for ever.
+            await asyncio.wait({task}, timeout=5.0)
         if self._conn is not None:
             self._conn.close()
             self._conn = None
 
     # ----- the loop --------------------------------------------------------------------------------------
     async def _run(self) -> None:
-        while True:
+        while not self._stopped:
             if not self.partitions:
                 self._wake.clear()
                 await self._wake.wait()
@@ -179,7 +197,8 @@ class ReplicaFetcher:
         address = self.address(self.leader_id)
         if address is None:
             return None
-        conn = BrokerConnection(address[0], address[1], f"broker-{self.node.broker_id}-fetcher-{self.leader_id}")
+        client_id = f"broker-{self.node.broker_id}-fetcher-{self.leader_id}"
+        conn = BrokerConnection(address[0], address[1], client_id, self.node.inter_broker)
         await conn.connect(self.timeout)
         self._conn = conn
         return conn

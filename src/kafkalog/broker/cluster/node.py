@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...errors import (
+    CoordinatorNotAvailableError,
     InvalidReplicationFactorError,
     NotControllerError,
     NotEnoughReplicasAfterAppendError,
@@ -39,9 +40,11 @@ from . import zkdata as zk
 from .assignment import assign_replicas
 from .controller import ControllerActions
 from .fetcher import ReplicaFetcher
+from .interbroker import InterBrokerSecurity
 
 log = logging.getLogger("kafka.cluster")
 
+OFFSETS_TOPIC = "__consumer_offsets"
 TRANSACTION_STATE_TOPIC = "__transaction_state"
 
 
@@ -53,6 +56,25 @@ def _int(props: dict[str, str], key: str, default: int) -> int:
 def _bool(props: dict[str, str], key: str, default: bool) -> bool:
     raw = props.get(key)
     return default if raw is None else str(raw).strip().lower() == "true"
+
+
+def _checked_assignment(given: dict[int, list[int]], brokers: list[int]) -> dict[int, list[int]]:
+    """An explicit replica assignment as Kafka's AdminZkClient.validateTopicCreate checks it: partitions 0..n-1,
+    one replication factor, no broker twice in a partition, every broker registered."""
+    from ...errors import InvalidReplicaAssignmentError
+
+    if sorted(given) != list(range(len(given))):
+        raise InvalidReplicaAssignmentError("Partitions should be a consecutive 0-based integer sequence")
+    sizes = {len(r) for r in given.values()}
+    if len(sizes) != 1 or 0 in sizes:
+        raise InvalidReplicaAssignmentError("All partitions should have the same number of replicas")
+    for p, replicas in given.items():
+        if len(set(replicas)) != len(replicas):
+            raise InvalidReplicaAssignmentError(f"Duplicate replica assignment found: {p} -> {replicas}")
+        unknown = sorted(set(replicas) - set(brokers))
+        if unknown:
+            raise InvalidReplicaAssignmentError(f"Unknown broker(s) in replica assignment: {unknown}.")
+    return {p: list(r) for p, r in sorted(given.items())}
 
 
 @dataclass(frozen=True)
@@ -79,6 +101,7 @@ class ClusterSettings:
     leader_imbalance_per_broker_percentage: int = 10
     delete_topic_enable: bool = True
     request_timeout_ms: int = 30000
+    offsets_topic_replication_factor: int = 3  # Kafka's default; a single node's group coordinator uses 1
 
     @classmethod
     def from_properties(cls, props: dict[str, str]) -> ClusterSettings | None:
@@ -108,6 +131,7 @@ class ClusterSettings:
             leader_imbalance_per_broker_percentage=_int(props, "leader.imbalance.per.broker.percentage", 10),
             delete_topic_enable=_bool(props, "delete.topic.enable", True),
             request_timeout_ms=_int(props, "controller.socket.timeout.ms", 30000),
+            offsets_topic_replication_factor=_int(props, "offsets.topic.replication.factor", 3),
         )
 
 
@@ -157,6 +181,7 @@ class ClusterNode:
         self.server = server
         self.settings = settings
         self.broker_id: int = server.node_id
+        self.inter_broker = InterBrokerSecurity.from_config(server.config)
         self.replica_manager = server.replica_manager
         self.view = ClusterView()
         self.leaders: dict[TopicPartition, LeaderState] = {}
@@ -233,9 +258,10 @@ class ClusterNode:
         tasks = [*self._tasks, *self._side_tasks]
         for task in tasks:
             task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        # Bounded: Python 3.11's wait_for can swallow a cancellation that races a completion (fixed in 3.12); the
+        # loops also end on ``_stopping``.
+        if tasks:
+            await asyncio.wait(tasks, timeout=5.0)
         for fetcher in list(self.fetchers.values()):
             await fetcher.stop()
         self.fetchers.clear()
@@ -251,6 +277,7 @@ class ClusterNode:
         settings = self.settings
         if not settings.controlled_shutdown_enable or not self.registered.is_set() or not self.zk.connected:
             return
+        log.info("[Broker %d] starting controlled shutdown", self.broker_id)
         self.in_controlled_shutdown = True
         for fetcher in list(self.fetchers.values()):
             await fetcher.stop()
@@ -292,7 +319,8 @@ class ClusterNode:
         address = self._address(controller)
         if controller < 0 or address is None:
             raise NotControllerError("No controller is known")
-        conn = BrokerConnection(address[0], address[1], f"broker-{self.broker_id}-controlled-shutdown")
+        client_id = f"broker-{self.broker_id}-controlled-shutdown"
+        conn = BrokerConnection(address[0], address[1], client_id, self.inter_broker)
         timeout = self.settings.request_timeout_ms / 1000.0
         await conn.connect(timeout)
         try:
@@ -342,7 +370,7 @@ class ClusterNode:
         from kazoo.exceptions import KazooException
 
         interval = max(1, self.settings.leader_imbalance_check_interval_seconds)
-        while True:
+        while not self._stopping:
             await asyncio.sleep(interval)
             if self.view.controller_id != self.broker_id or not self.zk.connected:
                 continue
@@ -384,7 +412,7 @@ class ClusterNode:
         from kazoo.exceptions import KazooException
 
         period = max(0.5, min(5.0, self.settings.replica_lag_time_max_ms / 4000.0))
-        while True:
+        while not self._stopping:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._dirty.wait(), period)
             self._dirty.clear()
@@ -428,7 +456,9 @@ class ClusterNode:
         from kazoo.exceptions import NodeExistsError
 
         path = zk.broker_path(self.broker_id)
-        host, port = self.server.advertised_endpoint()
+        endpoints = tuple(self.server.advertised_endpoints())  # the inter-broker listener's first
+        name, _, host, port = endpoints[0]
+        info = zk.BrokerInfo(self.broker_id, host, port, name, None, endpoints)
         stat = self.zk.exists(path)
         if stat is not None:
             if stat.ephemeralOwner == self.zk.client_id[0]:
@@ -439,7 +469,7 @@ class ClusterNode:
                 log.info("[Broker %d] %s is held by an older session; waiting for it to expire", self.broker_id, path)
             return False
         try:
-            self.zk.create(path, zk.BrokerInfo(self.broker_id, host, port).encode(), ephemeral=True, makepath=True)
+            self.zk.create(path, info.encode(), ephemeral=True, makepath=True)
             created = self.zk.exists(path)
             self.broker_epoch = created.czxid if created is not None else -1
             log.info("[Broker %d] registered at %s:%d (epoch %d)", self.broker_id, host, port, self.broker_epoch)
@@ -625,6 +655,10 @@ class ClusterNode:
 
     # ----- broker side: becoming leader / follower ------------------------------------------------------------
     def _apply(self, view: ClusterView) -> None:
+        coordinator = self.server.group_coordinator
+        offsets = view.topics.get(OFFSETS_TOPIC)
+        if coordinator is not None and offsets is not None:
+            coordinator.cluster_partition_count = len(offsets.partitions)
         wanted: dict[int, dict[TopicPartition, int]] = {}
         for topic, assignment in view.topics.items():
             if topic in view.deleting or (topic, assignment.topic_id) in self.deleted_replicas:
@@ -693,15 +727,17 @@ class ClusterNode:
             return
         for fetcher in self.fetchers.values():
             fetcher.remove(tp)
-        txn_newly_led = tp not in self.leaders
+        newly_led = tp not in self.leaders
         now = time.monotonic() * 1000
         followers = {r: FollowerProgress(last_caught_up_ms=now) for r in replicas if r != self.broker_id}
         self.leaders[tp] = LeaderState(state, list(replicas), followers)
         partition.make_leader(state.leader_epoch, set(state.isr) | {self.broker_id})
         log.info("[Broker %d] %s: leader at epoch %d, isr %s", self.broker_id, tp, state.leader_epoch, state.isr)
         self.high_watermark_moved(tp)
+        if newly_led and tp.topic == OFFSETS_TOPIC:
+            self._elected_offsets_partition(tp, partition)
         txn = getattr(self.server, "txn_cluster", None)
-        if txn_newly_led and tp.topic == TRANSACTION_STATE_TOPIC and txn is not None:
+        if newly_led and tp.topic == TRANSACTION_STATE_TOPIC and txn is not None:
             txn.elected(tp, partition)  # the transaction coordinator loads the partition's ids
 
     def _become_follower(self, tp: TopicPartition, partition, state: zk.LeaderAndIsr) -> None:
@@ -714,12 +750,85 @@ class ClusterNode:
         was_leader = partition.is_leader
         self.leaders.pop(tp, None)
         partition.make_follower(state.leader, state.leader_epoch)
+        if tp.topic == OFFSETS_TOPIC and self.server.group_coordinator is not None:
+            self.server.group_coordinator.on_resignation(tp.partition)
         txn = getattr(self.server, "txn_cluster", None)
         if tp.topic == TRANSACTION_STATE_TOPIC and txn is not None:
             txn.resigned(tp)  # its ids answer NOT_COORDINATOR here from now on
         log.info("[Broker %d] %s: follower of %d at epoch %d", self.broker_id, tp, state.leader, state.leader_epoch)
         if was_leader:
             self.high_watermark_moved(tp)  # waiting acks=-1 produces answer NOT_LEADER_OR_FOLLOWER now
+
+    # ----- the group coordinator's partitions (Kafka's onLeadershipChange for __consumer_offsets) ----------------
+    def _elected_offsets_partition(self, tp: TopicPartition, partition) -> None:
+        """This broker now leads a __consumer_offsets partition: its groups load (answering
+        COORDINATOR_LOAD_IN_PROGRESS meanwhile) once the high watermark has reached the log end this leader
+        started with, so that everything its predecessor acknowledged is read (bounded: 10 s)."""
+        coordinator = self.server.group_coordinator
+        if coordinator is None:
+            return
+        coordinator.begin_loading(tp.partition)
+        target = partition.log_end_offset
+        task = asyncio.get_running_loop().create_task(self._load_offsets_partition(tp, partition, target))
+        self._side_tasks.add(task)
+        task.add_done_callback(self._side_tasks.discard)
+
+    async def _load_offsets_partition(self, tp: TopicPartition, partition, target: int) -> None:
+        deadline = time.monotonic() + 10.0
+        while partition.high_watermark < target and time.monotonic() < deadline and tp in self.leaders:
+            await asyncio.sleep(0.05)
+        coordinator = self.server.group_coordinator
+        if tp not in self.leaders or coordinator is None:
+            return
+        coordinator.on_election(tp.partition)
+
+    def partition_exists(self, topic: str, partition: int) -> bool:
+        assignment = self.view.topics.get(topic)
+        return assignment is not None and partition in assignment.partitions and topic not in self.view.deleting
+
+    def coordinator_of(self, partition: int, listener: str) -> tuple[int, str, int] | None:
+        """(broker id, host, port on ``listener``) of the leader of __consumer_offsets' ``partition``, None while
+        it has none (or that broker has no such listener)."""
+        state = self.view.states.get(TopicPartition(OFFSETS_TOPIC, partition))
+        if state is None or state.leader == zk.NO_LEADER:
+            return None
+        info = self.view.brokers.get(state.leader)
+        endpoint = None if info is None else info.endpoint_for(listener)
+        return None if endpoint is None else (state.leader, *endpoint)
+
+    async def wait_for_replication(self, tp: TopicPartition, end_offset: int, timeout_ms: int) -> BaseException | None:
+        """Wait until the high watermark of ``tp`` (led here) reaches ``end_offset`` (a coordinator's acks=-1
+        write): None when it did, NotLeaderOrFollowerError if leadership moved, RequestTimedOutError otherwise."""
+        deadline = time.monotonic() + timeout_ms / 1000.0
+        while True:
+            try:
+                partition = self.replica_manager.get_partition(tp.topic, tp.partition)
+            except UnknownTopicOrPartitionError as e:
+                return e
+            if not partition.is_leader:
+                return NotLeaderOrFollowerError(f"Leadership of {tp} moved while waiting for the replicas")
+            if partition.high_watermark >= end_offset:
+                return None
+            if time.monotonic() >= deadline:
+                return RequestTimedOutError(f"Timed out waiting for the in-sync replicas of {tp}")
+            await asyncio.sleep(0.01)
+
+    async def ensure_offsets_topic(self, num_partitions: int, replication_factor: int, config: dict[str, str]) -> None:
+        """Create __consumer_offsets in ZooKeeper on first use (Kafka's auto-creation by FindCoordinator): refused
+        while fewer brokers are alive than offsets.topic.replication.factor, as Kafka refuses."""
+        if OFFSETS_TOPIC in self.view.topics:
+            return
+        brokers = await asyncio.to_thread(self.zk.get_children, zk.BROKER_IDS)
+        if len(brokers) < replication_factor:
+            raise CoordinatorNotAvailableError(
+                f"Number of alive brokers '{len(brokers)}' does not meet the required replication factor "
+                f"'{replication_factor}' for the offsets topic (configured via 'offsets.topic.replication.factor'). "
+                "This error can be ignored if the cluster is starting up and not all brokers are up yet."
+            )
+        with contextlib.suppress(TopicExistsError):
+            await self.create_topic(OFFSETS_TOPIC, num_partitions, replication_factor, config, False)
+            log.info("[Broker %d] created %s with %d partitions", self.broker_id, OFFSETS_TOPIC, num_partitions)
+        await self.wait_for_topic(OFFSETS_TOPIC)
 
     def high_watermark_moved(self, tp: TopicPartition) -> None:
         purgatory = self.server.purgatory
@@ -762,7 +871,7 @@ class ClusterNode:
         """Kafka's isr-expiration task: every replica.lag.time.max.ms / 2, drop followers not caught up for longer
         than replica.lag.time.max.ms from the ISR of each partition led here."""
         lag = self.settings.replica_lag_time_max_ms
-        while True:
+        while not self._stopping:
             await asyncio.sleep(lag / 2000.0)
             now = time.monotonic() * 1000
             for tp, leader in list(self.leaders.items()):
@@ -848,7 +957,8 @@ class ClusterNode:
                 topics=[StopReplicaRequest.StopReplicaTopic(name=t, partition_indexes=ps) for t, ps in topics.items()],
             )
             timeout = self.settings.request_timeout_ms / 1000.0
-            conn = BrokerConnection(address[0], address[1], f"controller-{self.broker_id}-stop-replica")
+            client_id = f"controller-{self.broker_id}-stop-replica"
+            conn = BrokerConnection(address[0], address[1], client_id, self.inter_broker)
             await conn.connect(timeout)
             try:
                 body = await conn.request(5, 1, request.encode(version=1), timeout)
@@ -1073,20 +1183,30 @@ class ClusterNode:
 
     # ----- topics ----------------------------------------------------------------------------------------------
     async def create_topic(
-        self, name: str, partitions: int, replication_factor: int, config: dict[str, str], validate_only: bool
+        self,
+        name: str,
+        partitions: int,
+        replication_factor: int,
+        config: dict[str, str],
+        validate_only: bool,
+        replica_assignment: dict[int, list[int]] | None = None,
     ) -> zk.TopicAssignment:
-        """CreateTopics in ZooKeeper mode (Kafka's AdminZkClient.createTopic): the config, then the assignment;
-        the controller then creates each partition's state, and the replicas their logs."""
+        """CreateTopics in ZooKeeper mode (Kafka's AdminZkClient.createTopic): the config, then the assignment
+        (Kafka's rack-unaware one, or ``replica_assignment`` as given, checked as Kafka checks it); the controller
+        then creates each partition's state, and the replicas their logs."""
         validate_topic_name(name)
         LogConfig(config, broker=self.server.config.log)  # InvalidConfigurationError before anything is written
         # The registered brokers now (not the last view, which may predate a broker's registration).
         brokers = sorted(int(b) for b in await asyncio.to_thread(self.zk.get_children, zk.BROKER_IDS))
-        if replication_factor > len(brokers):
+        if replica_assignment:
+            assignment = zk.TopicAssignment(_checked_assignment(replica_assignment, brokers), new_uuid())
+        elif replication_factor > len(brokers):
             raise InvalidReplicationFactorError(
                 f"Unable to replicate the partition {replication_factor} time(s): The target replication factor of "
                 f"{replication_factor} cannot be reached because only {len(brokers)} broker(s) are registered."
             )
-        assignment = zk.TopicAssignment(assign_replicas(brokers, partitions, replication_factor), new_uuid())
+        else:
+            assignment = zk.TopicAssignment(assign_replicas(brokers, partitions, replication_factor), new_uuid())
         if validate_only:
             if await asyncio.to_thread(self.zk.exists, zk.topic_path(name)):
                 raise TopicExistsError(f"Topic '{name}' already exists.")

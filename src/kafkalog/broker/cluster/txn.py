@@ -123,15 +123,19 @@ class TransactionCluster:
         if assignment is not None:
             self.coordinator.cluster_partition_count = len(assignment.partitions)
 
-    def coordinator_of(self, transactional_id: str) -> tuple[int, str, int] | None:
-        """(broker id, host, port) of the leader of the id's state partition, None while it has none."""
+    def coordinator_of(self, transactional_id: str, listener: str | None = None) -> tuple[int, str, int] | None:
+        """(broker id, host, port) of the leader of the id's state partition, None while it has none: its endpoint
+        on ``listener`` (a client's FindCoordinator), else its inter-broker endpoint."""
         self.refresh_partition_count()
         tp = TopicPartition(TRANSACTION_STATE_TOPIC_NAME, self.coordinator.partition_for(transactional_id))
         state = self.node.view.states.get(tp)
         if state is None or state.leader == zk.NO_LEADER:
             return None
         info = self.node.view.brokers.get(state.leader)
-        return None if info is None else (state.leader, info.host, info.port)
+        if info is None:
+            return None
+        endpoint = (info.host, info.port) if listener is None else info.endpoint_for(listener)
+        return None if endpoint is None else (state.leader, *endpoint)
 
     # ----- verification with the id's coordinator (Kafka's AddPartitionsToTxnManager) ------------------------------
     async def verify(
@@ -163,7 +167,8 @@ class TransactionCluster:
         )
         body = AddPartitionsToTxnRequest(transactions=[txn]).encode(version=4)
         timeout = self.request_timeout_ms / 1000.0
-        conn = FlexibleConnection(found[1], found[2], f"broker-{self.node.broker_id}-txn-verifier")
+        client_id = f"broker-{self.node.broker_id}-txn-verifier"
+        conn = FlexibleConnection(found[1], found[2], client_id, self.node.inter_broker)
         try:
             await conn.connect(timeout)
             response = AddPartitionsToTxnResponse.decode(await conn.request(24, 4, body, timeout), version=4)
@@ -291,7 +296,9 @@ class TransactionMarkerChannel:
                 return  # resigned: the new coordinator completes the transaction from its log
         remaining = set(entry.partitions)
         kind = "COMMIT" if entry.commit else "ABORT"
+        backoff_ms = MARKER_RETRY_BACKOFF_MS
         while remaining:
+            before = len(remaining)
             view = self.node.view
             by_broker: dict[int, list[tuple[str, int]]] = {}
             for topic, partition in sorted(remaining):
@@ -327,9 +334,12 @@ class TransactionMarkerChannel:
                         remaining.discard(tp)
                         coordinator.marker_written(entry.transactional_id, entry.coordinator_epoch, tp)
             if remaining:
+                # Retried after a fresh look at ZooKeeper; the wait doubles (to 1 s) while nothing gets through, so
+                # an offline partition does not make this broker re-read ZooKeeper ten times a second.
+                backoff_ms = MARKER_RETRY_BACKOFF_MS if len(remaining) < before else min(backoff_ms * 2, 1000)
                 log.debug("Markers of %s still to write to %s; retrying", entry.transactional_id, sorted(remaining))
                 self.node.request_resync()
-                await asyncio.sleep(MARKER_RETRY_BACKOFF_MS / 1000.0)
+                await asyncio.sleep(backoff_ms / 1000.0)
 
     async def _send(self, broker_id: int, entry: MarkerSend, tps: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
         """One WriteTxnMarkers request to ``broker_id``; each partition's error code (-1 for a failed exchange)."""
@@ -353,7 +363,8 @@ class TransactionMarkerChannel:
         )
         body = WriteTxnMarkersRequest(markers=[marker]).encode(version=WRITE_TXN_MARKERS_VERSION)
         timeout = self.owner.request_timeout_ms / 1000.0 + 5
-        conn = FlexibleConnection(address[0], address[1], f"broker-{self.node.broker_id}-txn-marker-sender")
+        client_id = f"broker-{self.node.broker_id}-txn-marker-sender"
+        conn = FlexibleConnection(address[0], address[1], client_id, self.node.inter_broker)
         try:
             await conn.connect(timeout)
             payload = await conn.request(WRITE_TXN_MARKERS, WRITE_TXN_MARKERS_VERSION, body, timeout)

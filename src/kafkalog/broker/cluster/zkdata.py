@@ -80,19 +80,35 @@ def topic_config_path(topic: str) -> str:
 
 @dataclass(frozen=True)
 class BrokerInfo:
-    """``/brokers/ids/N`` (BrokerIdZNode v5: endpoints, the listener map, features), ephemeral."""
+    """``/brokers/ids/N`` (BrokerIdZNode v5: endpoints, the listener map, features), ephemeral.
+
+    ``host``/``port``/``listener`` are the inter-broker endpoint (the one replica fetchers and the controller
+    use); ``endpoints`` holds every advertised listener as (name, security protocol, host, port), the inter-broker
+    one first, so that Metadata answers each client with the endpoints of the listener it came in on."""
 
     broker_id: int
     host: str
     port: int
     listener: str = "PLAINTEXT"
     rack: str | None = None
+    endpoints: tuple[tuple[str, str, str, int], ...] = ()
+
+    def all_endpoints(self) -> tuple[tuple[str, str, str, int], ...]:
+        return self.endpoints or ((self.listener, "PLAINTEXT", self.host, self.port),)
+
+    def endpoint_for(self, listener: str) -> tuple[str, int] | None:
+        """(host, port) of ``listener`` on this broker, None when it has no such listener."""
+        for name, _, host, port in self.all_endpoints():
+            if name == listener:
+                return host, port
+        return None
 
     def encode(self) -> bytes:
+        endpoints = self.all_endpoints()
         body: dict[str, Any] = {
             "features": {},
-            "listener_security_protocol_map": {self.listener: "PLAINTEXT"},
-            "endpoints": [f"{self.listener}://{self.host}:{self.port}"],
+            "listener_security_protocol_map": {name: protocol for name, protocol, _, _ in endpoints},
+            "endpoints": [f"{name}://{host}:{port}" for name, _, host, port in endpoints],
             "jmx_port": -1,
             "port": self.port,
             "host": self.host,
@@ -106,11 +122,15 @@ class BrokerInfo:
     @classmethod
     def decode(cls, broker_id: int, data: bytes) -> BrokerInfo:
         body = _load(data)
-        endpoints = body.get("endpoints") or []
-        if endpoints:  # v2+: the first endpoint (the inter-broker listener of a one-listener broker)
-            name, _, rest = str(endpoints[0]).partition("://")
+        protocols = {str(k): str(v) for k, v in (body.get("listener_security_protocol_map") or {}).items()}
+        parsed = []
+        for text in body.get("endpoints") or []:  # v2+
+            name, _, rest = str(text).partition("://")
             host, _, port = rest.rpartition(":")
-            return cls(broker_id, host.strip("[]"), int(port), name, body.get("rack"))
+            parsed.append((name, protocols.get(name, name), host.strip("[]"), int(port)))
+        if parsed:  # the first endpoint is the inter-broker one (kafkalog writes it first)
+            name, _, host, port = parsed[0]
+            return cls(broker_id, host, port, name, body.get("rack"), tuple(parsed))
         return cls(broker_id, str(body["host"]), int(body["port"]), "PLAINTEXT", body.get("rack"))
 
 

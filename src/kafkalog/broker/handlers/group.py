@@ -34,10 +34,11 @@ from kafka.protocol.metadata import FindCoordinatorResponse
 
 from ...coordinator.group import Errors, JoinResult, SyncResult
 from ...coordinator.group.coordinator import GROUP_METADATA_TOPIC_NAME
-from ...errors import UnknownTopicOrPartitionError
+from ...errors import NotLeaderOrFollowerError, UnknownTopicOrPartitionError
 from ..messages import ConsumerGroupDescribeResponse, ConsumerGroupHeartbeatResponse
 from ..protocol import Response
 from ..security.acl import allowed, cluster_allowed
+from ..security.context import CURRENT
 from .metadata import topic_uuid
 
 log = logging.getLogger("kafka.server.KafkaApis")
@@ -80,6 +81,31 @@ async def _wait(register: Callable[[Callable], None]):
 
 
 # ----- FindCoordinator (10) ------------------------------------------------------------------------------------
+async def _find_in_cluster(broker, key: str) -> tuple[str, int, str | None, int, str, int]:
+    """FindCoordinator in a cluster: the leader of the group's __consumer_offsets partition (the topic created on
+    first use with offsets.topic.replication.factor replicas)."""
+    coordinator = broker.group_coordinator
+    cluster = broker.cluster
+    config = coordinator.config
+    topic_config = {
+        "cleanup.policy": "compact",
+        "segment.bytes": str(config.offsets_topic_segment_bytes),
+        "compression.type": "producer",
+    }
+    try:
+        await cluster.ensure_offsets_topic(
+            config.offsets_topic_num_partitions, cluster.settings.offsets_topic_replication_factor, topic_config
+        )
+    except Exception as e:
+        log.warning("FindCoordinator for %s: %s", key, e)
+        return key, int(Errors.COORDINATOR_NOT_AVAILABLE), "The coordinator is not available.", -1, "", -1
+    found = cluster.coordinator_of(coordinator.partition_for(key), CURRENT.get().listener)
+    if found is None:
+        return key, int(Errors.COORDINATOR_NOT_AVAILABLE), "The coordinator is not available.", -1, "", -1
+    node, host, port = found
+    return key, int(Errors.NONE), None, node, host, port
+
+
 def _offsets_partition_offline(broker, group_id: str) -> bool:
     """Whether the group's __consumer_offsets partition is here and in a failed log dir: it then has no leader,
     and Kafka answers FindCoordinator with COORDINATOR_NOT_AVAILABLE until it has one again."""
@@ -100,7 +126,7 @@ async def _find_transaction_coordinator(broker, key: str) -> tuple[str, int, str
     except Exception as e:
         log.warning("FindCoordinator for transactional id %s: %s", key, e)
         return key, int(Errors.COORDINATOR_NOT_AVAILABLE), "The coordinator is not available.", -1, "", -1
-    found = txn_cluster.coordinator_of(key)
+    found = txn_cluster.coordinator_of(key, CURRENT.get().listener)
     if found is None:
         return key, int(Errors.COORDINATOR_NOT_AVAILABLE), "The coordinator is not available.", -1, "", -1
     node, host, port = found
@@ -116,6 +142,9 @@ async def handle_find_coordinator(broker, header, request) -> Response:
     for key in keys:
         if key_type == GROUP_KEY_TYPE and not allowed(broker, "DESCRIBE", "GROUP", key):
             answers.append((key, GROUP_AUTHORIZATION_FAILED, "Group authorization failed.", -1, "", -1))
+            continue
+        if key_type == GROUP_KEY_TYPE and getattr(broker, "cluster", None) is not None:
+            answers.append(await _find_in_cluster(broker, key))
             continue
         if key_type == TRANSACTION_KEY_TYPE and not allowed(broker, "DESCRIBE", "TRANSACTIONAL_ID", key):
             denied = "Transactional Id authorization failed."
@@ -319,6 +348,8 @@ async def handle_offset_commit(broker, header, request) -> Response:
             request.retention_time_ms if 2 <= version <= 4 else -1,
         )
     )
+    if offsets and getattr(broker, "cluster", None) is not None and any(e == Errors.NONE for e in results.values()):
+        results = await _replicated(broker, request.group_id, results)
     results = {**results, **denied}
     topics = [
         CommitTopic(
@@ -333,6 +364,28 @@ async def handle_offset_commit(broker, header, request) -> Response:
         for topic in request.topics
     ]
     return Response.of(OffsetCommitResponse(version=version, throttle_time_ms=0, topics=topics), version)
+
+
+async def _replicated(broker, group_id: str, results: dict) -> dict:
+    """In a cluster, a commit is answered once the in-sync replicas of the group's partition have it (Kafka appends
+    offset commits with acks=-1): COORDINATOR_NOT_AVAILABLE after offsets.commit.timeout.ms, NOT_COORDINATOR if
+    leadership moved meanwhile (Kafka's mapping of the append's errors)."""
+    from ...manager import TopicPartition
+
+    coordinator = broker.group_coordinator
+    tp = TopicPartition("__consumer_offsets", coordinator.partition_for(group_id))
+    try:
+        end = broker.replica_manager.get_partition(tp.topic, tp.partition).log_end_offset
+    except UnknownTopicOrPartitionError:
+        return results
+    timeout_ms = int(broker.config.props.get("offsets.commit.timeout.ms", 5000))
+    error = await broker.cluster.wait_for_replication(tp, end, timeout_ms)
+    if error is None:
+        return results
+    moved = isinstance(error, NotLeaderOrFollowerError)
+    failed = Errors.NOT_COORDINATOR if moved else Errors.COORDINATOR_NOT_AVAILABLE
+    log.warning("Offset commit of group %s not replicated: %s", group_id, error)
+    return {tp_: (failed if e == Errors.NONE else e) for tp_, e in results.items()}
 
 
 def _fetch_group(

@@ -20,6 +20,7 @@ from ..protocol import (
     error_code,
 )
 from ..security.acl import allowed, cluster_allowed
+from ..security.context import CURRENT
 
 log = logging.getLogger("kafka.server.KafkaApis")
 
@@ -188,7 +189,13 @@ async def _handle_cluster(broker, header, request) -> Response:
     else:
         allow = request.allow_auto_topic_creation if version >= 4 else True
         topics = [await _cluster_topic_or_error(broker, t.name or "", allow) for t in request.topics]
-    brokers = [Broker(node_id=b.broker_id, host=b.host, port=b.port, rack=b.rack) for b in view.brokers.values()]
+    # Each broker's endpoint on the listener this request came in on (Kafka leaves out brokers without it).
+    listener = CURRENT.get().listener
+    brokers = [
+        Broker(node_id=b.broker_id, host=endpoint[0], port=endpoint[1], rack=b.rack)
+        for b in view.brokers.values()
+        if (endpoint := b.endpoint_for(listener)) is not None
+    ]
     if broker.node_id not in view.brokers:
         host, port = broker.advertised_endpoint()
         brokers.append(Broker(node_id=broker.node_id, host=host, port=port, rack=None))

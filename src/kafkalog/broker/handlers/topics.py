@@ -108,10 +108,19 @@ async def _create_in_cluster(broker, topic, validate_only: bool) -> Created:
 
     if not (cluster_allowed(broker, "CREATE") or allowed(broker, "CREATE", "TOPIC", topic.name)):
         return failed(TOPIC_AUTHORIZATION_FAILED, _DENIED)
-    if topic.assignments:
-        return failed(INVALID_REQUEST, "Explicit replica assignments are not supported yet")
+    given = {a.partition_index: list(a.broker_ids) for a in topic.assignments} if topic.assignments else None
+    if given and (topic.num_partitions != -1 or topic.replication_factor != -1):
+        return failed(
+            INVALID_REQUEST,
+            "Both numPartitions or replicationFactor and replicasAssignments were set. Both cannot be used at the "
+            "same time.",
+        )
+    if given:
+        partitions, replication = len(given), len(next(iter(given.values())))
     try:
-        assignment = await broker.cluster.create_topic(topic.name, partitions, replication, configs, validate_only)
+        assignment = await broker.cluster.create_topic(
+            topic.name, partitions, replication, configs, validate_only, given
+        )
         if not validate_only:
             log.info("Created topic %s: assignment %s, configs %s", topic.name, assignment.partitions, configs)
             await broker.cluster.wait_for_topic(topic.name)

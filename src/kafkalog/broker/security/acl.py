@@ -222,7 +222,11 @@ class Authorizer:
         self.allow_if_no_acl = allow_if_no_acl
 
     @classmethod
-    def from_config(cls, props: Mapping[str, str], log_dir: str | Path) -> Authorizer | None:
+    def from_config(
+        cls, props: Mapping[str, str], log_dir: str | Path, store: AclStore | None = None
+    ) -> Authorizer | None:
+        """The configured authorizer (None without ``authorizer.class.name``), over ``store`` if given (a cluster's
+        ZooKeeper store), else the ACL file of ``log_dir``."""
         name = props.get("authorizer.class.name", "").strip()
         if not name:
             return None
@@ -237,7 +241,7 @@ class Authorizer:
                 f"Invalid value {allow} for configuration allow.everyone.if.no.acl.found: "
                 "Expected value to be a boolean"
             )
-        return cls(AclStore(log_dir), super_users, allow == "true")
+        return cls(store if store is not None else AclStore(log_dir), super_users, allow == "true")
 
     def authorize(
         self, principal: str, host: str, operation: str, resource_type: str, name: str, log_denied: bool = True

@@ -10,7 +10,10 @@ which re-authenticates on the same connection before it ends; a request after th
 
 PLAIN users come from a JAAS-style ``sasl.jaas.config`` (``listener.name.<listener>.plain.sasl.jaas.config``
 first), with Kafka's PlainLoginModule options ``user_<name>="<password>"``. SCRAM credentials come from the
-:class:`~kafkalog.broker.security.scram.CredentialStore`.
+:class:`~kafkalog.broker.security.scram.CredentialStore`. OAUTHBEARER tokens are checked by Kafka's default
+unsecured JWS validator (:mod:`.oauthbearer`), configured by the options of
+``listener.name.<listener>.oauthbearer.sasl.jaas.config``; a token's expiry also ends the session (KIP-368), so
+a client re-authenticates with a fresh token before then.
 """
 
 from __future__ import annotations
@@ -23,9 +26,18 @@ from dataclasses import dataclass, field
 
 from ...errors import InvalidConfigurationError
 from ..config import Endpoint, listener_property
+from .oauthbearer import (
+    MECHANISM as OAUTHBEARER,
+)
+from .oauthbearer import (
+    OAuthBearerPublicError,
+    OAuthBearerSaslError,
+    OAuthBearerServer,
+    UnsecuredValidatorOptions,
+)
 from .scram import MECHANISMS, CredentialStore, ScramError, ScramServer
 
-SUPPORTED = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+SUPPORTED = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", OAUTHBEARER)
 SASL_HANDSHAKE_KEY = 17
 SASL_AUTHENTICATE_KEY = 36
 # Kafka's error codes for SASL
@@ -67,6 +79,7 @@ class ListenerSasl:
 
     mechanisms: tuple[str, ...]
     plain_users: Mapping[str, str] = field(default_factory=dict)
+    oauthbearer: UnsecuredValidatorOptions | None = None
 
 
 def listener_sasl(props: Mapping[str, str], endpoint: Endpoint) -> ListenerSasl:
@@ -85,19 +98,41 @@ def listener_sasl(props: Mapping[str, str], endpoint: Endpoint) -> ListenerSasl:
         )
     users: dict[str, str] = {}
     if "PLAIN" in mechanisms:
-        key = f"listener.name.{endpoint.name.lower()}.plain.sasl.jaas.config"
-        text = props.get(key)
-        if text is None:
-            key, text = "sasl.jaas.config", props.get("sasl.jaas.config")
-        if text is None:
-            raise InvalidConfigurationError(
-                f"listener {endpoint.name} enables PLAIN but no JAAS configuration is set: set "
-                f"listener.name.{endpoint.name.lower()}.plain.sasl.jaas.config to "
-                'org.apache.kafka.common.security.plain.PlainLoginModule required user_<name>="<password>";'
-            )
-        _, options = parse_jaas(text, key)
+        key, options = _jaas_options(
+            props,
+            endpoint,
+            "PLAIN",
+            'org.apache.kafka.common.security.plain.PlainLoginModule required user_<name>="<password>";',
+        )
         users = {k[len("user_") :]: v for k, v in options.items() if k.startswith("user_")}
-    return ListenerSasl(mechanisms, users)
+    oauth = None
+    if OAUTHBEARER in mechanisms:
+        key, options = _jaas_options(
+            props,
+            endpoint,
+            OAUTHBEARER,
+            "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;",
+        )
+        oauth = UnsecuredValidatorOptions.from_jaas(options, key)
+    return ListenerSasl(mechanisms, users, oauth)
+
+
+def _jaas_options(
+    props: Mapping[str, str], endpoint: Endpoint, mechanism: str, example: str
+) -> tuple[str, dict[str, str]]:
+    """The JAAS options of ``mechanism`` on a listener: ``listener.name.<l>.<mechanism>.sasl.jaas.config`` first,
+    then ``sasl.jaas.config``; a listener enabling the mechanism without either is refused (as Kafka refuses to
+    start without a JAAS entry)."""
+    key = f"listener.name.{endpoint.name.lower()}.{mechanism.lower()}.sasl.jaas.config"
+    text = props.get(key)
+    if text is None:
+        key, text = "sasl.jaas.config", props.get("sasl.jaas.config")
+    if text is None:
+        raise InvalidConfigurationError(
+            f"listener {endpoint.name} enables {mechanism} but no JAAS configuration is set: set "
+            f"listener.name.{endpoint.name.lower()}.{mechanism.lower()}.sasl.jaas.config to {example}"
+        )
+    return key, parse_jaas(text, key)[1]
 
 
 class SaslFailure(Exception):
@@ -163,7 +198,8 @@ class SaslAuthenticator:
         self.raw_tokens = False  # after a v0 handshake the tokens come as bare frames
         self.principal: str | None = None
         self.session_end: float | None = None
-        self._server: _PlainServer | ScramServer | None = None
+        self.lifetime_ms = 0  # the session lifetime told to the client (0: none)
+        self._server: _PlainServer | ScramServer | OAuthBearerServer | None = None
 
     @property
     def authenticated(self) -> bool:
@@ -189,7 +225,7 @@ class SaslAuthenticator:
     def handshake(self, version: int, mechanism: str) -> int:
         """Start an exchange with ``mechanism``: NONE, or UNSUPPORTED_SASL_MECHANISM (then the connection closes)."""
         if self.state == "complete":
-            if self.reauth_ms <= 0:
+            if self.session_end is None:  # Kafka: re-authentication only for a session that ends
                 return ILLEGAL_SASL_STATE
             if mechanism != self.mechanism:  # Kafka: a re-authentication keeps the mechanism
                 return UNSUPPORTED_SASL_MECHANISM
@@ -199,6 +235,9 @@ class SaslAuthenticator:
         self.mechanism = mechanism
         if mechanism == "PLAIN":
             self._server = _PlainServer(self.settings.plain_users)
+        elif mechanism == OAUTHBEARER:
+            assert self.settings.oauthbearer is not None
+            self._server = OAuthBearerServer(self.settings.oauthbearer)
         else:
             assert self.store is not None and mechanism in MECHANISMS
             self._server = ScramServer(mechanism, self.store)
@@ -216,9 +255,14 @@ class SaslAuthenticator:
         )
         try:
             answer = self._server.evaluate(token)
-        except _Public as e:
+        except (_Public, OAuthBearerPublicError) as e:
             self.state = "failed"
-            raise SaslFailure(str(e), str(e)) from None
+            cause = str(e)
+            reason = getattr(self._server, "failure_reason", None)
+            raise SaslFailure(f"{cause}: {reason}" if reason else cause, str(e)) from None
+        except OAuthBearerSaslError as e:
+            self.state = "failed"
+            raise SaslFailure(str(e), generic) from None
         except ScramError as e:
             self.state = "failed"
             public = str(e).startswith(_PUBLIC_SCRAM)
@@ -232,9 +276,23 @@ class SaslAuthenticator:
             self.principal = principal
             self.state = "complete"
             self.raw_tokens = False
-            self.session_end = self.clock() + self.reauth_ms / 1000.0 if self.reauth_ms > 0 else None
+            self._start_session(getattr(self._server, "credential_expiry_ms", None))
         return answer
+
+    def _start_session(self, credential_expiry_ms: int | None) -> None:
+        """The session's lifetime (Kafka's calcCompletionTimesAndReturnSessionLifetimeMs): connections.max.reauth.ms,
+        or the time left until the credential expires (an OAUTHBEARER token), whichever is less; none without
+        either."""
+        lifetime: int | None = self.reauth_ms if self.reauth_ms > 0 else None
+        if credential_expiry_ms is not None:
+            left = credential_expiry_ms - int(time.time() * 1000)
+            lifetime = left if lifetime is None else min(left, lifetime)
+        if lifetime is None:
+            self.lifetime_ms, self.session_end = 0, None
+        else:
+            self.lifetime_ms = max(0, lifetime)
+            self.session_end = self.clock() + self.lifetime_ms / 1000.0
 
     @property
     def session_lifetime_ms(self) -> int:
-        return self.reauth_ms if self.state == "complete" and self.reauth_ms > 0 else 0
+        return self.lifetime_ms if self.state == "complete" else 0

@@ -220,6 +220,8 @@ class GroupCoordinator(ConsumerProtocolMixin):
         self.loading: set[int] = set()
         # In a cluster, the offsets topic's partition count as ZooKeeper has it (this broker may not host all).
         self.cluster_partition_count: int | None = None
+        # In a cluster, whether a topic partition exists anywhere (the cluster's view), for offset commits.
+        self.cluster_partition_exists: Callable[[str, int], bool] | None = None
 
     # ================================================================ lifecycle
     def startup(self, *, clustered: bool = False) -> None:
@@ -1204,6 +1206,8 @@ class GroupCoordinator(ConsumerProtocolMixin):
         return Errors.NONE
 
     def _partition_exists(self, topic: str, partition: int) -> bool:
+        if self.cluster_partition_exists is not None:  # a cluster: this broker may host no replica of it
+            return self.cluster_partition_exists(topic, partition)
         try:
             self.log_manager.get_log(topic, partition)
             return True
