@@ -57,7 +57,8 @@ class OffsetIndexCheck:
         self.path = index.path
         self.n = entries
         self.i = 0
-        self.pending: tuple[int, OffsetPosition] | None = None  # an entry whose offset should be the last offset of a batch still to come
+        # an entry whose offset should be the last offset of a batch still to come
+        self.pending: tuple[int, OffsetPosition] | None = None
         self.merge = self._check_order(log_size)
 
     def _entry_problem(self, slot: int, message: str) -> None:
