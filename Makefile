@@ -67,8 +67,8 @@ test: check-java kcat zookeeper chromium $(STAMP) lint
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks.run
 
-# kill -9 and injected I/O-fault checks, one table (about 58 minutes: 13 of them the partition layer's 200 kill -9
-# HW-property runs, about 25 the broker's 2 x 200 kill -9 rounds under librdkafka clients, about 12 the 50
+# kill -9 and injected I/O-fault checks, one table (about 60 minutes: 13 of them the partition layer's 200 kill -9
+# HW-property runs, about 25 the broker's 2 x 200 kill -9 rounds under librdkafka clients, about 15 the 50
 # exactly-once runs; `--broker-only` and `--eos-only` run just those; `--quick` is what the tests run).
 reliability: zookeeper $(STAMP)
 	$(BIN)/python -m tools.reliability $(RELIABILITY_ARGS)

@@ -110,13 +110,13 @@ def test_random_damage_is_always_detected() -> None:
 
 # ----- the loop itself ----------------------------------------------------------------------------------------
 def test_consume_transform_produce_killed_at_random_moments_is_exactly_once(tmp_path) -> None:
-    """Three runs (the third with a subscribed, statically-membered consumer) against kafkalog serve: each kills
-    the confluent-kafka program at least once, then lets it finish; the checker finds every input's output
-    exactly once in the read_committed output."""
+    """Three runs against kafkalog serve (the second kills the broker too, with the program, and restarts it; the
+    third with a subscribed, statically-membered consumer): each kills the confluent-kafka program at least once,
+    then lets it finish; the checker finds every input's output exactly once in the read_committed output."""
     from tools.reliability.eos import eos_row
 
-    row = eos_row(3, tmp_path, seed=21, records=200, subscribe_every=3)
+    row = eos_row(3, tmp_path, seed=21, records=200, subscribe_every=3, broker_kill_every=2)
     assert row.ok, row.failures
     assert (row.runs, row.acked, row.lost, row.corrupt) == (3, 600, 0, 0)
-    kills = int(re.search(r"(\d+) kills", row.note).group(1))
-    assert kills >= 3, row.note
+    kills, broker_kills = map(int, re.search(r"(\d+) kills \((\d+) with the broker\)", row.note).groups())
+    assert kills >= 3 and broker_kills == 1, row.note

@@ -227,12 +227,21 @@ def _env() -> dict[str, str]:
     return env
 
 
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
 class Broker:
     """``kafkalog serve`` on a free loopback port, its log lines kept."""
 
     def __init__(self, log_dir: Path, overrides: dict[str, str] | None = None) -> None:
         self.log_dir = log_dir
-        settings = {"listeners": "PLAINTEXT://127.0.0.1:0", "log.dirs": str(log_dir), **(overrides or {})}
+        # One port for the broker's life, restarts included, so that clients' bootstrap list stays valid.
+        settings = {"listeners": f"PLAINTEXT://127.0.0.1:{_free_port()}", "log.dirs": str(log_dir), **(overrides or {})}
         self.args = [sys.executable, "-c", "from kafkalog.cli import main; main()", "serve"]
         for key, value in settings.items():
             self.args += ["--override", f"{key}={value}"]
@@ -240,7 +249,8 @@ class Broker:
         self.lines: list[str] = []
         self.bootstrap = ""
 
-    def start(self, timeout: float = 60.0) -> Broker:
+    def start(self, timeout: float = 120.0) -> Broker:
+        self.bootstrap = ""
         self.proc = subprocess.Popen(
             self.args,
             stderr=subprocess.PIPE,
@@ -268,6 +278,13 @@ class Broker:
             raise RuntimeError("kafkalog serve did not start:\n" + "".join(self.lines[-40:]))
         return self
 
+    def kill9_and_restart(self) -> None:
+        """SIGKILL (no flush, no clean-shutdown marker: the next start recovers), then start again."""
+        assert self.proc is not None
+        self.proc.kill()
+        self.proc.wait()
+        self.start()
+
     def stop(self, timeout: float = 30.0) -> int:
         if self.proc is None:
             return 0
@@ -285,6 +302,7 @@ class Broker:
 class RunResult:
     report: EosReport
     kills: int = 0
+    broker_kills: int = 0
     incarnations: int = 0
     aborted_outputs: int = 0  # output records in the log that read_committed does not show
     errors: list[str] = field(default_factory=list)
@@ -418,6 +436,7 @@ def eos_run(
     subscribe: bool = False,
     pace_ms: int = 150,
     run_timeout: float = 180.0,
+    broker: Broker | None = None,
 ) -> RunResult:
     """One run: fresh topics, the program killed 1..max_kills times at random moments, then run to the end."""
     tag = f"eos-{run}-{rng.randrange(1 << 30)}"
@@ -439,6 +458,10 @@ def eos_run(
         why, lines = _watch(child, deadline, delay, counted_from)
         if why == "kill" or (why == "done" and kills_left > 0):  # done before its kill moment: killed idle
             child.kill()
+            if broker is not None and result.broker_kills == 0:  # the broker dies at the same moment, once a run
+                child.wait()
+                broker.kill9_and_restart()
+                result.broker_kills += 1
             result.kills += 1
             kills_left -= 1
         elif why == "done":
@@ -477,9 +500,13 @@ def eos_run(
     return result
 
 
-def eos_row(runs: int, root: Path, seed: int, *, records: int = 300, subscribe_every: int = 2):
+def eos_row(
+    runs: int, root: Path, seed: int, *, records: int = 300, subscribe_every: int = 2, broker_kill_every: int = 5
+):
     """The reliability runner's row: ``runs`` runs against one ``kafkalog serve`` (every ``subscribe_every``-th
-    run with a subscribed consumer, the others with assigned partitions)."""
+    run with a subscribed consumer, the others with assigned partitions; in every ``broker_kill_every``-th run the
+    broker is SIGKILLed with the program at its first kill and restarted: the transaction and group coordinators
+    reload their state and finish or abort what was in flight)."""
     from .runner import Row
 
     row = Row("exactly-once consume-transform-produce under kill -9")
@@ -487,11 +514,15 @@ def eos_row(runs: int, root: Path, seed: int, *, records: int = 300, subscribe_e
     log_dir = root / "eos-broker"
     shutil.rmtree(log_dir, ignore_errors=True)
     broker = Broker(log_dir, {"num.partitions": "3", "transaction.state.log.num.partitions": "5"}).start()
-    kills = incarnations = aborted = 0
+    kills = incarnations = aborted = broker_kills = 0
     try:
         for run in range(runs):
             subscribe = subscribe_every > 0 and run % subscribe_every == subscribe_every - 1
-            result = eos_run(broker.bootstrap, run, rng, records=records, subscribe=subscribe)
+            with_broker = broker_kill_every > 0 and run % broker_kill_every == broker_kill_every - 1
+            result = eos_run(
+                broker.bootstrap, run, rng, records=records, subscribe=subscribe, broker=broker if with_broker else None
+            )
+            broker_kills += result.broker_kills
             row.runs += 1
             row.acked += result.report.inputs
             row.lost += len(result.report.missing)
@@ -507,7 +538,8 @@ def eos_row(runs: int, root: Path, seed: int, *, records: int = 300, subscribe_e
         if code not in (0, None):
             row.failures.append(f"the broker exited with status {code}: {''.join(broker.lines[-5:])}")
     row.note = (
-        f"{kills} kills, {incarnations} program starts; {aborted} output records of aborted transactions "
+        f"{kills} kills ({broker_kills} with the broker), {incarnations} program starts; {aborted} output records "
+        "of aborted transactions "
         "hidden from read_committed"
     )
     return row

@@ -346,7 +346,7 @@ def find_hanging_command(
             str(p.coordinator_epoch if p.coordinator_epoch >= 0 else -1),
             str(p.current_transaction_start_offset),
             str(p.last_timestamp),
-            str((current - p.last_timestamp) // 60_000),
+            str(_to_minutes(current - p.last_timestamp)),
         ]
         for tp, p in hanging
     ]
@@ -361,6 +361,11 @@ def find_hanging_command(
         "Duration(min)",
     ]
     return table(headers, rows)
+
+
+def _to_minutes(ms: int) -> int:
+    """Java's TimeUnit.MILLISECONDS.toMinutes: truncated toward zero (a clock behind the record's is negative)."""
+    return ms // 60_000 if ms >= 0 else -((-ms) // 60_000)
 
 
 def _java_optional(value: int | None) -> str:

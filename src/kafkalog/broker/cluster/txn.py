@@ -296,7 +296,9 @@ class TransactionMarkerChannel:
                 return  # resigned: the new coordinator completes the transaction from its log
         remaining = set(entry.partitions)
         kind = "COMMIT" if entry.commit else "ABORT"
+        backoff_ms = MARKER_RETRY_BACKOFF_MS
         while remaining:
+            before = len(remaining)
             view = self.node.view
             by_broker: dict[int, list[tuple[str, int]]] = {}
             for topic, partition in sorted(remaining):
@@ -332,9 +334,12 @@ class TransactionMarkerChannel:
                         remaining.discard(tp)
                         coordinator.marker_written(entry.transactional_id, entry.coordinator_epoch, tp)
             if remaining:
+                # Retried after a fresh look at ZooKeeper; the wait doubles (to 1 s) while nothing gets through, so
+                # an offline partition does not make this broker re-read ZooKeeper ten times a second.
+                backoff_ms = MARKER_RETRY_BACKOFF_MS if len(remaining) < before else min(backoff_ms * 2, 1000)
                 log.debug("Markers of %s still to write to %s; retrying", entry.transactional_id, sorted(remaining))
                 self.node.request_resync()
-                await asyncio.sleep(MARKER_RETRY_BACKOFF_MS / 1000.0)
+                await asyncio.sleep(backoff_ms / 1000.0)
 
     async def _send(self, broker_id: int, entry: MarkerSend, tps: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
         """One WriteTxnMarkers request to ``broker_id``; each partition's error code (-1 for a failed exchange)."""
