@@ -280,3 +280,45 @@ def test_consume_transform_produce_with_the_group_on_another_broker(cluster):
     assert sorted(tp.offset for tp in committed) == [30, 30, 30]
     wanted = {p: [f"out-in-{i}" for i in range(len(inputs)) if i % 3 == p] for p in range(3)}
     assert _read_settled(cluster, sink, wanted) == wanted  # each input's output once, in order
+
+
+def test_write_txn_markers_on_the_cluster(cluster):
+    """WriteTxnMarkers as another coordinator sends it: NOT_LEADER_OR_FOLLOWER from a follower (the sender looks
+    the leader up again), written by the leader and answered once the in-sync replicas have it (acks=-1: the high
+    watermark covers it when the answer comes), TRANSACTION_COORDINATOR_FENCED for a zombie coordinator's epoch."""
+    from confluent_kafka import Consumer
+    from confluent_kafka import TopicPartition as CTopicPartition
+    from kafka.protocol.producer.transaction import WriteTxnMarkersRequest
+
+    from brokertools import RawClient
+
+    topic = "txn-markers"
+    _create(cluster, topic, 1)
+    layout = cluster.metadata(topic)[0]
+    leader = cluster.brokers[layout["leader"]]
+    follower = cluster.brokers[next(r for r in layout["replicas"] if r != layout["leader"])]
+    marker = WriteTxnMarkersRequest.WritableTxnMarker
+
+    def write(broker, coordinator_epoch: int) -> int:
+        request = WriteTxnMarkersRequest(
+            markers=[
+                marker(
+                    producer_id=9_000_001,
+                    producer_epoch=0,
+                    transaction_result=False,
+                    topics=[marker.WritableTxnMarkerTopic(name=topic, partition_indexes=[0])],
+                    coordinator_epoch=coordinator_epoch,
+                )
+            ]
+        )
+        with RawClient(broker.bootstrap) as client:
+            return int(client.call(request, 1).markers[0].topics[0].partitions[0].error_code)
+
+    assert write(follower, 5) == 6  # NOT_LEADER_OR_FOLLOWER
+    assert write(leader, 5) == 0
+    consumer = Consumer({"bootstrap.servers": leader.bootstrap, "group.id": "hw-reader"})
+    try:
+        assert consumer.get_watermark_offsets(CTopicPartition(topic, 0), 10) == (0, 1)  # replicated: HW past it
+    finally:
+        consumer.close()
+    assert write(leader, 4) == 52  # TRANSACTION_COORDINATOR_FENCED: an older coordinator's marker
