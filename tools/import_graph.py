@@ -38,6 +38,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "kafkalog.coordinator",
         ),
     ),
+    ("inspect", ("kafkalog.inspect",)),
     ("broker", ("kafkalog.broker",)),
     ("cli, spark", ("kafkalog.cli", "kafkalog.spark", "kafkalog.demo", "kafkalog.testing")),
     ("package", ()),

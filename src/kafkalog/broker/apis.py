@@ -36,8 +36,10 @@ from .protocol import (
     parse_header,
     response_header,
 )
+from .quota import TimedCoroutine, thread_percent_seconds
 from .security.context import CURRENT, THROTTLE_MS, RequestContext
 from .security.sasl import IllegalSaslState
+from .throttle import client_throttles, raise_throttle_time
 
 log = logging.getLogger("kafka.server.KafkaApis")
 
@@ -90,9 +92,9 @@ HANDLERS = {
     50: security.handle_describe_scram,
     51: security.handle_alter_scram,
 }
-# The first version of each quota-throttled API whose clients throttle themselves
-# (Kafka's AbstractResponse.shouldClientThrottle).
-CLIENT_THROTTLES_FROM = {0: 6, 1: 8}
+# Requests the request quota does not charge (Kafka's sendResponseExemptThrottle): inter-broker ones (a follower's
+# Fetch too, see below), the SASL exchange, and ApiVersions (a client's first request; see throttle.py).
+REQUEST_QUOTA_EXEMPT = frozenset({4, 5, 6, 7, 17, 18, 27, 36})
 # APIs that act on the connection itself (its SASL state): called as handler(broker, conn, header, request).
 CONNECTION_HANDLERS = {
     17: security.handle_handshake,
@@ -114,6 +116,7 @@ class RequestRouter:
         self.broker = broker
 
     async def __call__(self, conn: Connection, frame: memoryview):
+        started = time.perf_counter()
         sasl = conn.sasl
         if sasl is not None and sasl.raw_tokens:  # after a v0 SaslHandshake: a bare token, answered bare
             code, _, answer = await security.sasl_token(self.broker, conn, bytes(frame))
@@ -142,26 +145,42 @@ class RequestRouter:
         request = decode_request(spec, header, frame)
         conn.request_metric = (_metric_names(spec.name, request), header.api_version)
         group.CLIENT_ADDRESS.set(getattr(conn, "client_host", ""))
-        CURRENT.set(
-            RequestContext(
-                conn.principal,
-                conn.peer_host,
-                conn.endpoint.name,
-                conn.endpoint.security_protocol,
-                header.client_id or "",
-                len(frame),
-            )
+        context = RequestContext(
+            conn.principal,
+            conn.peer_host,
+            conn.endpoint.name,
+            conn.endpoint.security_protocol,
+            header.client_id or "",
+            len(frame),
         )
+        CURRENT.set(context)
         throttle = [0]
         THROTTLE_MS.set(throttle)
         if log.isEnabledFor(logging.DEBUG):
             log.debug("Handling %s v%d from %s (%s)", spec.name, header.api_version, conn.id, header.client_id)
         if spec.key in CONNECTION_HANDLERS:
-            result = await CONNECTION_HANDLERS[spec.key](self.broker, conn, header, request)
+            handling = CONNECTION_HANDLERS[spec.key](self.broker, conn, header, request)
         else:
-            result = await HANDLERS[spec.key](self.broker, header, request)
+            handling = HANDLERS[spec.key](self.broker, header, request)
+        quota = getattr(self.broker, "request_quota", None)
+        if (
+            quota is None
+            or spec.key in REQUEST_QUOTA_EXEMPT
+            or getattr(request, "replica_id", -1) >= 0
+            or not quota.applies(context.user, context.client_id)
+        ):
+            result = await handling
+        else:  # a client under a request_percentage quota: charge the time its request held the loop
+            timed = TimedCoroutine(handling)
+            before = time.perf_counter() - started
+            result = await timed
+            request_ms = quota.record(context.user, context.client_id, thread_percent_seconds(before + timed.seconds))
+            if request_ms > 0:
+                if isinstance(result, Response):
+                    raise_throttle_time(spec.key, header.api_version, result, request_ms)
+                throttle[0] = max(throttle[0], request_ms)
         if throttle[0] > 0:
-            if header.api_version >= CLIENT_THROTTLES_FROM.get(spec.key, 1 << 15):
+            if client_throttles(spec.key, header.api_version):
                 # KIP-219: the answer goes out now, carrying throttle_time_ms; the connection is muted meanwhile.
                 conn.mute_until = time.monotonic() + throttle[0] / 1000.0
             else:  # an older client does not throttle itself: the answer is delayed instead

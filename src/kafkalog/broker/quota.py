@@ -13,6 +13,11 @@ the bound is answered with ``throttle_time_ms = (rate - bound) / bound * window`
 window); the broker then reads nothing more from that connection for that long (KIP-219), or, for a request
 version whose clients do not throttle themselves, delays the answer instead. A throttled fetch returns no
 records, and its bytes are not counted.
+
+``request_percentage`` (Kafka's ClientRequestQuotaManager) bounds the time the broker spends on a client's
+requests, as a percentage of one thread over the quota window: each request counts the time its parsing and its
+handler ran on the event loop (:class:`TimedCoroutine` measures only the steps the handler ran, not the time it
+waited, e.g. in a long poll), and a client over its bound gets a throttle time capped at one window.
 """
 
 from __future__ import annotations
@@ -20,8 +25,9 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Generator
 from pathlib import Path
+from typing import Any, TypeVar
 
 from ..errors import KafkaStorageError
 from ..storage.files import atomic_write
@@ -29,7 +35,8 @@ from ..storage.files import atomic_write
 STORE_FILE = "quotas.json"
 PRODUCER_BYTE_RATE = "producer_byte_rate"
 CONSUMER_BYTE_RATE = "consumer_byte_rate"
-KEYS = (PRODUCER_BYTE_RATE, CONSUMER_BYTE_RATE, "request_percentage", "controller_mutation_rate")
+REQUEST_PERCENTAGE = "request_percentage"
+KEYS = (PRODUCER_BYTE_RATE, CONSUMER_BYTE_RATE, REQUEST_PERCENTAGE, "controller_mutation_rate")
 ENTITY_TYPES = ("user", "client-id")
 
 Entity = tuple[tuple[str, str | None], ...]  # sorted (type, name) pairs; name None = the default entity
@@ -134,13 +141,21 @@ class QuotaManager:
         samples: int = 11,
         window_ms: int = 1000,
         clock: Callable[[], float] = time.monotonic,
+        max_throttle_ms: int | None = None,
     ) -> None:
         self.store = store
         self.key = key
         self.samples = samples
         self.window_ms = window_ms
         self.clock = clock
+        # the longest throttle: the whole sampled span, or one window for request_percentage (Kafka's
+        # ClientRequestQuotaManager bounds it so, as a client's CPU use is measured after the fact)
+        self.max_throttle_ms = samples * window_ms if max_throttle_ms is None else max_throttle_ms
         self._rates: dict[tuple[str, str, Entity], _Rate] = {}
+
+    def applies(self, user: str, client_id: str) -> bool:
+        """Whether a quota of this kind bounds the client (so its usage needs measuring)."""
+        return self.store.lookup(user, client_id, self.key) is not None
 
     def _sensor(self, user: str, client_id: str) -> tuple[_Rate, float] | None:
         found = self.store.lookup(user, client_id, self.key)
@@ -154,8 +169,9 @@ class QuotaManager:
             rate = self._rates[tag] = _Rate(self.samples, self.window_ms)
         return rate, bound
 
-    def record(self, user: str, client_id: str, size: int) -> int:
-        """Count ``size`` bytes; the throttle time in ms (0 within the quota or without one)."""
+    def record(self, user: str, client_id: str, size: float) -> int:
+        """Count ``size`` (bytes, or percent-seconds of a thread); the throttle time in ms (0 within the quota or
+        without one)."""
         sensor = self._sensor(user, client_id)
         if sensor is None:
             return 0
@@ -166,11 +182,63 @@ class QuotaManager:
         if value <= bound or (bound <= 0 and value == 0):
             return 0
         if bound <= 0:
-            return self.samples * self.window_ms
+            return self.max_throttle_ms
         throttle = (value - bound) / bound * rate.window_size_ms(now)
-        return int(min(round(throttle), self.samples * self.window_ms))
+        return int(min(round(throttle), self.max_throttle_ms))
 
     def unrecord(self, user: str, client_id: str, size: int) -> None:
         sensor = self._sensor(user, client_id)
         if sensor is not None:
             sensor[0].record(-size, self.clock() * 1000.0)
+
+
+def request_quota(store: QuotaStore, samples: int, window_ms: int, clock: Callable[[], float] = time.monotonic):
+    """The request_percentage quota manager: throttles capped at one quota window, as Kafka's."""
+    return QuotaManager(store, REQUEST_PERCENTAGE, samples, window_ms, clock, max_throttle_ms=window_ms)
+
+
+def thread_percent_seconds(seconds: float) -> float:
+    """Thread time as the request quota counts it: percent of one thread, per second (Kafka's nanosToPercentage)."""
+    return seconds * 100.0
+
+
+T = TypeVar("T")
+
+
+class TimedCoroutine(Awaitable[T]):
+    """Await a coroutine and add up the time its steps ran (``seconds``), not the time it was suspended.
+
+    Each ``send``/``throw`` into the coroutine runs it up to its next suspension; the loop's other work happens
+    between steps, so the sum is the time this request held the event loop -- what Kafka's request quota
+    charges (request handler thread time), without a long poll's or a replication wait's idle time.
+    """
+
+    __slots__ = ("coro", "seconds")
+
+    def __init__(self, coro: Awaitable[T]) -> None:
+        self.coro: Any = coro.__await__()
+        self.seconds = 0.0
+
+    def __await__(self) -> Generator[Any, Any, T]:
+        coro = self.coro
+        value: Any = None
+        error: BaseException | None = None
+        clock = time.perf_counter
+        while True:
+            started = clock()
+            try:
+                yielded = coro.throw(error) if error is not None else coro.send(value)
+            except StopIteration as done:
+                self.seconds += clock() - started
+                return done.value  # type: ignore[no-any-return]
+            except BaseException:
+                self.seconds += clock() - started
+                raise
+            self.seconds += clock() - started
+            try:
+                value, error = (yield yielded), None
+            except GeneratorExit:
+                coro.close()
+                raise
+            except BaseException as e:  # e.g. the task's cancellation: passed on into the coroutine
+                value, error = None, e

@@ -31,7 +31,7 @@ from .metrics import BrokerMetrics, MetricsEndpoint
 from .network import SocketSecurity, SocketServer
 from .producer_ids import ProducerIdManager
 from .purgatory import FetchPurgatory
-from .quota import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, QuotaManager, QuotaStore
+from .quota import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, QuotaManager, QuotaStore, request_quota
 from .replica_access import ReplicaManager, prepare_replica_manager
 from .security.acl import Authorizer
 from .security.context import CURRENT
@@ -102,6 +102,7 @@ class KafkaServer:
         self.quota_store: QuotaStore | None = None
         self.produce_quota: QuotaManager | None = None
         self.fetch_quota: QuotaManager | None = None
+        self.request_quota: QuotaManager | None = None
         # The request path's counters (always kept: a few integer adds per request); served over HTTP when
         # metrics.port is set (broker/metrics.py).
         self.metrics = BrokerMetrics()
@@ -176,6 +177,7 @@ class KafkaServer:
         samples, window_ms = self.config.quota_window_num, self.config.quota_window_size_seconds * 1000
         self.produce_quota = QuotaManager(self.quota_store, PRODUCER_BYTE_RATE, samples, window_ms)
         self.fetch_quota = QuotaManager(self.quota_store, CONSUMER_BYTE_RATE, samples, window_ms)
+        self.request_quota = request_quota(self.quota_store, samples, window_ms)
         self.group_coordinator = GroupCoordinator(
             self.log_manager,
             self.config.group_coordinator,
