@@ -78,6 +78,8 @@ class Params:
     startup_segment_bytes: int = 32 * 1024  # 24 batches of ~1.3 KB: 3 segments per partition
     startup_repeats: int = 2
     recovery_threads: tuple[int, ...] = (1, 2)
+    create_partitions: int = 1000  # create_topic row: one topic of this many partitions
+    create_repeats: int = 3
     seed: int = 20240601
 
 
@@ -88,6 +90,8 @@ QUICK = Params(
     steady_passes=3,
     startup_partitions_per_topic=10,
     startup_repeats=1,
+    create_partitions=100,
+    create_repeats=1,
 )
 
 
@@ -614,6 +618,49 @@ def bench_startup(scratch: Scratch, fd_limit: FdLimit, p: Params, rng: random.Ra
 # ----- report --------------------------------------------------------------------------------------
 
 
+# ----- create_topic -------------------------------------------------------------------------------
+
+
+def create_topic_run(directory: Path, partitions: int) -> float:
+    """One timed ``LogManager.create_topic`` of ``partitions`` partitions in a fresh log dir (started and shut down
+    untimed), checked: every partition has its log and its partition.metadata with the topic's id."""
+    from kafkalog.logdir import PartitionMetadataFile
+    from kafkalog.manager import LogManager
+
+    manager = LogManager([directory], {"log.initial.task.delay.ms": NEVER_MS})
+    manager.startup()
+    try:
+        seconds, description = common.timed(lambda: manager.create_topic("created", partitions))
+        for p in range(partitions):
+            read = PartitionMetadataFile(directory / f"created-{p}").read()
+            if read.replace("-", "") != str(description.topic_id).replace("-", ""):
+                raise AssertionError(f"created-{p}: partition.metadata holds {read}, not {description.topic_id}")
+        if len(manager.describe_topic("created").partitions) != partitions:
+            raise AssertionError("create_topic: wrong partition count")
+    finally:
+        manager.shutdown()
+    return seconds
+
+
+def bench_create_topic(scratch: Scratch, p: Params, console: Console) -> dict[str, Any]:
+    """create_topic of one topic with ``p.create_partitions`` partitions (the broker's CreateTopics on one node):
+    best of ``p.create_repeats``, each in a new log dir."""
+    times = []
+    for i in range(p.create_repeats):
+        directory = scratch.path(f"create-{i}")
+        directory.mkdir(parents=True)
+        times.append(create_topic_run(directory, p.create_partitions))
+        shutil.rmtree(directory)
+    best = min(times)
+    console.print(f"create_topic {p.create_partitions:,} partitions: best {best:.2f} s of {times}")
+    return {
+        "partitions": p.create_partitions,
+        "times_s": times,
+        "best_s": best,
+        "partitions_per_s": p.create_partitions / best,
+    }
+
+
 def machine_info(scratch: Scratch, fd_limit: FdLimit) -> dict[str, Any]:
     return common.platform_info() | {
         "scratch_dir": str(scratch.root.parent),
@@ -703,6 +750,17 @@ def print_tables(result: dict[str, Any], console: Console) -> None:
             )
     console.print(table)
 
+    ct = result.get("create_topic")
+    if ct:
+        table = Table(
+            title=f"LogManager.create_topic: one topic of {ct['partitions']:,} partitions, one log dir",
+            caption=f"best of {len(ct['times_s'])} run(s), each in a new dir; partition.metadata files checked",
+        )
+        for col in ("partitions", "create_topic s", "partitions/s"):
+            table.add_column(col, justify="right")
+        table.add_row(f"{ct['partitions']:,}", f"{ct['best_s']:.2f}", f"{ct['partitions_per_s']:,.0f}")
+        console.print(table)
+
     print_profile(
         f"cProfile: deleting retention pass ({ret['profile_delete_pass']['segments_deleted']:,} segments), "
         "top by own time / kafkalog by cumulative",
@@ -728,6 +786,7 @@ def run(*, quick: bool = False, results_dir: Path, console: Console | None = Non
     try:
         retention = bench_retention(scratch, fd_limit, p, rng, console)
         startup = bench_startup(scratch, fd_limit, p, rng, console)
+        create = bench_create_topic(scratch, p, console)
         machine = machine_info(scratch, fd_limit)
     finally:
         scratch.cleanup()
@@ -758,6 +817,7 @@ def run(*, quick: bool = False, results_dir: Path, console: Console | None = Non
         },
         "retention": retention,
         "startup": startup,
+        "create_topic": create,
         "elapsed_s": time.perf_counter() - started,
     }
     path = common.save_result(results_dir, "manager", result)

@@ -160,6 +160,24 @@ def test_sigterm_answers_the_waiting_fetch_and_shuts_down_cleanly(tmp_path):
     assert (tmp_path / ".kafka_cleanshutdown").exists()
 
 
+def test_a_second_signal_during_shutdown_does_not_cut_it_short(tmp_path):
+    """The first SIGTERM starts the shutdown (the waiting fetch is answered from inside it); a second SIGTERM and a
+    SIGINT sent then are ignored: the logs are closed and the clean-shutdown marker is written, exit code 0.
+    300 partitions make the closing of the logs last long enough for the second signal to arrive during it."""
+    server = BrokerProcess(tmp_path, {"num.partitions": "300"}).start()
+    with RawClient(server.bootstrap, timeout=30) as c:
+        _metadata(c, "waiting")
+        c.send(encode_request(_fetch_request("waiting", 0, max_wait=30000, min_bytes=1), 12, correlation_id=5))
+        time.sleep(0.3)
+        server.proc.send_signal(15)
+        assert c.receive()[:4] == (5).to_bytes(4, "big")  # answered by the shutdown, which is under way
+        server.proc.send_signal(15)
+        server.proc.send_signal(2)
+    assert server.proc.wait(30) == 0
+    assert "shut down completed" in server.log
+    assert (tmp_path / ".kafka_cleanshutdown").exists()
+
+
 # ----- concurrency -----------------------------------------------------------------------------------------
 def test_a_thousand_connections_at_once(broker):
     host, port = broker.host, broker.port

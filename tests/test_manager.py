@@ -208,3 +208,35 @@ def test_a_manual_retention_pass_does_not_move_the_schedule(tmp_path: Path, cloc
         assert manager.get_log("t").segments.base_offsets == [0]
         clock.advance(1)
         assert manager.get_log("t").segments.base_offsets == [1]
+
+
+def test_create_topic_makes_every_partition_metadata_durable_before_returning(tmp_path, monkeypatch):
+    """The partition.metadata files of a new topic are written in one pass (PartitionMetadataFile.write_all): each
+    fsynced under its .tmp name before its rename, every partition dir and the log dir fsynced after, no .tmp left."""
+    import kafkalog.logdir as logdir
+
+    events: list[tuple[str, str]] = []
+    real_file, real_dir, real_replace = logdir.fsync_file, logdir.fsync_dir, logdir.os.replace
+    monkeypatch.setattr(logdir, "fsync_file", lambda p: (events.append(("file", Path(p).name)), real_file(p)))
+    monkeypatch.setattr(logdir, "fsync_dir", lambda p: (events.append(("dir", Path(p).name)), real_dir(p)))
+    monkeypatch.setattr(
+        logdir.os, "replace", lambda a, b: (events.append(("rename", Path(a).parent.name)), real_replace(a, b))
+    )
+    m = LogManager([tmp_path], clock=MockTime())
+    m.startup()
+    try:
+        description = m.create_topic("durable", 3)
+        names = [f"durable-{p}" for p in range(3)]
+        assert [e for e in events if e[0] == "file"] == [("file", "partition.metadata.tmp")] * 3
+        renames = [i for i, e in enumerate(events) if e[0] == "rename" and e[1].startswith("durable-")]
+        assert [events[i][1] for i in renames] == names
+        assert max(i for i, e in enumerate(events) if e[0] == "file") < min(renames)
+        synced_dirs = [e[1] for e in events[max(renames) :] if e[0] == "dir"]
+        assert synced_dirs[:3] == names and tmp_path.name in synced_dirs[3:]
+        for name in names:
+            assert sorted(f.name for f in (tmp_path / name).iterdir() if f.name.startswith("partition")) == [
+                "partition.metadata"
+            ]
+            assert logdir.PartitionMetadataFile(tmp_path / name).read() == description.topic_id
+    finally:
+        m.shutdown()

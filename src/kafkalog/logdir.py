@@ -42,7 +42,7 @@ from .layout import (
     META_PROPERTIES_FILE,
     PARTITION_METADATA_FILE,
 )
-from .storage.files import atomic_write, fsync_dir
+from .storage.files import atomic_write, fsync_dir, fsync_file
 from .storage.properties import parse_properties
 
 log = logging.getLogger(__name__)
@@ -580,6 +580,35 @@ class PartitionMetadataFile:
             atomic_write(self.path, self.encode(topic_id).encode("utf-8"))
         except OSError as e:
             raise KafkaStorageError(f"Error while writing partition metadata file {self.path.absolute()}: {e}") from e
+
+    @classmethod
+    def write_all(cls, partition_dirs: list[Path], topic_id: str) -> None:
+        """Write the file of every one of ``partition_dirs`` (new partitions of one topic), as ``write`` does each,
+        in phases: every ``.tmp`` written, then each fsynced, then each renamed, then each directory fsynced,
+        then their parent log dirs (their new entries). Each file is still whole and durable before it takes its
+        name, but the fsyncs come one after another instead of between writes, so the file system commits
+        most of them together: creating 1,000 partitions no longer waits for 2,000 separate journal commits."""
+        topic_id = _canonical_uuid(topic_id)
+        if topic_id == ZERO_UUID:
+            raise ValueError(f"Cannot record the zero topic id in {partition_dirs[0] if partition_dirs else '?'}")
+        data = cls.encode(topic_id).encode("utf-8")
+        files = [cls(d) for d in partition_dirs]
+        current = files[0] if files else None
+        try:
+            for current in files:
+                with open(current.path.with_name(PARTITION_METADATA_FILE + ".tmp"), "wb") as f:
+                    f.write(data)
+            for current in files:
+                fsync_file(current.path.with_name(PARTITION_METADATA_FILE + ".tmp"))
+            for current in files:
+                os.replace(current.path.with_name(PARTITION_METADATA_FILE + ".tmp"), current.path)
+            for current in files:
+                fsync_dir(current.partition_dir)
+            for parent in dict.fromkeys(d.parent for d in partition_dirs):
+                fsync_dir(parent)
+        except OSError as e:
+            where = current.path.absolute() if current is not None else "?"
+            raise KafkaStorageError(f"Error while writing partition metadata file {where}: {e}") from e
 
     def read(self) -> str:
         """The topic id; KafkaStorageError (Kafka's wording) if the file is missing or malformed."""

@@ -128,6 +128,9 @@ class LogManager:
         self._logs: dict[TopicPartition, Log] = {}
         self._dir_of: dict[TopicPartition, Path] = {}
         self._partition_counts: dict[str, int] = {}  # logs per topic, kept with _logs (produce needs it per call)
+        # partition number -> TopicPartition per topic, kept with _logs: a topic's partitions without a scan of
+        # every log (describing every topic of a broker with 10,000 partitions was topics x partitions)
+        self._topic_partitions: dict[str, dict[int, TopicPartition]] = {}
         self._locks: list[LogDirLock] = []
         self._tasks: list[object] = []
         self._store = TopicConfigStore(self.log_dirs)
@@ -355,7 +358,7 @@ class LogManager:
 
     def _adopt_topic(self, tp: TopicPartition, path: Path) -> None:
         """A partition directory kafkalog did not create, missed by _resolve_topics: its topic, configs unknown."""
-        partitions = max((p.partition for p in self._logs if p.topic == tp.topic), default=0) + 1
+        partitions = max(self._topic_partitions.get(tp.topic, {}), default=0) + 1
         resolution = resolve_topic(tp.topic, None, self.cluster_metadata, [path], partitions)
         self._store.put(tp.topic, resolution.state)
         if resolution.state.origin == ORIGIN_UNKNOWN and tp.topic not in INTERNAL_TOPIC_CONFIGS:
@@ -437,6 +440,7 @@ class LogManager:
         self._logs[tp] = log_obj
         self._dir_of[tp] = directory
         self._partition_counts[tp.topic] = self._partition_counts.get(tp.topic, 0) + 1
+        self._topic_partitions.setdefault(tp.topic, {})[tp.partition] = tp
         self._attach(log_obj, directory)
         self.replica_manager.add_partition(tp, log_obj)
 
@@ -445,6 +449,7 @@ class LogManager:
         self._logs.clear()
         self._dir_of.clear()
         self._partition_counts.clear()
+        self._topic_partitions.clear()
 
     def _release_locks(self) -> None:
         for lock in self._locks:
@@ -575,15 +580,7 @@ class LogManager:
                 raise TopicExistsError(f"Topic '{name}' already exists.")
             self._check_collision(name)
             topic_id = new_uuid()
-            counts = self._partitions_per_dir()
-            for p in range(partitions):
-                directory = self._next_log_dir(counts)
-                counts[directory] += 1
-                path = directory / f"{name}-{p}"
-                path.mkdir(parents=True, exist_ok=False)
-                PartitionMetadataFile(path).write(topic_id)
-                log_obj = Log.open(path, log_config, self.clock, scheduler=self.scheduler, had_clean_shutdown=True)
-                self._register_log(TopicPartition(name, p), log_obj, directory)
+            self._create_partition_logs(name, range(partitions), topic_id, log_config)
             self._store.put(name, TopicState(topic_id, partitions, overrides))
             return self.describe_topic(name)
 
@@ -637,17 +634,26 @@ class LogManager:
             if count == current:
                 raise InvalidPartitionsError(f"Topic already has {current} partitions.")
             log_config = self._log_config(name)
-            counts = self._partitions_per_dir()
-            for p in range(current, count):
-                directory = self._next_log_dir(counts)
-                counts[directory] += 1
-                path = directory / f"{name}-{p}"
-                path.mkdir(parents=True, exist_ok=False)
-                PartitionMetadataFile(path).write(state.topic_id)
-                log_obj = Log.open(path, log_config, self.clock, scheduler=self.scheduler, had_clean_shutdown=True)
-                self._register_log(TopicPartition(name, p), log_obj, directory)
+            self._create_partition_logs(name, range(current, count), state.topic_id, log_config)
             self._store.put(name, dataclasses.replace(state, partitions=count))  # same configs, same origin
             return self.describe_topic(name)
+
+    def _create_partition_logs(self, name: str, numbers: range, topic_id: str, log_config: LogConfig) -> None:
+        """Create the new partitions ``numbers`` of topic ``name``, spread over the online log dirs: their
+        directories, their partition.metadata files (written and made durable together, see
+        PartitionMetadataFile.write_all), then their logs, registered."""
+        counts = self._partitions_per_dir()
+        placed: list[tuple[int, Path, Path]] = []
+        for p in numbers:
+            directory = self._next_log_dir(counts)
+            counts[directory] += 1
+            path = directory / f"{name}-{p}"
+            path.mkdir(parents=True, exist_ok=False)
+            placed.append((p, directory, path))
+        PartitionMetadataFile.write_all([path for _, _, path in placed], topic_id)
+        for p, directory, path in placed:
+            log_obj = Log.open(path, log_config, self.clock, scheduler=self.scheduler, had_clean_shutdown=True)
+            self._register_log(TopicPartition(name, p), log_obj, directory)
 
     def _partitions_per_dir(self) -> dict[Path, int]:
         counts = {d: 0 for d in self.log_dirs}
@@ -674,6 +680,7 @@ class LogManager:
                 log_obj = self._logs.pop(tp)
                 self.replica_manager.remove_partition(tp)
                 self._partition_counts[tp.topic] -= 1
+                self._forget_partition(tp)
                 directory = self._dir_of[tp]
                 self.cleaner.remove_partition(tp, directory)
                 del self._dir_of[tp]
@@ -689,8 +696,16 @@ class LogManager:
     def topics(self) -> list[str]:
         return sorted(self._store.topics())
 
+    def _forget_partition(self, tp: TopicPartition) -> None:
+        numbers = self._topic_partitions.get(tp.topic)
+        if numbers is not None:
+            numbers.pop(tp.partition, None)
+            if not numbers:
+                del self._topic_partitions[tp.topic]
+
     def _partitions_of(self, topic: str) -> list[TopicPartition]:
-        partitions = sorted((tp for tp in self._logs if tp.topic == topic), key=lambda tp: tp.partition)
+        numbers = self._topic_partitions.get(topic, {})
+        partitions = [numbers[p] for p in sorted(numbers)]
         if not partitions:
             raise UnknownTopicOrPartitionError(f"Topic '{topic}' does not exist.")
         return partitions

@@ -257,14 +257,33 @@ class KafkaServer:
         await self.startup()
         loop = asyncio.get_running_loop()
         stop = asyncio.Event()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
+        signals = (signal.SIGTERM, signal.SIGINT)
+        previous = {sig: signal.getsignal(sig) for sig in signals}
+        for sig in signals:
+            loop.add_signal_handler(sig, self._on_stop_signal, sig, stop)
         try:
             await stop.wait()
         finally:
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                loop.remove_signal_handler(sig)
-            await self.shutdown()
+            # The handlers stay for the whole shutdown: a second SIGTERM or Ctrl-C while the logs are being
+            # flushed is logged and ignored, as Kafka's broker goes on with its shutdown once it started (asyncio
+            # would put back the default action, which kills the process before the clean-shutdown marker).
+            try:
+                await self.shutdown()
+            finally:
+                for sig in signals:
+                    loop.remove_signal_handler(sig)
+                    if previous[sig] is not None:
+                        signal.signal(sig, previous[sig])
+
+    def _on_stop_signal(self, signum: int, stop: asyncio.Event) -> None:
+        if stop.is_set():
+            log.info(
+                "[KafkaServer id=%d] %s ignored: shutdown already in progress",
+                self.node_id,
+                signal.Signals(signum).name,
+            )
+            return
+        stop.set()
 
     def _on_txn_marker(self, tp, producer_id: int, committed: bool) -> None:
         """A transaction marker reached a partition: wake its long polls (the LSO moved) and, in

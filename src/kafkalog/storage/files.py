@@ -18,6 +18,15 @@ def fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
+def fsync_file(path: Path) -> None:
+    """fsync a file already written (and closed) through another descriptor."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def atomic_write(path: Path, data: bytes, mode: int = 0o666) -> None:
     """Write ``data`` to ``path`` through ``<path>.tmp``: write, fsync, rename, fsync the directory.
 
