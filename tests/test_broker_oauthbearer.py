@@ -127,6 +127,26 @@ def test_client_first_message_grammar():
             parse_client_initial_response(bad)
 
 
+def test_kafkas_unsecured_login_token_passes_the_validator():
+    from kafkalog.broker.security.oauthbearer import unsecured_login_token
+
+    options = {
+        "unsecuredLoginStringClaim_sub": "admin",
+        "unsecuredLoginListClaim_scope": "|kafka|other",
+        "unsecuredLoginNumberClaim_level": "3",
+        "unsecuredLoginLifetimeSeconds": "60",
+        "unsecuredLoginExtension_traceId": "42",
+    }
+    token, extensions = unsecured_login_token(options, now_s=NOW_MS / 1000)
+    jws = _validate(token, required_scope=("kafka",))
+    assert (jws.principal_name, jws.scope, jws.lifetime_ms) == ("admin", {"kafka", "other"}, NOW_MS + 60_000)
+    assert jws.claims["level"] == 3 and extensions == {"traceId": "42"}
+    from kafkalog.errors import InvalidConfigurationError
+
+    with pytest.raises(InvalidConfigurationError, match="unsecuredLoginStringClaim_sub"):
+        unsecured_login_token({})
+
+
 def test_listener_configuration():
     from kafkalog.broker.config import Endpoint
     from kafkalog.broker.security.sasl import listener_sasl
@@ -158,7 +178,7 @@ def _settings(**extra) -> dict[str, str]:
         "connection.failed.authentication.delay.ms": str(DELAY_MS),
         "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
         # the PLAINTEXT listener is the operator's (its clients are User:ANONYMOUS)
-        "super.users": "User:ANONYMOUS",
+        "super.users": "User:ANONYMOUS;User:admin",
     }
     settings.update(extra)
     return settings
@@ -306,6 +326,18 @@ def test_kafka_python_is_refused_an_expired_token(broker, caplog):
             bootstrap_timeout_ms=3000,
         )
     assert 'SaslAuthenticationFailedError: {"status":"invalid_token"}' in caplog.text
+
+
+def test_kafkalog_commands_log_in_with_kafkas_unsecured_oauthbearer_login(broker, tmp_path):
+    config = tmp_path / "oauth.properties"
+    config.write_text(
+        "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=OAUTHBEARER\n"
+        "sasl.jaas.config=org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required "
+        'unsecuredLoginStringClaim_sub="admin" unsecuredLoginListClaim_scope=",kafka";\n'
+    )
+    common = ["--bootstrap-server", broker.bootstrap_of("SASL_PLAINTEXT"), "--command-config", str(config)]
+    _kafkalog("acls", *common, "--add", "--allow-principal", "User:carol", "--operation", "Read", "--topic", "cli-t")
+    assert "principal=User:carol" in _kafkalog("acls", *common, "--list", "--topic", "cli-t")
 
 
 # ----- on the wire ------------------------------------------------------------------------------------------------

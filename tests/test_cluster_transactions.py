@@ -105,9 +105,24 @@ def test_transactions_span_brokers(cluster):
             producer.abort_transaction(30)
     assert _read_settled(cluster, topic, expected) == expected
     assert read_all(cluster, topic, 3, "read_uncommitted") == everything
-    # The coordinator is another broker than two of the data partitions' leaders: markers went over the wire.
-    logs = "".join(line for b in cluster.brokers.values() for line in b.lines)
-    assert "Elected as the txn coordinator for partition" in logs
+    # kafka-transactions.sh's view: list asks every broker (only the coordinator knows the id), describe asks the
+    # coordinator FindCoordinator names.
+    coordinator = state[partition_for(txn_id, STATE_PARTITIONS)]["leader"]
+    listed = _transactions_cli(cluster, "list")
+    rows = [line.split() for line in listed.splitlines()[1:] if line.split()[:1] == [txn_id]]
+    assert [row[1] for row in rows] == [str(coordinator)] and rows[0][3] == "CompleteCommit", listed
+    described = _transactions_cli(cluster, "describe", "--transactional-id", txn_id).splitlines()[1].split()
+    assert described[0] == str(coordinator) and described[4] == "CompleteCommit", described
+
+
+def _transactions_cli(cluster, *args: str) -> str:
+    from click.testing import CliRunner
+
+    from kafkalog.cli import main
+
+    result = CliRunner().invoke(main, ["transactions", "--bootstrap-server", cluster.bootstrap, *args])
+    assert result.exit_code == 0, result.output
+    return result.output
 
 
 def test_coordinator_killed_mid_stream(cluster):
@@ -194,3 +209,116 @@ def test_produce_verified_with_a_coordinator_on_another_broker(cluster):
         )
         assert txn_client.call(end, 3).error_code == 0
     assert _read_settled(cluster, topic, {0: [], 1: [], 2: [], partition: ["verified"]})[partition] == ["verified"]
+
+
+def _group_coordinator(cluster, group: str) -> int:
+    from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse
+
+    from tools.cluster import raw
+
+    live = next(b for b in cluster.brokers.values() if b.alive)
+    body = FindCoordinatorRequest(key=group, key_type=0).encode(version=2)
+    deadline = time.monotonic() + 30
+    while True:
+        answer = FindCoordinatorResponse.decode(raw.request(live.bootstrap, 10, 2, body), version=2)
+        if answer.error_code == 0 or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert answer.error_code == 0, answer
+    return int(answer.node_id)
+
+
+def test_consume_transform_produce_with_the_group_on_another_broker(cluster):
+    """send_offsets_to_transaction across brokers: the group's coordinator (leader of its __consumer_offsets
+    partition) is another broker than the transaction's; TxnOffsetCommit is verified with the transaction
+    coordinator over the wire, the COMMIT marker reaches the group's partition as WriteTxnMarkers and makes the
+    offsets visible; every input record's output is read once with read_committed and the group's committed
+    offsets are the input's ends."""
+    from confluent_kafka import Consumer, Producer
+    from confluent_kafka import TopicPartition as CTopicPartition
+
+    source, sink = "ctp-in", "ctp-out"
+    _create(cluster, source, 3)
+    _create(cluster, sink, 3)
+    txn_id = "ctp-1"
+    txn_coordinator = _find_coordinator(cluster, txn_id)
+    group = next(g for g in (f"ctp-group-{i}" for i in range(50)) if _group_coordinator(cluster, g) != txn_coordinator)
+    feeder = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
+    inputs = [f"in-{i}" for i in range(90)]
+    for i, value in enumerate(inputs):
+        feeder.produce(source, value=value.encode(), partition=i % 3)
+    assert feeder.flush(30) == 0
+    consumer = Consumer(
+        {
+            "bootstrap.servers": cluster.bootstrap,
+            "group.id": group,
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "isolation.level": "read_committed",
+        }
+    )
+    producer = transactional_producer(cluster.bootstrap, txn_id)
+    consumer.subscribe([source])
+    done = 0
+    deadline = time.monotonic() + 90
+    try:
+        while done < len(inputs) and time.monotonic() < deadline:
+            messages = [m for m in consumer.consume(30, 1.0) if not m.error()]
+            if not messages:
+                continue
+            producer.begin_transaction()
+            for m in messages:
+                producer.produce(sink, value=b"out-" + m.value(), partition=m.partition())
+            positions = consumer.position(consumer.assignment())
+            producer.send_offsets_to_transaction(positions, consumer.consumer_group_metadata(), 30)
+            producer.commit_transaction(30)
+            done += len(messages)
+        committed = consumer.committed([CTopicPartition(source, p) for p in range(3)], 30)
+    finally:
+        consumer.close()
+    assert done == len(inputs)
+    assert sorted(tp.offset for tp in committed) == [30, 30, 30]
+    wanted = {p: [f"out-in-{i}" for i in range(len(inputs)) if i % 3 == p] for p in range(3)}
+    assert _read_settled(cluster, sink, wanted) == wanted  # each input's output once, in order
+
+
+def test_write_txn_markers_on_the_cluster(cluster):
+    """WriteTxnMarkers as another coordinator sends it: NOT_LEADER_OR_FOLLOWER from a follower (the sender looks
+    the leader up again), written by the leader and answered once the in-sync replicas have it (acks=-1: the high
+    watermark covers it when the answer comes), TRANSACTION_COORDINATOR_FENCED for a zombie coordinator's epoch."""
+    from confluent_kafka import Consumer
+    from confluent_kafka import TopicPartition as CTopicPartition
+    from kafka.protocol.producer.transaction import WriteTxnMarkersRequest
+
+    from brokertools import RawClient
+
+    topic = "txn-markers"
+    _create(cluster, topic, 1)
+    layout = cluster.metadata(topic)[0]
+    leader = cluster.brokers[layout["leader"]]
+    follower = cluster.brokers[next(r for r in layout["replicas"] if r != layout["leader"])]
+    marker = WriteTxnMarkersRequest.WritableTxnMarker
+
+    def write(broker, coordinator_epoch: int) -> int:
+        request = WriteTxnMarkersRequest(
+            markers=[
+                marker(
+                    producer_id=9_000_001,
+                    producer_epoch=0,
+                    transaction_result=False,
+                    topics=[marker.WritableTxnMarkerTopic(name=topic, partition_indexes=[0])],
+                    coordinator_epoch=coordinator_epoch,
+                )
+            ]
+        )
+        with RawClient(broker.bootstrap) as client:
+            return int(client.call(request, 1).markers[0].topics[0].partitions[0].error_code)
+
+    assert write(follower, 5) == 6  # NOT_LEADER_OR_FOLLOWER
+    assert write(leader, 5) == 0
+    consumer = Consumer({"bootstrap.servers": leader.bootstrap, "group.id": "hw-reader"})
+    try:
+        assert consumer.get_watermark_offsets(CTopicPartition(topic, 0), 10) == (0, 1)  # replicated: HW past it
+    finally:
+        consumer.close()
+    assert write(leader, 4) == 52  # TRANSACTION_COORDINATOR_FENCED: an older coordinator's marker

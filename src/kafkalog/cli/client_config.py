@@ -1,7 +1,8 @@
 """Kafka client properties (a ``--command-config`` file, as kafka-configs.sh and kafka-acls.sh take) turned
 into a kafka-python admin client: ``security.protocol``, ``sasl.mechanism``, ``sasl.jaas.config`` (PLAIN and
-SCRAM login modules' ``username``/``password``), ``ssl.truststore.location``/``ssl.keystore.location`` (PEM
-files), ``ssl.key.password`` and ``ssl.endpoint.identification.algorithm``."""
+SCRAM login modules' ``username``/``password``; OAUTHBEARER with Kafka's default unsecured login, whose
+``unsecuredLogin*`` options build the token), ``ssl.truststore.location``/``ssl.keystore.location`` (PEM files),
+``ssl.key.password`` and ``ssl.endpoint.identification.algorithm``."""
 
 from __future__ import annotations
 
@@ -41,9 +42,34 @@ def admin_kwargs(command_config: Path | None) -> dict[str, Any]:
         if jaas is None:
             raise click.ClickException(f"{command_config}: a SASL client needs sasl.jaas.config")
         _, options = parse_jaas(jaas, "sasl.jaas.config")
+        if kwargs["sasl_mechanism"] == "OAUTHBEARER":
+            kwargs["sasl_oauth_token_provider"] = _unsecured_token_provider(options)
+            return kwargs
         kwargs["sasl_plain_username"] = options.get("username")
         kwargs["sasl_plain_password"] = options.get("password")
     return kwargs
+
+
+def _unsecured_token_provider(options: dict[str, str]) -> Any:
+    """A kafka-python token provider minting Kafka's unsecured login token (a fresh one for each login)."""
+    from kafka.net.sasl.oauth import AbstractTokenProvider
+
+    from ..broker.security.oauthbearer import unsecured_login_token
+    from ..errors import InvalidConfigurationError
+
+    try:
+        unsecured_login_token(options)  # a bad option fails here, as a usage error, not at connect time
+    except InvalidConfigurationError as e:
+        raise click.ClickException(f"sasl.jaas.config: {e}") from None
+
+    class UnsecuredLogin(AbstractTokenProvider):
+        def token(self) -> str:
+            return unsecured_login_token(options)[0]
+
+        def extensions(self) -> dict[str, str]:
+            return unsecured_login_token(options)[1]
+
+    return UnsecuredLogin()
 
 
 def admin_client(bootstrap: str, command_config: Path | None, client_id: str, timeout_ms: int = 30000):

@@ -34,6 +34,7 @@ from ..protocol import (
     UNKNOWN_LEADER_EPOCH,
     UNKNOWN_TOPIC_OR_PARTITION,
 )
+from .interbroker import InterBrokerAuthenticationError
 
 log = logging.getLogger("kafka.server.ReplicaFetcherThread")
 
@@ -182,6 +183,15 @@ class ReplicaFetcher:
                 await self._fetch(conn)
             except asyncio.CancelledError:
                 raise
+            except InterBrokerAuthenticationError as e:  # wrong credentials: said plainly, retried after a pause
+                log.error(
+                    "[ReplicaFetcher leader=%d] Connection to node %d failed authentication due to: %s",
+                    self.leader_id,
+                    self.leader_id,
+                    e,
+                )
+                self._drop_connection()
+                await asyncio.sleep(max(self.backoff, 1.0))
             except (OSError, ConnectionError, asyncio.IncompleteReadError, TimeoutError) as e:
                 log.info("[ReplicaFetcher leader=%d] connection failed: %s; retrying", self.leader_id, e)
                 self._drop_connection()

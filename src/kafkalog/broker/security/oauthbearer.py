@@ -336,3 +336,48 @@ class OAuthBearerServer:
         self.credential_expiry_ms = token.lifetime_ms
         self.complete = True
         return b""
+
+
+LOGIN_STRING_CLAIM_PREFIX = "unsecuredLoginStringClaim_"
+LOGIN_NUMBER_CLAIM_PREFIX = "unsecuredLoginNumberClaim_"
+LOGIN_LIST_CLAIM_PREFIX = "unsecuredLoginListClaim_"
+LOGIN_EXTENSION_PREFIX = "unsecuredLoginExtension_"
+
+
+def _b64url(data: dict[str, Any]) -> str:
+    return base64.urlsafe_b64encode(json.dumps(data, separators=(",", ":")).encode()).rstrip(b"=").decode()
+
+
+def unsecured_login_token(options: Mapping[str, str], now_s: float | None = None) -> tuple[str, dict[str, str]]:
+    """The client side of Kafka's default OAUTHBEARER login (OAuthBearerUnsecuredLoginCallbackHandler): an
+    unsecured JWT from the login module's options, and the SASL extensions they name.
+
+    ``unsecuredLoginStringClaim_<name>``, ``unsecuredLoginNumberClaim_<name>`` and ``unsecuredLoginListClaim_<name>``
+    (the list's first character is its separator) become claims; ``iat`` is now and ``exp`` now plus
+    ``unsecuredLoginLifetimeSeconds`` (3600); the principal claim (``unsecuredLoginPrincipalClaimName``, ``sub``)
+    must be given. ``unsecuredLoginExtension_<name>`` become extensions of the first message.
+    """
+    issued = time.time() if now_s is None else now_s
+    lifetime = options.get("unsecuredLoginLifetimeSeconds", "3600").strip() or "3600"
+    try:
+        seconds = int(lifetime)
+    except ValueError:
+        raise InvalidConfigurationError(f"unsecuredLoginLifetimeSeconds={lifetime!r} is not an integer") from None
+    claims: dict[str, Any] = {"iat": issued, "exp": issued + seconds}
+    extensions: dict[str, str] = {}
+    for key, value in options.items():
+        if key.startswith(LOGIN_STRING_CLAIM_PREFIX):
+            claims[key[len(LOGIN_STRING_CLAIM_PREFIX) :]] = value
+        elif key.startswith(LOGIN_NUMBER_CLAIM_PREFIX):
+            claims[key[len(LOGIN_NUMBER_CLAIM_PREFIX) :]] = float(value) if "." in value else int(value)
+        elif key.startswith(LOGIN_LIST_CLAIM_PREFIX):
+            separator, items = (value[:1], value[1:]) if value else (",", "")
+            claims[key[len(LOGIN_LIST_CLAIM_PREFIX) :]] = [s for s in items.split(separator) if s]
+        elif key.startswith(LOGIN_EXTENSION_PREFIX):
+            extensions[key[len(LOGIN_EXTENSION_PREFIX) :]] = value
+    principal_claim = (options.get("unsecuredLoginPrincipalClaimName") or "").strip() or "sub"
+    if not isinstance(claims.get(principal_claim), str):
+        raise InvalidConfigurationError(
+            f'The OAUTHBEARER login needs its principal: set {LOGIN_STRING_CLAIM_PREFIX}{principal_claim}="<name>"'
+        )
+    return f"{_b64url({'alg': 'none'})}.{_b64url(claims)}.", extensions
