@@ -1,5 +1,5 @@
-"""The checks of a segment's offset and time indexes against its log, walked alongside the batches (spec sections 4
-and 5), and of its transaction index; read-only.
+"""The checks of a segment's offset and time indexes against its log, walked alongside the batches (spec sections 3
+and 4.1), and of its transaction index; read-only.
 
 ``OffsetIndexCheck`` and ``TimeIndexCheck`` see each batch once, in position order, so a scan stays one pass over
 the log; ``finish`` reports what only the end shows (entries past the data).
