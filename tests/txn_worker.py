@@ -27,7 +27,9 @@ def main(bootstrap: str) -> None:
         {
             "bootstrap.servers": bootstrap,
             "transactional.id": "eos-worker",
-            "transaction.timeout.ms": 10000,
+            # Kafka's default: a broker SIGKILLed and restarted under load can take more than 10 s to come back, and a
+            # transaction that outlives its timeout meanwhile is aborted with an epoch bump, fencing this worker.
+            "transaction.timeout.ms": 60000,
             "log_level": 2,
         }
     )
