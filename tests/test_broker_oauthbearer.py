@@ -340,6 +340,57 @@ def test_kafkalog_commands_log_in_with_kafkas_unsecured_oauthbearer_login(broker
     assert "principal=User:carol" in _kafkalog("acls", *common, "--list", "--topic", "cli-t")
 
 
+def test_a_broker_logs_in_to_another_with_oauthbearer(broker):
+    """The client side a broker uses for an OAUTHBEARER inter-broker listener (cluster/interbroker.py), against
+    this broker: Kafka's unsecured login token gets in; one without the required scope is refused, with why."""
+    import asyncio
+
+    from kafka.protocol.metadata import MetadataResponse
+
+    from kafkalog.broker.cluster.fetcher import BrokerConnection
+    from kafkalog.broker.cluster.interbroker import InterBrokerAuthenticationError, InterBrokerSecurity
+
+    host, port = broker.bootstrap_of("SASL_PLAINTEXT").rsplit(":", 1)
+
+    async def login(scope: str) -> bytes:
+        options = (("unsecuredLoginStringClaim_sub", "broker-1"), ("unsecuredLoginListClaim_scope", scope))
+        security = InterBrokerSecurity("SASL_PLAINTEXT", "SASL_PLAINTEXT", None, "OAUTHBEARER", oauth_options=options)
+        conn = BrokerConnection(host, int(port), "broker-1-fetcher", security)
+        await conn.connect(10)
+        try:
+            return await conn.request(3, 1, MetadataRequest(version=1, topics=None).encode(version=1), 10)
+        finally:
+            conn.close()
+
+    from kafka.protocol.metadata import MetadataRequest
+
+    assert MetadataResponse[1].decode(asyncio.run(login(",kafka"))).brokers
+    with pytest.raises(InterBrokerAuthenticationError) as refused:
+        asyncio.run(login(",other"))
+    assert str(refused.value) == 'OAUTHBEARER token refused: {"status":"insufficient_scope", "scope":"[kafka]"}'
+
+    from kafkalog.broker.config import KafkaConfig
+    from kafkalog.errors import InvalidConfigurationError
+
+    props = {
+        "listeners": "BROKER://127.0.0.1:0",
+        "listener.security.protocol.map": "BROKER:SASL_PLAINTEXT",
+        "inter.broker.listener.name": "BROKER",
+        "sasl.enabled.mechanisms": "OAUTHBEARER",
+        "sasl.mechanism.inter.broker.protocol": "OAUTHBEARER",
+        "listener.name.broker.oauthbearer.sasl.jaas.config": (
+            "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required "
+            'unsecuredLoginStringClaim_sub="broker-1";'
+        ),
+    }
+    assert InterBrokerSecurity.from_config(KafkaConfig(props)).mechanism == "OAUTHBEARER"
+    props["listener.name.broker.oauthbearer.sasl.jaas.config"] = (
+        "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;"
+    )
+    with pytest.raises(InvalidConfigurationError, match="unsecuredLoginStringClaim_sub"):
+        InterBrokerSecurity.from_config(KafkaConfig(props))
+
+
 # ----- on the wire ------------------------------------------------------------------------------------------------
 def _handshake(client: RawClient, mechanism: str = "OAUTHBEARER"):
     from kafka.protocol.sasl import SaslHandshakeRequest
