@@ -1,4 +1,4 @@
-"""Kafka's log recovery, planned without writing (``recover --dry-run``) and reported after it ran (``recover``).
+"""Kafka's log recovery (spec sections 3.4 and 9), planned without writing (``recover --dry-run``) and reported after.
 
 The plan runs the storage layer's own ``LogSegment.recover`` (and, on an offset it cannot index,
 ``LogSegment.truncate_to``, as the loader's ``recover_log`` does) on a segment whose log is opened read-only and

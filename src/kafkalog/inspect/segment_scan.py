@@ -1,5 +1,5 @@
 """One pass over one segment of a partition: every batch's framing and CRC, its offsets against the segment and the
-batches before it, and the segment's indexes walked alongside (spec sections 3, 4 and 5). Read-only.
+batches before it, and the segment's indexes walked alongside (spec sections 1.2, 1.8 and 3). Read-only.
 
 ``PartitionScanState`` is what one segment's scan hands the next (the last offset seen, the offset gaps so far);
 ``SegmentScan`` holds the state of the scan of one segment, one small method per concern.
