@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 import subprocess
 import sys
 import time
@@ -45,7 +46,9 @@ def jwt(claims: dict, header: dict | None = None, signature: str = "") -> str:
 
 def _claims(sub="alice", life_s=3600.0, scope=("kafka",), **extra) -> dict:
     now = time.time()
-    claims = {"sub": sub, "iat": now, "exp": now + life_s, "scope": list(scope)}
+    # exp on a whole millisecond: the session lifetime the broker derives (exp ms - its now ms) is then at most
+    # life_s * 1000, never a rounding millisecond more
+    claims = {"sub": sub, "iat": now, "exp": math.floor((now + life_s) * 1000) / 1000, "scope": list(scope)}
     claims.update(extra)
     return claims
 
