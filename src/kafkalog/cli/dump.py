@@ -17,7 +17,7 @@ import click
 
 from ..errors import KafkaLogError
 from ..inspect.decoders import DECODERS, DEPRECATED_DECODERS, STRING_DECODER, DumpError
-from ..inspect.dumper import DEFAULT_MAX_MESSAGE_SIZE, Dumper
+from ..inspect.dumper import DEFAULT_MAX_MESSAGE_SIZE, Dumper, DumpOptions
 from ..layout import INT32_MAX
 
 EXIT_ERROR = 1
@@ -95,19 +95,11 @@ def _non_negative(ctx, param, value: int) -> int:
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line (file, batch, record, entry, report).")
 def dump_command(**opts) -> None:
     """Dump log segments, indexes, producer snapshots and transaction indexes, as kafka-dump-log.sh does."""
-    opts["print_data_log"] = bool(
-        opts["print_data_log"]
-        or opts["offsets_decoder"]
-        or opts["cluster_metadata_decoder"]
-        or opts["transaction_log_decoder"]
-        or opts["key_decoder"]
-        or opts["value_decoder"]
-    )
-    opts["deep_iteration"] = bool(opts["deep_iteration"] or opts["print_data_log"])
+    files = opts.pop("files")
     out, err = sys.stdout, sys.stderr
-    dumper = Dumper(opts, out, err)
+    dumper = Dumper(DumpOptions(**opts), out, err)
     try:
-        dumper.run(opts["files"])
+        dumper.run(files)
     except BrokenPipeError:  # e.g. piped into head: stop quietly, as a Unix filter does
         with contextlib.suppress(OSError, ValueError, AttributeError):
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

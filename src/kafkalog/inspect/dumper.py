@@ -11,12 +11,15 @@ memory map, so memory stays flat whatever the segment size.
 The message parsers (decoders) are in ``decoders`` and ``transaction_log``.
 """
 
+from __future__ import annotations
+
 import json
 import os
 import re
 import struct
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import numpy as np
 import pyarrow as pa
@@ -88,14 +91,48 @@ def _optional_long(value: int | None) -> str:
     return "OptionalLong.empty" if value is None else f"OptionalLong[{value}]"
 
 
+@dataclass(frozen=True)
+class DumpOptions:
+    """The options of one dump, as Kafka's tool names them (``--deep-iteration`` is ``deep_iteration``...).
+
+    Invariant (``with_implied``): any decoder option implies printing, and printing implies deep iteration.
+    """
+
+    deep_iteration: bool = False
+    print_data_log: bool = False
+    verify_index_only: bool = False
+    index_sanity_check: bool = False
+    max_bytes: int = INT32_MAX
+    max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE
+    skip_record_metadata: bool = False
+    key_decoder: str | None = None
+    value_decoder: str | None = None
+    offsets_decoder: bool = False
+    cluster_metadata_decoder: bool = False
+    transaction_log_decoder: bool = False
+    as_json: bool = False
+
+    def with_implied(self) -> DumpOptions:
+        """These options with Kafka's implications applied."""
+        printing = bool(
+            self.print_data_log
+            or self.offsets_decoder
+            or self.cluster_metadata_decoder
+            or self.transaction_log_decoder
+            or self.key_decoder
+            or self.value_decoder
+        )
+        return replace(self, print_data_log=printing, deep_iteration=self.deep_iteration or printing)
+
+
 class Dumper:
     """One run of the tool: options, output streams, and the reports printed at the end."""
 
-    def __init__(self, opts: dict, out, err) -> None:
-        self.o = opts
+    def __init__(self, opts: DumpOptions, out: TextIO, err: TextIO) -> None:
+        self.o = opts.with_implied()
         self.out = out
         self.err = err
-        self.json = opts["as_json"]
+        self.json = opts.as_json
         self.index_mismatches: dict[str, list[tuple[int, int]]] = {}
         self.time_mismatches: dict[str, list[tuple[int, int]]] = {}
         self.time_out_of_order: dict[str, list[tuple[int, int]]] = {}
@@ -179,14 +216,14 @@ class Dumper:
     # ----- .log
     def _parser(self) -> MessageParser:
         o = self.o
-        if o["offsets_decoder"]:
+        if o.offsets_decoder:
             return OffsetsParser(as_objects=self.json)
-        if o["cluster_metadata_decoder"]:
+        if o.cluster_metadata_decoder:
             return ClusterMetadataParser(as_objects=self.json)
-        if o.get("transaction_log_decoder"):
+        if o.transaction_log_decoder:
             return TransactionLogParser(as_objects=self.json)
         decoders = []
-        for name in (o["value_decoder"], o["key_decoder"]):  # Kafka resolves the value decoder first
+        for name in (o.value_decoder, o.key_decoder):  # Kafka resolves the value decoder first
             name = name or STRING_DECODER
             if name in DEPRECATED_DECODERS:
                 new = DEPRECATED_DECODERS[name]
@@ -211,8 +248,8 @@ class Dumper:
             self.message(f"Snapshot end offset: {offset}, epoch: {epoch}", endOffset=offset, epoch=epoch)
         self._require(path)
         o = self.o
-        max_bytes = o["max_bytes"]
-        deep, printing, skip = o["deep_iteration"], o["print_data_log"], o["skip_record_metadata"]
+        max_bytes = o.max_bytes
+        deep, printing, skip = o.deep_iteration, o.print_data_log, o.skip_record_metadata
         records = FileRecords.open(Path(path), mutable=False)
         try:
             end = min(records.size, max_bytes)
@@ -492,7 +529,7 @@ class Dumper:
             if index.entries == 0:
                 self.message(f"{path} is empty.")
                 return
-            if self.o["index_sanity_check"]:
+            if self.o.index_sanity_check:
                 self._sanity(index, path)
                 return
             mismatches = []
@@ -501,10 +538,10 @@ class Dumper:
                     entry = index.entry(i)
                     if entry.offset == index.base_offset and i > 0:
                         break
-                    found = _first_batch_last_offset(records, entry.position, self.o["max_message_size"])
+                    found = _first_batch_last_offset(records, entry.position, self.o.max_message_size)
                     if found != entry.offset:
                         mismatches.append((entry.offset, found))
-                    if not self.o["verify_index_only"]:
+                    if not self.o.verify_index_only:
                         if self.json:
                             self.emit({"type": "indexEntry", "offset": entry.offset, "position": entry.position})
                         else:
@@ -535,7 +572,7 @@ class Dumper:
         time_index = TimeIndex(path, start, writable=False)
         key = _absolute(path)
         try:
-            if self.o["index_sanity_check"]:
+            if self.o.index_sanity_check:
                 self._sanity(time_index, path)
                 return
             prev_timestamp = -1
@@ -561,7 +598,7 @@ class Dumper:
                         self.time_mismatches.setdefault(key, []).append((entry.timestamp, max_timestamp))
                     if prev_timestamp >= entry.timestamp:
                         self.time_out_of_order.setdefault(key, []).append((entry.timestamp, prev_timestamp))
-                if not self.o["verify_index_only"]:
+                if not self.o.verify_index_only:
                     if self.json:
                         self.emit({"type": "timeIndexEntry", "timestamp": entry.timestamp, "offset": entry.offset})
                     else:
