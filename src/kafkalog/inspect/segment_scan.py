@@ -23,6 +23,7 @@ from .index_checks import (
     note_close_entries,
     open_index,
 )
+from .recovery import dry_recover_segment
 
 PROGRESS_STEP = 1 << 20  # report progress every this many bytes
 GAPS_SHOWN = 3  # offset gaps reported one by one; the rest are counted
@@ -206,8 +207,6 @@ class SegmentScan:
 
     def _recovery_writes_index_entries(self) -> bool:
         """Whether Kafka's recovery of this segment would write an offset index entry: asks the real recovery."""
-        from .recovery import dry_recover_segment
-
         planned = dry_recover_segment(self.log_path, self.base, self.options.index_interval_bytes)
         return bool(planned.offset_entries)
 
