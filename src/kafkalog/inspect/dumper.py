@@ -25,15 +25,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..errors import CorruptSnapshotError, KafkaLogError, MetadataParseError
+from ..errors import CorruptSnapshotError, KafkaLogError
 from ..layout import INT32_MAX
 from ..record.batch import RecordBatch, increment_sequence
-from ..record.checksums import crc32
 from ..record.columnar import batches_to_arrow
-from ..record.compression import decompress
-from ..record.kraft import decode_control_value, to_json_text
-from ..record.legacy import COMPRESSION_MASK, LOG_OVERHEAD, LegacyBatch
-from ..record.types import ControlRecordType, Record, control_record_type, end_transaction_marker
+from ..record.legacy import LegacyBatch
+from ..record.types import Record
 from ..storage.file_records import FileRecords
 from ..storage.index import OffsetIndex, TimeIndex
 from ..storage.producer_state import read_snapshot
@@ -48,7 +45,15 @@ from .decoders import (
     MessageParser,
     OffsetsParser,
     decode_string,
-    jsonish,
+)
+from .dump_text import (
+    absolute,
+    control_info,
+    first_batch_last_offset,
+    java_bool,
+    joined_header_keys,
+    legacy_record_checks,
+    optional_long,
 )
 from .transaction_log import TransactionLogParser
 
@@ -57,38 +62,11 @@ RECORD_INDENT = "|"
 _COLUMNAR_RUN_BYTES = 4 << 20  # v2 data batches decoded together by the columnar path (bounded memory)
 
 
-def _header_keys(headers) -> list[str]:
-    """Each record's header keys joined by ',' (as headerKeys: [...] prints them), from the Arrow column."""
-    column = headers.combine_chunks() if hasattr(headers, "combine_chunks") else headers
-    counts = column.value_lengths().to_pylist()
-    if not any(counts):
-        return [""] * len(counts)
-    names = column.flatten().field("key").to_pylist()
-    out, start = [], 0
-    for count in counts:
-        out.append(",".join(names[start : start + count]))
-        start += count
-    return out
-
-
 _SNAPSHOT_CHECKPOINT = re.compile(r"^(\d{20})-(\d{10})\.checkpoint$")
 BOOTSTRAP_CHECKPOINT = "bootstrap.checkpoint"
 
 
 # ---------------------------------------------------------------------------------------------- reporting
-
-
-def _absolute(path: str) -> str:
-    """Java's File.getAbsolutePath: the cwd joined on, nothing normalised."""
-    return path if os.path.isabs(path) else os.path.join(os.getcwd(), path)
-
-
-def _bool(value: bool) -> str:
-    return "true" if value else "false"
-
-
-def _optional_long(value: int | None) -> str:
-    return "OptionalLong.empty" if value is None else f"OptionalLong[{value}]"
 
 
 @dataclass(frozen=True)
@@ -211,7 +189,7 @@ class Dumper:
 
     @staticmethod
     def _sibling(path: str, suffix: str) -> str:
-        return os.path.join(os.path.dirname(_absolute(path)), os.path.basename(path).split(".")[0] + suffix)
+        return os.path.join(os.path.dirname(absolute(path)), os.path.basename(path).split(".")[0] + suffix)
 
     # ----- .log
     def _parser(self) -> MessageParser:
@@ -273,7 +251,7 @@ class Dumper:
                     run, run_bytes = [], 0
                 self._print_batch(batch, valid_bytes)
                 if deep:
-                    legacy_checks = _legacy_record_checks(batch) if isinstance(batch, LegacyBatch) else None
+                    legacy_checks = legacy_record_checks(batch) if isinstance(batch, LegacyBatch) else None
                     for i, record in enumerate(batch):
                         if last_offset != -1 and record.offset != last_offset + 1:
                             pairs.append((last_offset, record.offset))
@@ -284,7 +262,7 @@ class Dumper:
             if run:
                 last_offset = self._dump_run(run, parser if printing else None, last_offset, pairs)
             if pairs:
-                self.non_consecutive.setdefault(_absolute(path), []).extend(pairs)
+                self.non_consecutive.setdefault(absolute(path), []).extend(pairs)
             trailing = end - valid_bytes
             if trailing > 0 and max_bytes == INT32_MAX:
                 if self.json:
@@ -324,7 +302,7 @@ class Dumper:
         stamps = table.column("timestamp").cast("int64").to_pylist()
         keys = table.column("key").to_pylist()
         values = table.column("value").to_pylist()
-        header_keys = _header_keys(table.column("headers"))
+        header_keys = joined_header_keys(table.column("headers"))
         lines: list[str] = []
         i = 0
         try:
@@ -457,20 +435,20 @@ class Dumper:
                 f"baseSequence: {batch.base_sequence} lastSequence: {batch.last_sequence} "
                 f"producerId: {batch.producer_id} producerEpoch: {batch.producer_epoch} "
                 f"partitionLeaderEpoch: {batch.partition_leader_epoch} "
-                f"isTransactional: {_bool(batch.is_transactional)} isControl: {_bool(batch.is_control)} "
-                f"deleteHorizonMs: {_optional_long(batch.delete_horizon_ms)}"
+                f"isTransactional: {java_bool(batch.is_transactional)} isControl: {java_bool(batch.is_control)} "
+                f"deleteHorizonMs: {optional_long(batch.delete_horizon_ms)}"
             )
         else:
             head = f"offset: {batch.last_offset}"
         self.line(
             f"{head} position: {position} {batch.timestamp_type}: {batch.max_timestamp} size: {batch.size_in_bytes} "
-            f"magic: {batch.magic} compresscodec: {codec} crc: {batch.crc} isvalid: {_bool(valid)}"
+            f"magic: {batch.magic} compresscodec: {codec} crc: {batch.crc} isvalid: {java_bool(valid)}"
         )
 
     def _print_record(self, batch, record: Record, legacy_check, parser: MessageParser | None, skip: bool) -> None:
         key_size = -1 if record.key is None else len(record.key)
         value_size = -1 if record.value is None else len(record.value)
-        control = _control_info(record) if batch.is_control else None
+        control = control_info(record) if batch.is_control else None
         parsed = parser.parse(record) if parser is not None and not batch.is_control else None
         if self.json:
             obj: dict = {"type": "record", "offset": record.offset}
@@ -505,7 +483,7 @@ class Dumper:
             if batch.magic >= 2:
                 parts.append(f" sequence: {record.sequence} headerKeys: [{','.join(k for k, _ in record.headers)}]")
             if legacy_check is not None:
-                parts.append(f" isValid: {_bool(legacy_check[1])} crc: {legacy_check[0]}}}")
+                parts.append(f" isValid: {java_bool(legacy_check[1])} crc: {legacy_check[0]}}}")
             if control is not None:
                 parts.append(control[0])
         if parsed is not None:
@@ -538,7 +516,7 @@ class Dumper:
                     entry = index.entry(i)
                     if entry.offset == index.base_offset and i > 0:
                         break
-                    found = _first_batch_last_offset(records, entry.position, self.o.max_message_size)
+                    found = first_batch_last_offset(records, entry.position, self.o.max_message_size)
                     if found != entry.offset:
                         mismatches.append((entry.offset, found))
                     if not self.o.verify_index_only:
@@ -548,7 +526,7 @@ class Dumper:
                             self.line(f"offset: {entry.offset} position: {entry.position}")
             finally:
                 if mismatches:
-                    self.index_mismatches.setdefault(_absolute(path), []).extend(mismatches)
+                    self.index_mismatches.setdefault(absolute(path), []).extend(mismatches)
         finally:
             records.close_handlers()
             index.close_handler()
@@ -570,7 +548,7 @@ class Dumper:
         records = FileRecords.open(Path(log_path), mutable=False)
         index = OffsetIndex(index_path, start, writable=False) if os.path.exists(index_path) else None
         time_index = TimeIndex(path, start, writable=False)
-        key = _absolute(path)
+        key = absolute(path)
         try:
             if self.o.index_sanity_check:
                 self._sanity(time_index, path)
@@ -643,7 +621,7 @@ class Dumper:
             text = (
                 f"producerId: {entry.producer_id} producerEpoch: {entry.producer_epoch} "
                 f"coordinatorEpoch: {entry.coordinator_epoch} "
-                f"currentTxnFirstOffset: {_optional_long(entry.current_txn_first_offset)} "
+                f"currentTxnFirstOffset: {optional_long(entry.current_txn_first_offset)} "
                 f"lastTimestamp: {entry.last_timestamp} "
             )
             if meta is not None:
@@ -736,75 +714,3 @@ class Dumper:
             err.write(f"Non-consecutive offsets in {file}\n")
             for first, second in reversed(pairs):
                 err.write(f"  {first} is followed by {second}\n")
-
-
-# ------------------------------------------------------------------------------------------------- helpers
-
-
-def _first_batch_last_offset(records: FileRecords, position: int, max_message_size: int) -> int:
-    """Last offset of the first whole batch in ``[position, position + max_message_size)``, else -1.
-
-    Kafka's tool dies (NoSuchElementException / IllegalArgumentException) where this returns -1.
-    """
-    if position < 0 or position > records.size:
-        return -1
-    for header in records.batch_headers(position, position + max_message_size):
-        return header.last_offset
-    return -1
-
-
-def _legacy_record_checks(batch: LegacyBatch) -> list[tuple[int, bool]]:
-    """(stored crc, isValid) of each record a legacy batch yields: itself, or each inner message of a wrapper."""
-    if batch.compression_type == 0:
-        return [(batch.crc, batch.is_valid())]
-    batch.records()  # validates the wrapper and its inner messages (a located error) before the raw walk below
-    buf = batch.buffer
-    magic = batch.magic
-    pos = LOG_OVERHEAD + 4 + 2 + (8 if magic == 1 else 0)
-    (key_len,) = struct.unpack_from(">i", buf, pos)
-    pos += 4 + max(key_len, 0)
-    (value_len,) = struct.unpack_from(">i", buf, pos)
-    pos += 4
-    data = memoryview(decompress(batch.compression_type, bytes(buf[pos : pos + value_len]), magic=magic))
-    checks = []
-    p = 0
-    while len(data) - p >= LOG_OVERHEAD:
-        (size,) = struct.unpack_from(">i", data, p + 8)
-        (crc,) = struct.unpack_from(">I", data, p + LOG_OVERHEAD)
-        valid = crc == crc32(data[p + LOG_OVERHEAD + 4 : p + LOG_OVERHEAD + size])
-        checks.append((crc, valid and not data[p + LOG_OVERHEAD + 5] & COMPRESSION_MASK))
-        p += LOG_OVERHEAD + size
-    return checks
-
-
-def _control_info(record: Record) -> tuple[str, dict]:
-    """Kafka's text for a control record (and the same facts for --json)."""
-    assert record.key is not None  # a control record always has its key (the control type)
-    kind = control_record_type(record.key)
-    type_id = struct.unpack_from(">h", record.key, 2)[0]
-    if kind in (ControlRecordType.COMMIT, ControlRecordType.ABORT):
-        marker = end_transaction_marker(record)
-        return (
-            f" endTxnMarker: {marker.type.name} coordinatorEpoch: {marker.coordinator_epoch}",
-            {"endTxnMarker": marker.type.name, "coordinatorEpoch": marker.coordinator_epoch},
-        )
-    value = record.value or b""
-    try:
-        if kind == ControlRecordType.SNAPSHOT_HEADER:
-            version, ts = struct.unpack_from(">hq", value)
-            data = {"version": version, "lastContainedLogTimestamp": ts}
-            return f" SnapshotHeader {jsonish(data)}", {"SnapshotHeader": data}
-        if kind == ControlRecordType.SNAPSHOT_FOOTER:
-            data = {"version": struct.unpack_from(">h", value)[0]}
-            return f" SnapshotFooter {jsonish(data)}", {"SnapshotFooter": data}
-        if kind == ControlRecordType.KRAFT_VERSION:
-            version, kraft_version = struct.unpack_from(">hh", value)
-            data = {"version": version, "kRaftVersion": kraft_version}
-            return f" KRaftVersion {jsonish(data)}", {"KRaftVersion": data}
-        if kind == ControlRecordType.KRAFT_VOTERS:
-            data = decode_control_value(int(kind), value).to_json()
-            return f" KRaftVoters {to_json_text(data)}", {"KRaftVoters": data}
-    except (struct.error, MetadataParseError):
-        raise DumpError(f"Cannot decode the {kind.name} control record at offset {record.offset}") from None
-    # LEADER_CHANGE and UNKNOWN print the type, as Kafka's tool does.
-    return f" controlType: {kind.name}({type_id})", {"controlType": kind.name, "controlTypeId": type_id}
