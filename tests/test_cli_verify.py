@@ -334,3 +334,38 @@ def test_recover_dry_run_on_a_clean_partition_changes_nothing(tmp_path: Path) ->
     assert dry.exit_code == 0
     assert "recovery would change nothing" in dry.output
     assert digest(partition) == before
+
+
+def test_recover_reports_what_it_did_and_the_dry_run_planned_the_same(tmp_path: Path) -> None:
+    # The plan comes from storage's own LogSegment.recover on a read-only log (indexes in memory); the report of the
+    # writing form comes from the directory before and after. Both must name the same cut and the same deletion.
+    source = fixture_path("broker-logs", "donaldy-kafka271", "kafka-logs", "__consumer_offsets-39")
+    partition = copy_partition(source, tmp_path / "__consumer_offsets-39")
+    log = partition / f"{SEG}.log"
+    size = log.stat().st_size
+    with open(log, "ab") as f:
+        f.write(b"\0" * 700)
+    dry = run("recover", partition, "--dry-run")
+    assert f"truncate {SEG}.log from {size + 700} to {size} bytes (700 bytes cut" in dry.output
+    assert "delete segment 00000000000000000018.log" in dry.output
+    real = run("recover", partition)
+    assert real.exit_code == 0, real.output
+    assert f"truncated {SEG}.log from {size + 700} to {size} bytes (700 bytes cut)" in real.output
+    assert "deleted 00000000000000000018.log (148 bytes)" in real.output
+
+
+def test_planned_index_bytes_are_what_recovery_writes(tmp_path: Path) -> None:
+    from kafkalog.inspect.recovery import dry_recover_segment
+    from kafkalog.storage.config import LogConfig
+    from kafkalog.storage.log import Log
+
+    partition = copy_partition(fixture_path("kafka-written", "interval-150"), tmp_path / "d-0")
+    for name in (f"{SEG}.index", f"{SEG}.timeindex"):
+        (partition / name).unlink()
+    planned = dry_recover_segment(partition / f"{SEG}.log", 0, 150)
+    assert not (partition / f"{SEG}.index").exists()  # the plan wrote nothing
+    config = LogConfig({"index.interval.bytes": 150})
+    Log.open(partition, config, had_clean_shutdown=False, recovery_point=0, log_start_offset=0).close()
+    assert planned.offset_entries > 0
+    assert (partition / f"{SEG}.index").read_bytes() == planned.offset_index
+    assert (partition / f"{SEG}.timeindex").read_bytes() == planned.time_index

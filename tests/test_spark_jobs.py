@@ -28,8 +28,10 @@ def test_export_is_incremental_and_repeatable(spark, tmp_path: Path) -> None:
     logs, out = tmp_path / "logs", tmp_path / "export"
     from kafkalog.spark.jobs import export
 
+    # The records are years old (T0) and the manager's retention check runs 30 s after it starts: on a loaded
+    # machine Spark may still be starting then, so this topic keeps its records forever (the test is about export).
     with LogManager([logs], {"log.cleaner.enable": "false"}) as manager:
-        manager.create_topic("events", 2, {"segment.bytes": 2000})
+        manager.create_topic("events", 2, {"segment.bytes": 2000, "retention.ms": "-1"})
         for p in (0, 1):
             _produce(manager, "events", p, 0, 60, T0)
         first = export(spark, [str(logs)], "events", str(out))

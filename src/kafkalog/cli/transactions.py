@@ -36,8 +36,8 @@ from typing import Any, NoReturn
 
 import click
 
+from ..inspect.jvm_order import java_hash_set_order
 from .client_config import admin_client
-from .jvm_order import java_hash_set_order
 
 MAX_BATCH_SIZE = 500  # Kafka's FindHangingTransactionsCommand batches topics and partitions by this many
 

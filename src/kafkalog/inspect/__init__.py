@@ -7,5 +7,5 @@ codecs, never click or ``kafkalog.cli``):
   typed findings (``findings``);
 * ``recovery``: Kafka's recovery planned on a read-only segment with in-memory indexes (``recover --dry-run``) and
   the report of what a real recovery changed;
-* ``dumper`` and ``decoders`` (``transaction_log``, ``jvm_order``): Kafka's DumpLogSegments.
+* ``dumper`` (with ``dump_text``) and ``decoders`` (``transaction_log``, ``jvm_order``): Kafka's DumpLogSegments.
 """

@@ -1,5 +1,5 @@
-"""The checks of a segment's offset and time indexes against its log, walked alongside the batches (spec sections 4
-and 5), and of its transaction index; read-only.
+"""The checks of a segment's offset and time indexes against its log, walked alongside the batches (spec sections 3
+and 4.1), and of its transaction index; read-only.
 
 ``OffsetIndexCheck`` and ``TimeIndexCheck`` see each batch once, in position order, so a scan stays one pass over
 the log; ``finish`` reports what only the end shows (entries past the data).
@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 from ..errors import KafkaLogError
-from ..storage.index import OffsetIndex, OffsetPosition, TimeIndex
+from ..storage.index import AbstractIndex, OffsetIndex, OffsetPosition, TimeIndex
 from ..storage.txn_index import ABORTED_TXN_SIZE, AbortedTxn
 from .findings import PartitionReport
 
@@ -48,31 +48,45 @@ def open_index(cls, path: Path, base: int, report: PartitionReport):
     return index
 
 
-class OffsetIndexCheck:
+class _IndexCheck:
+    """What both index checks share: the report, the index, how many entries to check, and findings by slot."""
+
+    def __init__(self, report: PartitionReport, index: AbstractIndex, entries: int) -> None:
+        self.report = report
+        self.path = index.path
+        self.n = entries
+        self.base = index.base_offset
+        self.entry_size = index.entry_size
+
+    def _entry_problem(self, slot: int, message: str) -> None:
+        self.report.problem(self.path, f"entry {slot}: {message}", slot * self.entry_size)
+
+    def _below_base(self, slot: int, offset: int) -> bool:
+        """A problem (and True) when an entry's offset is below the segment's base offset."""
+        if offset >= self.base:
+            return False
+        self._entry_problem(slot, f"offset {offset} is below the segment's base offset {self.base}")
+        return True
+
+
+class OffsetIndexCheck(_IndexCheck):
     """Walks an offset index alongside the batches of its segment (both in position order)."""
 
     def __init__(self, report: PartitionReport, index: OffsetIndex, entries: int, log_size: int) -> None:
-        self.report = report
+        super().__init__(report, index, entries)
         self.index = index
-        self.path = index.path
-        self.n = entries
         self.i = 0
         # an entry whose offset should be the last offset of a batch still to come
         self.pending: tuple[int, OffsetPosition] | None = None
         self.merge = self._check_order(log_size)
 
-    def _entry_problem(self, slot: int, message: str) -> None:
-        self.report.problem(self.path, f"entry {slot}: {message}", slot * 8)
-
     def _check_order(self, log_size: int) -> bool:
         """Entries strictly increasing in offset and position, at or above the base, inside the log."""
         ok = True
-        base = self.index.base_offset
         previous = None
         for slot in range(self.n):
             entry = self.index.entry(slot)
-            if entry.offset < base:
-                self._entry_problem(slot, f"offset {entry.offset} is below the segment's base offset {base}")
+            if self._below_base(slot, entry.offset):
                 ok = False
             if entry.position < 0 or entry.position >= max(log_size, 1):
                 self._entry_problem(
@@ -154,29 +168,22 @@ class OffsetIndexCheck:
             )
 
 
-class TimeIndexCheck:
+class TimeIndexCheck(_IndexCheck):
     """Walks a time index alongside the batches of its segment (entries ordered by offset)."""
 
     def __init__(self, report: PartitionReport, index: TimeIndex, entries: int) -> None:
-        self.report = report
+        super().__init__(report, index, entries)
         self.index = index
-        self.path = index.path
-        self.n = entries
         self.j = 0
         self.max_ts = -1
         self.merge = self._check_order()
 
-    def _entry_problem(self, slot: int, message: str) -> None:
-        self.report.problem(self.path, f"entry {slot}: {message}", slot * 12)
-
     def _check_order(self) -> bool:
         ok = True
-        base = self.index.base_offset
         previous = None
         for slot in range(self.n):
             entry = self.index.entry(slot)
-            if entry.offset < base:
-                self._entry_problem(slot, f"offset {entry.offset} is below the segment's base offset {base}")
+            if self._below_base(slot, entry.offset):
                 ok = False
             if previous is not None and (entry.timestamp < previous.timestamp or entry.offset < previous.offset):
                 self.report.problem(

@@ -1,5 +1,5 @@
 """The read-only scan of one partition directory: its files sorted by kind, each segment scanned in offset order
-(``segment_scan``), then the producer snapshots and the leader-epoch checkpoint (spec sections 9 and 10).
+(``segment_scan``), then the producer snapshots and the leader-epoch checkpoint (spec sections 4, 5, 9 and 10).
 """
 
 from __future__ import annotations

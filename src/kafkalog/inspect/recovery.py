@@ -1,4 +1,4 @@
-"""Kafka's log recovery, planned without writing (``recover --dry-run``) and reported after it ran (``recover``).
+"""Kafka's log recovery (spec sections 3.4 and 9), planned without writing (``recover --dry-run``) and reported after.
 
 The plan runs the storage layer's own ``LogSegment.recover`` (and, on an offset it cannot index,
 ``LogSegment.truncate_to``, as the loader's ``recover_log`` does) on a segment whose log is opened read-only and
@@ -13,7 +13,10 @@ logs truncated, indexes whose bytes changed. It says what happened on disk, not 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import logging
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -21,6 +24,7 @@ from typing import Any, cast
 from ..clock import SYSTEM_TIME
 from ..errors import InvalidOffsetError, LogSegmentOffsetOverflowError
 from ..layout import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX
+from ..storage import segment as segment_module
 from ..storage.file_records import FileRecords
 from ..storage.index import OffsetIndex, TimeIndex
 from ..storage.segment import LogSegment
@@ -165,6 +169,17 @@ class _DryRunSegment(LogSegment):
 # ------------------------------------------------------------------------------------------- one segment
 
 
+@contextlib.contextmanager
+def _quiet(logger: logging.Logger) -> Iterator[None]:
+    """Silence ``logger`` for the duration (restoring its previous state)."""
+    was = logger.disabled
+    logger.disabled = True
+    try:
+        yield
+    finally:
+        logger.disabled = was
+
+
 @dataclass(frozen=True)
 class SegmentRecovery:
     """What Kafka's recovery would make of one segment: the bytes it keeps and the index bytes it writes.
@@ -203,7 +218,8 @@ def dry_recover_segment(
     overflow = None
     try:
         try:
-            segment.recover()
+            with _quiet(segment_module.log):  # the warnings of a recovery that does not happen would mislead
+                segment.recover()
         except LogSegmentOffsetOverflowError as e:
             overflow = str(e)
         except InvalidOffsetError:  # as the loader's recover_log: the segment is truncated to its base offset

@@ -1,5 +1,5 @@
 """One pass over one segment of a partition: every batch's framing and CRC, its offsets against the segment and the
-batches before it, and the segment's indexes walked alongside (spec sections 3, 4 and 5). Read-only.
+batches before it, and the segment's indexes walked alongside (spec sections 1.2, 1.8 and 3). Read-only.
 
 ``PartitionScanState`` is what one segment's scan hands the next (the last offset seen, the offset gaps so far);
 ``SegmentScan`` holds the state of the scan of one segment, one small method per concern.
@@ -23,6 +23,7 @@ from .index_checks import (
     note_close_entries,
     open_index,
 )
+from .recovery import dry_recover_segment
 
 PROGRESS_STEP = 1 << 20  # report progress every this many bytes
 GAPS_SHOWN = 3  # offset gaps reported one by one; the rest are counted
@@ -132,22 +133,27 @@ class SegmentScan:
 
     def _open_indexes(self) -> None:
         size = self.summary.size
-        if self.index_path.exists():
-            offset_index = open_index(OffsetIndex, self.index_path, self.base, self.report)
-            if offset_index is not None:
-                self.indexes.offset_index = offset_index
-                n = self._check_index_file(offset_index, 8)
-                if n is not None:
-                    self.summary.index_entries, self.indexes.offset_entries = offset_index.entries, n
-                    self.indexes.offset_check = OffsetIndexCheck(self.report, offset_index, n, size)
-        if self.time_path.exists():
-            time_index = open_index(TimeIndex, self.time_path, self.base, self.report)
-            if time_index is not None:
-                self.indexes.time_index = time_index
-                n = self._check_index_file(time_index, 12)
-                if n is not None:
-                    self.summary.time_index_entries, self.indexes.time_entries = time_index.entries, n
-                    self.indexes.time_check = TimeIndexCheck(self.report, time_index, n)
+        offset_index, n = self._open_index_file(OffsetIndex, self.index_path)
+        if isinstance(offset_index, OffsetIndex):
+            self.indexes.offset_index = offset_index
+            if n is not None:
+                self.summary.index_entries, self.indexes.offset_entries = offset_index.entries, n
+                self.indexes.offset_check = OffsetIndexCheck(self.report, offset_index, n, size)
+        time_index, n = self._open_index_file(TimeIndex, self.time_path)
+        if isinstance(time_index, TimeIndex):
+            self.indexes.time_index = time_index
+            if n is not None:
+                self.summary.time_index_entries, self.indexes.time_entries = time_index.entries, n
+                self.indexes.time_check = TimeIndexCheck(self.report, time_index, n)
+
+    def _open_index_file(self, cls: type[AbstractIndex], path: Path) -> tuple[AbstractIndex | None, int | None]:
+        """The index at ``path`` read-only (None when absent or unopenable) and the entries worth checking."""
+        if not path.exists():
+            return None, None
+        index = open_index(cls, path, self.base, self.report)
+        if index is None:
+            return None, None
+        return index, self._check_index_file(index, index.entry_size)
 
     def _check_index_file(self, index: AbstractIndex, entry_size: int) -> int | None:
         """Kafka's sanity check and a zero-filled tail; the entries worth checking, None for a ragged file."""
@@ -206,8 +212,6 @@ class SegmentScan:
 
     def _recovery_writes_index_entries(self) -> bool:
         """Whether Kafka's recovery of this segment would write an offset index entry: asks the real recovery."""
-        from .recovery import dry_recover_segment
-
         planned = dry_recover_segment(self.log_path, self.base, self.options.index_interval_bytes)
         return bool(planned.offset_entries)
 

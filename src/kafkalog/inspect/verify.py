@@ -1,5 +1,5 @@
-"""``verify``'s engine: check a log dir, or one partition directory, without writing anything (spec sections 3, 4,
-5, 9, 10 and 12).
+"""``verify``'s engine: check a log dir, or one partition directory, without writing anything (docs/log-format.md
+sections 1, 3, 4, 5, 9 and 10).
 
 Every batch: the size field and the CRC, and bytes at the end that do not form a batch. Offsets: increasing across
 batches and segments (an overlap or a decrease is a problem; a gap is a note, since compaction removes offsets), a

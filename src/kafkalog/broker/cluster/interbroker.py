@@ -8,11 +8,14 @@ listener (Kafka's ``inter.broker.listener.name`` / ``security.inter.broker.proto
   Kafka's default GSSAPI needs Kerberos), authenticated with the ``username`` and ``password`` of the listener's
   JAAS entry for that mechanism (``listener.name.<l>.<mechanism>.sasl.jaas.config``, else ``sasl.jaas.config``),
   as a Kafka broker uses the same JAAS entry as a client. SaslHandshake v1, then SaslAuthenticate v1 frames.
+  OAUTHBEARER logs in with Kafka's default unsecured login: a token built from the entry's ``unsecuredLogin*``
+  options (see ..security.oauthbearer.unsecured_login_token), fresh for each connection.
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import hmac
 import secrets
@@ -24,7 +27,7 @@ from ...errors import InvalidConfigurationError, KafkaLogError
 from ..security.scram import MECHANISMS, salted_password
 
 SASL_HANDSHAKE_KEY, SASL_AUTHENTICATE_KEY = 17, 36
-CLIENT_MECHANISMS = ("PLAIN", *MECHANISMS)
+CLIENT_MECHANISMS = ("PLAIN", *MECHANISMS, "OAUTHBEARER")
 
 
 class InterBrokerAuthenticationError(KafkaLogError):
@@ -34,7 +37,8 @@ class InterBrokerAuthenticationError(KafkaLogError):
 @dataclass(frozen=True)
 class InterBrokerSecurity:
     """The security of this broker's connections to the others. Invariant: ``mechanism`` is set exactly when the
-    inter-broker listener is a SASL one, with ``username`` and ``password``."""
+    inter-broker listener is a SASL one, with ``username`` and ``password`` (PLAIN, SCRAM) or with the login
+    module's options that make a token (OAUTHBEARER)."""
 
     listener: str
     protocol: str = "PLAINTEXT"
@@ -42,6 +46,7 @@ class InterBrokerSecurity:
     mechanism: str | None = None
     username: str = ""
     password: str = ""
+    oauth_options: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def from_config(cls, config: Any) -> InterBrokerSecurity:
@@ -80,6 +85,11 @@ class InterBrokerSecurity:
                 "password"
             )
         _, options = parse_jaas(text, key)
+        if mechanism == "OAUTHBEARER":
+            from ..security.oauthbearer import unsecured_login_token
+
+            unsecured_login_token(options)  # the principal claim must be there: refused at startup, not per fetch
+            return cls(name, endpoint.security_protocol, context, mechanism, oauth_options=tuple(options.items()))
         if "username" not in options or "password" not in options:
             raise InvalidConfigurationError(f"{key}: the broker's own username and password are missing")
         return cls(name, endpoint.security_protocol, context, mechanism, options["username"], options["password"])
@@ -110,12 +120,24 @@ class InterBrokerSecurity:
             answer = SaslAuthenticateResponse[1].decode(await send(SASL_AUTHENTICATE_KEY, 1, request, timeout))
             if answer.error_code != 0:
                 raise InterBrokerAuthenticationError(
-                    f"Authentication as {self.username} failed: {answer.error_message or answer.error_code}"
+                    f"Authentication as {self.username or 'the OAUTHBEARER token principal'} failed: "
+                    f"{answer.error_message or answer.error_code}"
                 )
             return bytes(answer.auth_bytes or b"")
 
         if self.mechanism == "PLAIN":
             await exchange(b"\0" + self.username.encode() + b"\0" + self.password.encode())
+            return
+        if self.mechanism == "OAUTHBEARER":
+            from ..security.oauthbearer import unsecured_login_token
+
+            token, extensions = unsecured_login_token(dict(self.oauth_options))
+            pairs = "".join(f"\x01{k}={v}" for k, v in extensions.items())
+            challenge = await exchange(f"n,,\x01auth=Bearer {token}{pairs}\x01\x01".encode())
+            if challenge:  # the server's JSON error (RFC 7628): acknowledged with \x01, which ends the login
+                with contextlib.suppress(InterBrokerAuthenticationError):
+                    await exchange(b"\x01")
+                raise InterBrokerAuthenticationError(f"OAUTHBEARER token refused: {challenge.decode(errors='replace')}")
             return
         client = ScramClient(self.mechanism, self.username, self.password)
         server_first = await exchange(client.first())

@@ -45,7 +45,7 @@ UNSUPPORTED_SASL_MECHANISM = 33
 ILLEGAL_SASL_STATE = 34
 SASL_AUTHENTICATION_FAILED = 58
 
-_JAAS_ENTRY = re.compile(r"\s*([\w.$]+)\s+(required|requisite|sufficient|optional)\s+(.*?)\s*;\s*", re.S)
+_JAAS_ENTRY = re.compile(r"\s*([\w.$]+)\s+(required|requisite|sufficient|optional)(?:\s+(.*?))?\s*;\s*", re.S)
 _JAAS_OPTION = re.compile(r'\s*([^\s=]+)\s*=\s*("(?:[^"\\]|\\.)*"|[^\s;]+)')
 
 
@@ -57,7 +57,7 @@ def parse_jaas(text: str, key: str) -> tuple[str, dict[str, str]]:
             f"Invalid value for configuration {key}: expected '<LoginModule> required key=\"value\" ...;'"
         )
     options: dict[str, str] = {}
-    rest = match.group(3)
+    rest = match.group(3) or ""  # "<LoginModule> required;" has no options
     pos = 0
     while pos < len(rest):
         option = _JAAS_OPTION.match(rest, pos)

@@ -28,7 +28,7 @@ from typing import Any
 from ..coordinator.transaction.records import UnknownKeyVersion, decode_key, decode_value, key_json, value_json
 from ..coordinator.transaction.state import TransactionState
 from ..record.types import Record
-from .dump import DumpError, _Parser
+from .decoders import DumpError, MessageParser
 from .jvm_order import scala_hash_set_order
 
 
@@ -80,7 +80,7 @@ def parse_transaction_record(record: Record, as_objects: bool = False) -> tuple[
         return key, f"Error at offset {record.offset}, skipping. {e}"
 
 
-class TransactionLogParser(_Parser):
+class TransactionLogParser(MessageParser):
     """Kafka's TransactionLogMessageParser; ``as_objects`` keeps the JSON as dicts (for ``--json``)."""
 
     def __init__(self, as_objects: bool = False) -> None:
