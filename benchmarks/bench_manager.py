@@ -1,4 +1,4 @@
-"""Log manager: a retention pass over 10,000 segments, and startup of a log dir with 1,000 partitions.
+"""Log manager: a retention pass over 10,000 segments, startup of a log dir with 1,000 partitions, create_topic.
 
 Retention: logs holding 10,000 segments in all (10 partitions x 1,000 segments of one 1-record batch each,
 ``segment.bytes`` = the batch size, so every append rolls), built once through ``LogManager.create_topic`` and
@@ -25,6 +25,11 @@ default index settings), built once. LogManager startup is timed after a clean s
 ``num.recovery.threads.per.data.dir`` 1 and 2. Every startup is verified (every partition loaded with its
 log end offset, size, segment count, recovery point, and a CRC-valid last batch) and shut down cleanly,
 untimed, which restores the directory for the next run. Page cache warm throughout.
+
+create_topic: ``LogManager.create_topic`` of one topic with 1,000 partitions in a new log dir (the broker's
+CreateTopics on one node), best of 3, each checked (every partition.metadata holds the topic's id). Per partition
+it creates a directory, the segment's ``.log``, ``.index`` and ``.timeindex`` and the partition.metadata file and
+fsyncs that file and the directory: file-system metadata work, so the figure follows the disk's other load.
 
 The unclean startup (one recovery thread, the pool replaced by an in-thread executor so that cProfile sees
 the work) and the deleting retention pass are profiled (cProfile, top functions).

@@ -149,7 +149,8 @@ class Log(LogAppend, CleanerSupport):
         if scheduler is None:
             scheduler = getattr(clock, "scheduler", None)
         rng = rng or random.Random()
-        directory.mkdir(parents=True, exist_ok=True)
+        if not directory.is_dir():  # a stat: mkdir of an existing dir takes the parent's lock (creating many logs)
+            directory.mkdir(parents=True, exist_ok=True)
         producer_state = ProducerStateManager(directory, producer_id_expiration_ms, clock)
         epoch_cache = LeaderEpochFileCache(directory / LeaderEpochCheckpointFile.FILE_NAME)
         segments, offsets = load_log(
