@@ -4,13 +4,8 @@
 --offsets-decoder`` uses them too), ``group`` the group and member state, ``coordinator`` the state machine.
 """
 
-from .coordinator import (
-    GROUP_METADATA_TOPIC_NAME,
-    GroupCoordinator,
-    GroupCoordinatorConfig,
-    java_string_hash,
-    partition_for,
-)
+from ..internal_topic import java_string_hash, partition_for
+from .coordinator import GROUP_METADATA_TOPIC_NAME, GroupCoordinator, GroupCoordinatorConfig
 from .errors import Errors
 from .group import ClassicGroup, GroupState, JoinResult, Member, OffsetAndMetadata, SyncResult
 

@@ -40,6 +40,7 @@ from ...partition.partition import DEFAULT_FETCH_BYTES
 from ...record.builder import RecordBatchBuilder
 from ...record.types import ControlRecordType
 from ...storage.producer_state import AppendOrigin
+from ..internal_topic import Coordination, InternalTopicMixin
 from . import records as rec
 from .consumer_group import ConsumerGroup
 from .consumer_protocol import ConsumerProtocolMixin
@@ -49,6 +50,12 @@ from .group import ClassicGroup, GroupState, JoinResult, Member, OffsetAndMetada
 log = logging.getLogger("org.apache.kafka.coordinator.group.GroupCoordinatorService")
 
 GROUP_METADATA_TOPIC_NAME = "__consumer_offsets"
+
+_COORDINATION_ERRORS = {
+    Coordination.HERE: Errors.NONE,
+    Coordination.LOADING: Errors.COORDINATOR_LOAD_IN_PROGRESS,
+    Coordination.ELSEWHERE: Errors.NOT_COORDINATOR,
+}
 UNKNOWN_MEMBER_ID = ""
 NO_GENERATION = -1
 NEW_MEMBER_JOIN_TIMEOUT_MS = 5 * 60 * 1000  # Kafka's ClassicGroupMember / GroupCoordinator constant
@@ -59,21 +66,6 @@ EMPTY, PREPARING, COMPLETING, STABLE, DEAD = (
     GroupState.STABLE,
     GroupState.DEAD,
 )
-
-
-def java_string_hash(text: str) -> int:
-    """Java's String.hashCode (over UTF-16 code units, 32-bit signed overflow)."""
-    h = 0
-    data = text.encode("utf-16-be")
-    for i in range(0, len(data), 2):
-        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
-    return h - (1 << 32) if h & 0x80000000 else h
-
-
-def partition_for(group_id: str, partitions: int) -> int:
-    """Kafka's partitionFor: ``Utils.abs(groupId.hashCode) % partitions`` (Utils.abs(MIN_VALUE) == 0)."""
-    h = java_string_hash(group_id)
-    return (0 if h == -(1 << 31) else abs(h)) % partitions
 
 
 def _offset_and_metadata(value: dict) -> OffsetAndMetadata:
@@ -193,12 +185,17 @@ class GroupDescription:
     members: list[tuple[str, str | None, str, str, bytes, bytes]]  # id, instance id, client, host, metadata, assignment
 
 
-class GroupCoordinator(ConsumerProtocolMixin):
+class GroupCoordinator(ConsumerProtocolMixin, InternalTopicMixin):
     """The classic group coordinator of one broker (it leads every __consumer_offsets partition).
 
     Invariants: every group in ``groups`` is on a partition of the offsets topic; a Dead group is no longer in
     ``groups``; a member's heartbeat timer is scheduled while it is a member and cancelled when it leaves.
     """
+
+    TOPIC = GROUP_METADATA_TOPIC_NAME
+    TOPIC_DESCRIPTION = "offsets topic"
+    REPLICATION_FACTOR_CONFIG = "offsets.topic.replication.factor"
+    LOG = log
 
     def __init__(self, log_manager, config: GroupCoordinatorConfig, clock, scheduler) -> None:
         self.log_manager = log_manager
@@ -238,20 +235,7 @@ class GroupCoordinator(ConsumerProtocolMixin):
     def group_status(self, group_id: str) -> Errors:
         """Kafka's validateGroupStatus: NOT_COORDINATOR when another broker leads the group's partition,
         COORDINATOR_LOAD_IN_PROGRESS while this one loads it (both send the client to FindCoordinator again)."""
-        if self.owned is None:
-            return Errors.NONE
-        partition = self.partition_for(group_id)
-        if partition in self.loading:
-            return Errors.COORDINATOR_LOAD_IN_PROGRESS
-        if partition not in self.owned:
-            return Errors.NOT_COORDINATOR
-        return Errors.NONE
-
-    def begin_loading(self, partition: int) -> None:
-        """This broker became the leader of ``partition``: its groups answer COORDINATOR_LOAD_IN_PROGRESS until
-        ``on_election`` loads them."""
-        if self.owned is not None and partition not in self.owned:
-            self.loading.add(partition)
+        return _COORDINATION_ERRORS[self.coordination(group_id)]
 
     def on_election(self, partition: int) -> None:
         """Kafka's onElection: load the groups and offsets of ``partition`` and coordinate them from now on."""
@@ -316,55 +300,21 @@ class GroupCoordinator(ConsumerProtocolMixin):
             task.cancel()
 
     # ================================================================ the offsets topic
-    def offsets_topic_partitions(self) -> list[int] | None:
-        """The partitions of __consumer_offsets present here, None when the topic does not exist."""
-        try:
-            return [p.partition for p in self.log_manager.describe_topic(GROUP_METADATA_TOPIC_NAME).partitions]
-        except UnknownTopicOrPartitionError:
-            return None
-
-    def partition_count(self) -> int:
-        """The topic's partition count: its partitions when they are 0..n-1, else offsets.topic.num.partitions
-        (a copied broker log dir may hold only the partitions that had data, as the fixtures do)."""
-        if self.cluster_partition_count is not None:
-            return self.cluster_partition_count
-        present = self.offsets_topic_partitions()
-        if present and sorted(present) == list(range(len(present))):
-            return len(present)
-        return self.config.offsets_topic_num_partitions
-
-    def partition_for(self, group_id: str) -> int:
-        return partition_for(group_id, self.partition_count())
-
-    def ensure_offsets_topic(self) -> Errors:
-        """Create __consumer_offsets on first use (FindCoordinator); COORDINATOR_NOT_AVAILABLE if it cannot be."""
-        if self.offsets_topic_partitions() is not None:
-            return Errors.NONE
-        if self.config.offsets_topic_replication_factor != 1:
-            log.error(
-                "Number of alive brokers '1' does not meet the required replication factor '%d' for the offsets "
-                "topic (configured via 'offsets.topic.replication.factor'). This error can be ignored if the "
-                "cluster is starting up and not all brokers are up yet.",
-                self.config.offsets_topic_replication_factor,
-            )
-            return Errors.COORDINATOR_NOT_AVAILABLE
+    def _internal_topic_settings(self) -> tuple[int, int, dict[str, str]]:
         configs = {
             "cleanup.policy": "compact",
             "segment.bytes": str(self.config.offsets_topic_segment_bytes),
             "compression.type": "producer",
         }
-        try:
-            self.log_manager.create_topic(GROUP_METADATA_TOPIC_NAME, self.config.offsets_topic_num_partitions, configs)
-            log.info(
-                "Created internal topic %s with %d partitions",
-                GROUP_METADATA_TOPIC_NAME,
-                self.config.offsets_topic_num_partitions,
-            )
-        except Exception as e:  # a concurrent creation is fine; anything else is the client's retriable error
-            if self.offsets_topic_partitions() is None:
-                log.warning("Creation of %s failed: %s", GROUP_METADATA_TOPIC_NAME, e)
-                return Errors.COORDINATOR_NOT_AVAILABLE
-        return Errors.NONE
+        return self.config.offsets_topic_num_partitions, self.config.offsets_topic_replication_factor, configs
+
+    def offsets_topic_partitions(self) -> list[int] | None:
+        """The partitions of __consumer_offsets present here, None when the topic does not exist."""
+        return self.internal_topic_partitions()
+
+    def ensure_offsets_topic(self) -> Errors:
+        """Create __consumer_offsets on first use (FindCoordinator); COORDINATOR_NOT_AVAILABLE if it cannot be."""
+        return Errors.NONE if self.create_internal_topic() else Errors.COORDINATOR_NOT_AVAILABLE
 
     def _append(
         self,

@@ -41,7 +41,7 @@ from ...partition import LOG_END
 from ...record.builder import RecordBatchBuilder, control_batch
 from ...record.types import ControlRecordType
 from ...storage.producer_state import AppendOrigin
-from ..group.coordinator import partition_for
+from ..internal_topic import Coordination, InternalTopicMixin
 from . import records as rec
 from .errors import Errors, append_error
 from .metadata import IllegalTransitionError, TopicPartitionKey, TransactionMetadata, TxnTransit
@@ -50,6 +50,12 @@ from .state import TransactionState
 log = logging.getLogger("kafka.coordinator.transaction.TransactionCoordinator")
 
 TRANSACTION_STATE_TOPIC_NAME = "__transaction_state"
+
+_COORDINATION_ERRORS = {
+    Coordination.HERE: Errors.NONE,
+    Coordination.LOADING: Errors.COORDINATOR_LOAD_IN_PROGRESS,
+    Coordination.ELSEWHERE: Errors.NOT_COORDINATOR,
+}
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
 MARKER_RETRY_BACKOFF_MS = 100  # Kafka resends markers after the channel's retry backoff
@@ -191,13 +197,18 @@ def append_marker(
     return replica_manager.append_records({tp: batch}, -1, AppendOrigin.COORDINATOR)[tp]
 
 
-class TransactionCoordinator:
+class TransactionCoordinator(InternalTopicMixin):
     """The transaction coordinator of one broker (it leads every __transaction_state partition).
 
     Invariants: every id in ``transactions`` maps to a partition of the state topic and its state is the last one
     written there; a Dead id is not in ``transactions``; a transaction whose markers are not all written has
     ``pending_state`` CompleteCommit/CompleteAbort and an entry in ``_unsent``.
     """
+
+    TOPIC = TRANSACTION_STATE_TOPIC_NAME
+    TOPIC_DESCRIPTION = "transactions state topic"
+    REPLICATION_FACTOR_CONFIG = "transaction.state.log.replication.factor"
+    LOG = log
 
     def __init__(
         self,
@@ -279,37 +290,7 @@ class TransactionCoordinator:
         self._marker_listeners.append(listener)
 
     # ================================================================ the state topic
-    def state_topic_partitions(self) -> list[int] | None:
-        """The partitions of __transaction_state present here, None when the topic does not exist."""
-        try:
-            return [p.partition for p in self.log_manager.describe_topic(TRANSACTION_STATE_TOPIC_NAME).partitions]
-        except UnknownTopicOrPartitionError:
-            return None
-
-    def partition_count(self) -> int:
-        if self.cluster_partition_count is not None:
-            return self.cluster_partition_count
-        present = self.state_topic_partitions()
-        if present and sorted(present) == list(range(len(present))):
-            return len(present)
-        return self.config.transaction_state_log_num_partitions
-
-    def partition_for(self, transactional_id: str) -> int:
-        """Kafka's partitionFor: ``Utils.abs(transactionalId.hashCode) % partitions``."""
-        return partition_for(transactional_id, self.partition_count())
-
-    def ensure_state_topic(self) -> Errors:
-        """Create __transaction_state on first use; COORDINATOR_NOT_AVAILABLE if it cannot be."""
-        if self.state_topic_partitions() is not None:
-            return Errors.NONE
-        if self.config.transaction_state_log_replication_factor != 1:
-            log.error(
-                "Number of alive brokers '1' does not meet the required replication factor '%d' for the transactions "
-                "state topic (configured via 'transaction.state.log.replication.factor'). This error can be ignored "
-                "if the cluster is starting up and not all brokers are up yet.",
-                self.config.transaction_state_log_replication_factor,
-            )
-            return Errors.COORDINATOR_NOT_AVAILABLE
+    def _internal_topic_settings(self) -> tuple[int, int, dict[str, str]]:
         configs = {
             "cleanup.policy": "compact",
             "compression.type": "uncompressed",
@@ -317,39 +298,22 @@ class TransactionCoordinator:
             "segment.bytes": str(self.config.transaction_state_log_segment_bytes),
             "unclean.leader.election.enable": "false",
         }
-        try:
-            self.log_manager.create_topic(
-                TRANSACTION_STATE_TOPIC_NAME, self.config.transaction_state_log_num_partitions, configs
-            )
-            log.info(
-                "Created internal topic %s with %d partitions",
-                TRANSACTION_STATE_TOPIC_NAME,
-                self.config.transaction_state_log_num_partitions,
-            )
-        except Exception as e:  # a concurrent creation is fine; anything else is the client's retriable error
-            if self.state_topic_partitions() is None:
-                log.warning("Creation of %s failed: %s", TRANSACTION_STATE_TOPIC_NAME, e)
-                return Errors.COORDINATOR_NOT_AVAILABLE
-        return Errors.NONE
+        config = self.config
+        return config.transaction_state_log_num_partitions, config.transaction_state_log_replication_factor, configs
+
+    def state_topic_partitions(self) -> list[int] | None:
+        """The partitions of __transaction_state present here, None when the topic does not exist."""
+        return self.internal_topic_partitions()
+
+    def ensure_state_topic(self) -> Errors:
+        """Create __transaction_state on first use; COORDINATOR_NOT_AVAILABLE if it cannot be."""
+        return Errors.NONE if self.create_internal_topic() else Errors.COORDINATOR_NOT_AVAILABLE
 
     # ================================================================ partitions coordinated here (a cluster)
     def status(self, transactional_id: str) -> Errors:
         """Kafka's getTransactionState errors: NOT_COORDINATOR when another broker leads the id's state partition,
         COORDINATOR_LOAD_IN_PROGRESS while this one loads it (the client finds the coordinator again / retries)."""
-        if self.owned is None:
-            return Errors.NONE
-        partition = self.partition_for(transactional_id)
-        if partition in self.loading:
-            return Errors.COORDINATOR_LOAD_IN_PROGRESS
-        if partition not in self.owned:
-            return Errors.NOT_COORDINATOR
-        return Errors.NONE
-
-    def begin_loading(self, partition: int) -> None:
-        """This broker became the leader of ``partition``: its ids answer COORDINATOR_LOAD_IN_PROGRESS until
-        ``on_election`` loads them."""
-        if self.owned is not None and partition not in self.owned:
-            self.loading.add(partition)
+        return _COORDINATION_ERRORS[self.coordination(transactional_id)]
 
     def on_election(self, partition: int, coordinator_epoch: int) -> None:
         """Kafka's TransactionCoordinator.onElection: load the ids of state ``partition`` (this broker leads it at

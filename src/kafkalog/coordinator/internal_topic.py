@@ -1,0 +1,133 @@
+"""The internal topic a coordinator keeps its state in (``__consumer_offsets`` for the group coordinator,
+``__transaction_state`` for the transaction coordinator): which partition holds a key, the topic's creation on
+first use, and which of its partitions this broker coordinates.
+
+Both of Kafka's coordinators follow the same rules here (GroupMetadataManager / TransactionStateManager's
+partitionFor, getTopicPartitionCount, the internal topic's creation by the broker that is asked first, and
+onElection / onResignation in a cluster); kafkalog keeps them once, in ``InternalTopicMixin``.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from abc import ABC, abstractmethod
+from typing import Any, ClassVar
+
+from ..errors import UnknownTopicOrPartitionError
+
+
+def java_string_hash(text: str) -> int:
+    """Java's String.hashCode (over UTF-16 code units, 32-bit signed overflow)."""
+    h = 0
+    data = text.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def partition_for(key: str, partitions: int) -> int:
+    """Kafka's partitionFor: ``Utils.abs(key.hashCode) % partitions`` (Utils.abs(MIN_VALUE) == 0)."""
+    h = java_string_hash(key)
+    return (0 if h == -(1 << 31) else abs(h)) % partitions
+
+
+class Coordination(enum.Enum):
+    """Whether this broker coordinates a key's partition: it does, it is loading it, or another broker does."""
+
+    HERE = "here"
+    LOADING = "loading"
+    ELSEWHERE = "elsewhere"
+
+
+class InternalTopicMixin(ABC):
+    """A coordinator's internal topic and the partitions of it this broker coordinates.
+
+    Invariants:
+    - ``owned is None`` on a single node: every partition of the topic is coordinated here. In a cluster
+      ``owned`` holds the partitions this broker leads and has loaded, and ``loading`` those it leads and is still
+      loading; the two sets are disjoint (``on_election`` moves a partition from ``loading`` to ``owned``).
+    - A key lives in partition ``partition_for(key, partition_count())``; the count is the cluster's (as ZooKeeper
+      has it) when known, else the local topic's when its partitions are exactly 0..n-1, else the configured
+      number of partitions (a copied broker log dir may hold only the partitions that had data).
+    - The topic is created at most once, on first use, and only when one replica is asked for: on a single node
+      a replication factor above 1 cannot be met, and the coordinator answers COORDINATOR_NOT_AVAILABLE.
+
+    The class using it sets the ClassVars and ``log_manager``, ``owned``, ``loading`` and
+    ``cluster_partition_count``, and answers ``_internal_topic_settings``.
+    """
+
+    TOPIC: ClassVar[str]
+    TOPIC_DESCRIPTION: ClassVar[str]  # as Kafka's error message names it: "offsets topic", ...
+    REPLICATION_FACTOR_CONFIG: ClassVar[str]
+    LOG: ClassVar[logging.Logger]
+
+    log_manager: Any
+    owned: set[int] | None
+    loading: set[int]
+    cluster_partition_count: int | None
+
+    @abstractmethod
+    def _internal_topic_settings(self) -> tuple[int, int, dict[str, str]]:
+        """The configured partition count, replication factor and topic configs of the internal topic."""
+
+    def internal_topic_partitions(self) -> list[int] | None:
+        """The partitions of the internal topic present here, None when the topic does not exist."""
+        try:
+            return [p.partition for p in self.log_manager.describe_topic(self.TOPIC).partitions]
+        except UnknownTopicOrPartitionError:
+            return None
+
+    def partition_count(self) -> int:
+        """The topic's partition count (see the class invariants)."""
+        if self.cluster_partition_count is not None:
+            return self.cluster_partition_count
+        present = self.internal_topic_partitions()
+        if present and sorted(present) == list(range(len(present))):
+            return len(present)
+        return self._internal_topic_settings()[0]
+
+    def partition_for(self, key: str) -> int:
+        """The partition of the internal topic that holds ``key`` (a group id or a transactional id)."""
+        return partition_for(key, self.partition_count())
+
+    def create_internal_topic(self) -> bool:
+        """Create the internal topic on first use; False when it does not exist and cannot be created."""
+        if self.internal_topic_partitions() is not None:
+            return True
+        partitions, replication_factor, configs = self._internal_topic_settings()
+        if replication_factor != 1:
+            self.LOG.error(
+                "Number of alive brokers '1' does not meet the required replication factor '%d' for the %s "
+                "(configured via '%s'). This error can be ignored if the cluster is starting up and not all brokers "
+                "are up yet.",
+                replication_factor,
+                self.TOPIC_DESCRIPTION,
+                self.REPLICATION_FACTOR_CONFIG,
+            )
+            return False
+        try:
+            self.log_manager.create_topic(self.TOPIC, partitions, configs)
+            self.LOG.info("Created internal topic %s with %d partitions", self.TOPIC, partitions)
+        except Exception as e:  # a concurrent creation is fine; anything else is the client's retriable error
+            if self.internal_topic_partitions() is None:
+                self.LOG.warning("Creation of %s failed: %s", self.TOPIC, e)
+                return False
+        return True
+
+    def coordination(self, key: str) -> Coordination:
+        """Whether this broker coordinates ``key``'s partition now."""
+        if self.owned is None:
+            return Coordination.HERE
+        partition = self.partition_for(key)
+        if partition in self.loading:
+            return Coordination.LOADING
+        if partition not in self.owned:
+            return Coordination.ELSEWHERE
+        return Coordination.HERE
+
+    def begin_loading(self, partition: int) -> None:
+        """This broker became the leader of ``partition``: its keys answer COORDINATOR_LOAD_IN_PROGRESS until
+        ``on_election`` has loaded them."""
+        if self.owned is not None and partition not in self.owned:
+            self.loading.add(partition)
