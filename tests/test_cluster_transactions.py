@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from kafkalog.coordinator.group.coordinator import partition_for
+from kafkalog.coordinator.internal_topic import partition_for
 from tools.cluster import zookeeper
 from tools.cluster.txnload import read_all, transactional_producer
 

@@ -88,7 +88,7 @@ def _find_coordinator(bootstrap: str, group: str) -> int:
 
 def _group_on(offsets_partition: int, partitions: int) -> str:
     """A group id whose __consumer_offsets partition is ``offsets_partition`` (Kafka's partitionFor)."""
-    from kafkalog.coordinator.group.coordinator import partition_for
+    from kafkalog.coordinator.internal_topic import partition_for
 
     return next(g for i in range(1000) if partition_for(g := f"group-{i}", partitions) == offsets_partition)
 
