@@ -32,8 +32,8 @@ from kafka.protocol.producer.transaction import (  # noqa: E402
     WriteTxnMarkersRequest,
 )
 
-from kafkalog.coordinator.transaction import TRANSACTION_STATE_TOPIC_NAME  # noqa: E402
 from kafkalog.coordinator.internal_topic import partition_for  # noqa: E402
+from kafkalog.coordinator.transaction import TRANSACTION_STATE_TOPIC_NAME  # noqa: E402
 from kafkalog.coordinator.transaction.records import encode_key, encode_value, value_from_state  # noqa: E402
 from kafkalog.coordinator.transaction.state import TransactionState  # noqa: E402
 from kafkalog.manager import LogManager  # noqa: E402
