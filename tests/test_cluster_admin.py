@@ -236,7 +236,16 @@ def test_create_partitions_across_brokers(cluster):
     assert len({p["leader"] for p in md.values()}) == 3  # the new leaders spread too
     assert all(set(dirs) == {f"grow-{p}" for p in range(5)} for dirs in _replica_dirs(cluster, "grow").values())
     sent = produce(cluster.bootstrap, "grow", "g", 50)
-    assert len(sent.acked) == 50 and {p for p, _, _ in sent.acked} == set(range(5))
+    assert len(sent.acked) == 50, sent.failed[:5]
+    # librdkafka's sticky partitioner may put 50 keyless records in only a few partitions: write to each one
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
+    delivered: list[tuple[object, int]] = []
+    for p in range(5):
+        producer.produce("grow", b"p%d" % p, partition=p, on_delivery=lambda e, m: delivered.append((e, m.partition())))
+    assert producer.flush(60) == 0
+    assert sorted(p for e, p in delivered if e is None) == list(range(5)), delivered
     shrink = _topics(cluster, "--alter", "--topic", "grow", "--partitions", "3")
     assert shrink.exit_code != 0 and "(error code 37)" in shrink.output, shrink.output
     assert "Topic currently has 5 partitions, which is higher than the requested 3." in shrink.output
