@@ -337,7 +337,7 @@ class BrokerSink:
             )
 
     def idle(self) -> None:
-        pass
+        """Nothing to let go of: an online producer holds no dir lock (the broker owns the log dir)."""
 
     def close(self) -> None:
         with contextlib.suppress(Exception):  # what close could still flush was awaited and reported by flush()

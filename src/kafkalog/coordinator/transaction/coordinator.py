@@ -691,15 +691,14 @@ class TransactionCoordinator(InternalTopicMixin):
         if not transactional_id:
             return dict.fromkeys(wanted, Errors.INVALID_REQUEST)
         metadata = self.transactions.get(transactional_id)
-        error = self.status(transactional_id)
-        if error is not Errors.NONE:
-            pass
-        elif metadata is None or metadata.producer_id != producer_id:
-            error = Errors.INVALID_PRODUCER_ID_MAPPING
-        elif metadata.producer_epoch != producer_epoch:
-            error = Errors.PRODUCER_FENCED
-        elif metadata.pending_transition_in_progress or metadata.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
-            error = Errors.CONCURRENT_TRANSACTIONS
+        error = self.status(transactional_id)  # a coordination error (NOT_COORDINATOR, ...) comes first
+        if error is Errors.NONE:
+            if metadata is None or metadata.producer_id != producer_id:
+                error = Errors.INVALID_PRODUCER_ID_MAPPING
+            elif metadata.producer_epoch != producer_epoch:
+                error = Errors.PRODUCER_FENCED
+            elif metadata.pending_transition_in_progress or metadata.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
+                error = Errors.CONCURRENT_TRANSACTIONS
         if error is not Errors.NONE or metadata is None:
             return dict.fromkeys(wanted, error)
         return {tp: Errors.NONE if tp in metadata.topic_partitions else Errors.INVALID_TXN_STATE for tp in wanted}
