@@ -19,7 +19,7 @@ import time
 
 from ...manager import TopicPartition
 from ...storage.file_records import EMPTY_SLICE
-from ..protocol import NONE, TOPIC_AUTHORIZATION_FAILED, FileRegion, Response, error_code
+from ..protocol import NONE, TOPIC_AUTHORIZATION_FAILED, FileRegion, Response, compact_length, error_code
 from ..replica_access import READ_COMMITTED, READ_UNCOMMITTED, FetchResult
 from ..security.acl import allowed, cluster_allowed
 from ..security.context import CURRENT, throttle
@@ -35,15 +35,6 @@ _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _PARTITION_FIXED = struct.Struct(">ihqqq")  # index, error, high watermark, last stable offset, log start offset
 _ABORTED = struct.Struct(">qq")
-
-
-def _uvarint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
 
 
 class PartitionAnswer:
@@ -79,12 +70,12 @@ def _encode(version: int, topics, top_error: int, parts: list, throttle_ms: int 
     buf = bytearray(_I32.pack(throttle_ms))
     if version >= 7:
         buf += _I16.pack(top_error) + _I32.pack(_INVALID_SESSION_ID)
-    buf += _uvarint(len(topics) + 1) if flexible else _I32.pack(len(topics))
+    buf += compact_length(len(topics)) if flexible else _I32.pack(len(topics))
     for name, answers in topics:
         encoded = name.encode("utf-8")
-        buf += _uvarint(len(encoded) + 1) if flexible else _I16.pack(len(encoded))
+        buf += compact_length(len(encoded)) if flexible else _I16.pack(len(encoded))
         buf += encoded
-        buf += _uvarint(len(answers) + 1) if flexible else _I32.pack(len(answers))
+        buf += compact_length(len(answers)) if flexible else _I32.pack(len(answers))
         for a in answers:
             buf += _PARTITION_FIXED.pack(
                 a.partition, a.error, a.high_watermark, a.last_stable_offset, a.log_start_offset
@@ -94,7 +85,7 @@ def _encode(version: int, topics, top_error: int, parts: list, throttle_ms: int 
             if a.aborted is None:
                 buf += b"\x00" if flexible else _I32.pack(-1)
             else:
-                buf += _uvarint(len(a.aborted) + 1) if flexible else _I32.pack(len(a.aborted))
+                buf += compact_length(len(a.aborted)) if flexible else _I32.pack(len(a.aborted))
                 for producer_id, first_offset in a.aborted:
                     buf += _ABORTED.pack(producer_id, first_offset)
                     if flexible:
@@ -103,7 +94,7 @@ def _encode(version: int, topics, top_error: int, parts: list, throttle_ms: int 
                 buf += _I32.pack(-1)  # preferred_read_replica
             size = a.records.size
             # Never a null record set (librdkafka rejects one): an empty partition has zero bytes.
-            buf += _uvarint(size + 1) if flexible else _I32.pack(size)
+            buf += compact_length(size) if flexible else _I32.pack(size)
             if size:
                 parts.append(bytes(buf))
                 parts.append(FileRegion(a.records))
