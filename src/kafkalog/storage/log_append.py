@@ -106,6 +106,8 @@ class LogAppend:
         return self._append(batch, origin=COORDINATOR, leader_epoch=leader_epoch, assign_offsets=True)
 
     def _append(self, records: bytes, *, origin: str, leader_epoch: int, assign_offsets: bool) -> LogAppendInfo:
+        if self.metadata_flush is not None:  # UnifiedLog.append: the topic id on disk before any record
+            self.flush_metadata()
         if assign_offsets and origin == CLIENT:
             with self._lock:
                 now = self.clock.milliseconds()
