@@ -76,7 +76,21 @@ class Scheduler:
 
 
 class Log(LogAppend, CleanerSupport):
-    """A partition log in ``directory`` (named ``<topic>-<partition>``)."""
+    """A partition log in ``directory`` (named ``<topic>-<partition>``): Kafka's UnifiedLog over its LocalLog.
+
+    Invariants, held under ``_lock`` between calls:
+    - there is always at least one segment; the last is the active one, the only one appended to;
+    - segments are ordered by base offset and their offset ranges do not overlap; every offset a segment
+      holds is below the next segment's base offset;
+    - ``log_start_offset <= high_watermark <= log_end_offset`` and ``recovery_point <= log_end_offset``;
+      the log start offset only moves forward, except when a truncation (a follower's, or a full truncation
+      to a new start) takes the log end below it;
+    - every byte below the recovery point has been fsynced; everything from it on is re-validated by
+      recovery after an unclean shutdown;
+    - the producer state's map end offset is the log end offset once an append returns;
+    - a log taken offline by an I/O error refuses every later read and write (``KafkaStorageError``);
+      nothing it holds is changed again until the broker restarts and loads it anew.
+    """
 
     def __init__(
         self,

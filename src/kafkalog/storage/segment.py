@@ -88,7 +88,15 @@ class TimestampAndOffset:
 
 
 class LogSegment:
-    """A segment: records file, offset index, time index, transaction index, all named by ``base_offset``."""
+    """A segment: records file, offset index, time index, transaction index, all named by ``base_offset``.
+
+    Invariants: every batch in the ``.log`` has offsets in ``[base_offset, base_offset + Int32.MAX]``, in
+    increasing order; the offset index holds at most one entry per ``index.interval.bytes`` of records, each
+    naming the position of a batch that starts at or before its offset; the time index's timestamps only grow,
+    and each names the largest timestamp so far with the offset of the batch that carried it; the indexes never
+    point past the ``.log``'s logical size. The ``.txnindex`` lists the aborted transactions completed in this
+    segment, in the order of their ABORT markers.
+    """
 
     def __init__(
         self,
