@@ -420,6 +420,20 @@ def _value(topic: str, partition: int, round_: int) -> bytes:
     return f"{topic}/{partition}/{round_}".encode()
 
 
+def _in_threads(work: Any, topics: list[str], clients: int, errors: list[str], what: str) -> float:
+    """``work(share)`` in ``clients`` threads, each given every ``clients``-th topic; the seconds until all are
+    done. Fails with the first ``errors`` they recorded."""
+    t0 = time.perf_counter()
+    threads = [threading.Thread(target=work, args=(topics[i::clients],)) for i in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise AssertionError(f"{what} failed: {errors[:5]} ({len(errors)} errors)")
+    return time.perf_counter() - t0
+
+
 def produce_everywhere(bootstrap: str, topics: list[str], partitions: int, round_: int, clients: int) -> float:
     """``clients`` producers (acks=all), in threads, each writing one record to every partition of its share of
     ``topics``; every delivery must succeed. The seconds until the last is acknowledged."""
@@ -442,15 +456,7 @@ def produce_everywhere(bootstrap: str, topics: list[str], partitions: int, round
         if left:
             errors.append(f"{left} records not delivered")
 
-    t0 = time.perf_counter()
-    threads = [threading.Thread(target=work, args=(topics[i::clients],)) for i in range(clients)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise AssertionError(f"produce failed: {errors[:5]} ({len(errors)} errors)")
-    return time.perf_counter() - t0
+    return _in_threads(work, topics, clients, errors, "produce")
 
 
 def consume_everywhere(bootstrap: str, topics: list[str], partitions: int, rounds: int, clients: int) -> float:
@@ -480,15 +486,7 @@ def consume_everywhere(bootstrap: str, topics: list[str], partitions: int, round
         if want:
             errors.append(f"{len(want)} records not read, e.g. {sorted(want)[:3]}")
 
-    t0 = time.perf_counter()
-    threads = [threading.Thread(target=work, args=(topics[i::clients],)) for i in range(clients)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise AssertionError(f"consume failed: {errors[:5]} ({len(errors)} errors)")
-    return time.perf_counter() - t0
+    return _in_threads(work, topics, clients, errors, "consume")
 
 
 # ----- the run -----------------------------------------------------------------------------------------------
