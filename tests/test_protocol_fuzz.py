@@ -116,3 +116,36 @@ def test_list_offsets_with_a_negative_timestamp_searches_like_any_other(broker, 
     response = decode_response(2, 7, b"".join(result[1].parts))
     partition = response.topics[0].partitions[0]
     assert (partition.error_code, partition.offset) == (0, 0)
+
+
+def _answer(broker, frame: bytes):
+    result = broker.loop.run_until_complete(broker.router(broker.conn, memoryview(frame)))
+    body = b"".join(result[1].parts)
+    assert judge(frame, result) == "answered"
+    return body
+
+
+@pytest.mark.parametrize("count", [2**31 - 1, 100_000, 10_003])
+def test_create_partitions_refuses_more_than_kafkas_batch_limit_at_once(broker, count) -> None:
+    """Kafka's controller refuses a request adding more than 10,000 partitions (POLICY_VIOLATION); the fuzzer found
+    CreatePartitions count=2^31-1 holding the event loop while it created partition directories one by one."""
+    request = valid_request(APIS[37], 3)
+    request.topics[0].count = count
+    request.topics[0].assignments = None
+    response = decode_response(37, 3, _answer(broker, encode_frame(APIS[37], 3, request, 11)))
+    assert [(r.name, r.error_code) for r in response.results] == [("fuzz", 44)]
+    assert "excessively large" in response.results[0].error_message
+    assert broker._server.log_manager.describe_topic("fuzz").partitions.__len__() == 2
+
+
+def test_create_topics_refuses_more_than_kafkas_batch_limit_in_one_request(broker) -> None:
+    request = valid_request(APIS[19], 7)
+    request.topics[0].num_partitions = 2**31 - 1
+    response = decode_response(19, 7, _answer(broker, encode_frame(APIS[19], 7, request, 12)))
+    topic = response.topics[0]
+    assert (topic.name, topic.error_code, topic.error_message) == (
+        "fuzz-created",
+        44,
+        "Excessively large number of partitions per request.",
+    )
+    assert "fuzz-created" not in broker._server.log_manager.topics()

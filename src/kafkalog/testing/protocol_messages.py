@@ -162,10 +162,10 @@ def _fields(schema: Any) -> list[Any]:
 
 def _value(field: Any, version: int, hints: dict[str, Any], parent: str) -> Any:
     """A meaningful value for one field at ``version`` (``parent``: the name of the field holding it)."""
-    if not (field.is_struct() or field.is_struct_array()):
-        for key in (f"{parent}.{field.name}", field.name):
-            if key in hints:
-                return copy.copy(hints[key])
+    structured = field.is_struct() or field.is_struct_array()
+    for key in (f"{parent}.{field.name}", field.name):
+        if key in hints and (not structured or not hints[key]):  # a struct takes only an empty or null hint
+            return copy.copy(hints[key])
     if field.is_struct_array():
         return [_container(field.data_class, field, version, hints, field.name)]
     if field.is_struct():
