@@ -300,9 +300,9 @@ class ProtocolFuzzer:
         except UnexpectedOutcome as e:
             self.late.append(f"(a parked case) {e}")
 
-    def _still_serving(self) -> None:
-        """A valid ApiVersions and Metadata request must be answered after every case."""
-        for frame in _follow_ups():
+    def _still_serving(self, full: bool = True) -> None:
+        """A valid ApiVersions (and with ``full`` a Metadata) request must be answered after every case."""
+        for frame in _follow_ups()[: 2 if full else 1]:
             outcome = self._run(frame)
             if outcome != "answered":
                 name = APIS[struct.unpack_from(">h", frame)[0]].name
@@ -314,9 +314,13 @@ class ProtocolFuzzer:
             self.reset()
         self.cases += 1
         self.hidden.seen.clear()
+        conn = self.conn
+        conn.request_metric = None  # the router sets it once the request has decoded
         try:
             outcome = self._run(frame)
-            self._still_serving()
+            # A request refused before any handler ran changed nothing but its connection: ApiVersions then
+            # shows the router still serves; after a handler, Metadata too.
+            self._still_serving(full=conn.request_metric is not None)
             self._raise_late_failures(frame)
         except UnexpectedOutcome as e:
             self.reset()  # the next case starts on a broker in a known state
@@ -413,11 +417,36 @@ def run_cases(cases: int, seed: int = 0, reset_every: int = 2000) -> tuple[dict[
         return dict(f.outcomes), failures
 
 
-def atheris_entry(reset_every: int = 2000) -> Callable[[bytes], None]:
-    """The function to hand to ``atheris.Setup``: raw bytes through ``frame_for`` and the oracle."""
+def atheris_entry(reset_every: int = 2000, keep_going: Path | None = None) -> Callable[[bytes], None]:
+    """The function to hand to ``atheris.Setup``: raw bytes through ``frame_for`` and the oracle.
+
+    With ``keep_going`` (a directory), a case that breaks the oracle does not stop the run: its input is saved
+    there as ``failure-<sha1>`` with the report beside it (``.txt``), once per distinct report, and the run goes
+    on, so that one long run finds every bug instead of the first."""
     state = ProtocolFuzzer(reset_every).__enter__()
+    seen: set[str] = set()
 
     def one_input(data: bytes) -> None:
-        state.check(frame_for(data))
+        if keep_going is None:
+            state.check(frame_for(data))
+            return
+        try:
+            state.check(frame_for(data))
+        except UnexpectedOutcome as e:
+            _save_failure(keep_going, data, str(e), seen)
 
     return one_input
+
+
+def _save_failure(directory: Path, data: bytes, report: str, seen: set[str]) -> None:
+    import hashlib
+    import re
+
+    kind = re.sub(r"b'.*", "", re.sub(r"0x[0-9a-f]+|\d+", "N", report))[:200]  # the report without its input
+    if kind in seen:
+        return
+    seen.add(kind)
+    directory.mkdir(parents=True, exist_ok=True)
+    name = "failure-" + hashlib.sha1(data).hexdigest()
+    (directory / name).write_bytes(data)
+    (directory / f"{name}.txt").write_text(report + "\n")
