@@ -152,7 +152,7 @@ def _unknown_server_errors(container: Any, path: str = "") -> list[str]:
 
 def decode_response(api_key: int, version: int, body: bytes) -> Any:
     """The response body decoded by its schema, which must consume every byte (else ValueError)."""
-    klass = APIS[api_key].response
+    klass: Any = APIS[api_key].response  # kafka-python's generated message class (untyped)
     flexible = klass.flexible_version_q(version)
     decode = klass._struct.compiled_decode_from(version, compact=flexible, tagged=flexible, data_class=klass[None])
     message, end = decode(memoryview(body), 0)
@@ -201,7 +201,7 @@ class ProtocolFuzzer:
         self.loop = asyncio.new_event_loop()
         self.errors = _ErrorLog()
         self.hidden = _HiddenErrors()
-        self.parked: set[asyncio.Task] = set()
+        self.parked: set[asyncio.Task[Any]] = set()
         self.late: list[str] = []  # parked cases that broke the oracle when they completed
         self.cases = 0
         self.outcomes: dict[str, int] = {}
@@ -279,7 +279,7 @@ class ProtocolFuzzer:
             return "parked"
         return self._outcome(frame, task)
 
-    def _outcome(self, frame: bytes, task: asyncio.Task) -> str:
+    def _outcome(self, frame: bytes, task: asyncio.Task[Any]) -> str:
         error = task.exception()
         if isinstance(error, InvalidRequestError):
             outcome = "closed"
@@ -291,7 +291,7 @@ class ProtocolFuzzer:
             self.conn = self._new_connection()
         return outcome
 
-    def _parked_done(self, frame: bytes, task: asyncio.Task) -> None:
+    def _parked_done(self, frame: bytes, task: asyncio.Task[Any]) -> None:
         self.parked.discard(task)
         if task.cancelled():
             return
@@ -310,7 +310,7 @@ class ProtocolFuzzer:
 
     def check(self, frame: bytes) -> str:
         """Run one case through the oracle; its outcome, or UnexpectedOutcome."""
-        if self.cases and self.cases % self.reset_every == 0 or len(self.parked) > MAX_PARKED:
+        if (self.cases and self.cases % self.reset_every == 0) or len(self.parked) > MAX_PARKED:
             self.reset()
         self.cases += 1
         self.hidden.seen.clear()

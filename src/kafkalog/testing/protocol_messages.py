@@ -190,7 +190,7 @@ def _fits(field: Any, value: Any, version: int) -> bool:
     """Whether a hinted value suits the field's type (the same name is an int in one API, a string in another)."""
     kind = field.type_str
     if field.is_struct_array() or field.is_array():
-        return value is None and bool(field.nullable_for_version_q(version)) or isinstance(value, list)
+        return (value is None and bool(field.nullable_for_version_q(version))) or isinstance(value, list)
     if field.is_struct():
         return True
     if value is None:
@@ -209,7 +209,8 @@ def _fits(field: Any, value: Any, version: int) -> bool:
 def valid_request(spec: ApiSpec, version: int) -> Any:
     """A request of ``spec`` at ``version`` with every field filled in (see the module docstring)."""
     hints = {**FIELD_HINTS, **API_HINTS.get(spec.name, {})}
-    return _container(spec.request[None], spec.request._struct, version, hints)
+    request: Any = spec.request  # kafka-python's generated message class (untyped)
+    return _container(request[None], request._struct, version, hints)
 
 
 @functools.cache
@@ -234,7 +235,8 @@ def request_header(spec_key: int, version: int, correlation_id: int, client_id: 
 
 def encode_frame(spec: ApiSpec, version: int, message: Any, correlation_id: int = 1) -> bytes:
     """One request frame without its size prefix: header and body."""
-    return request_header(spec.key, version, correlation_id) + message.encode(version=version)
+    body: bytes = message.encode(version=version)
+    return request_header(spec.key, version, correlation_id) + body
 
 
 @functools.cache
@@ -284,7 +286,7 @@ class Choices:
         return self.data[self.pos :]
 
 
-def _slots(container: Any, version: int, path: tuple = ()) -> list[tuple[Any, Any, tuple]]:
+def _slots(container: Any, version: int, path: tuple[str, ...] = ()) -> list[tuple[Any, Any, tuple[str, ...]]]:
     """Every (container, field, path) of the untagged fields in a message tree, depth first."""
     out = []
     for field in _fields(container._struct):
