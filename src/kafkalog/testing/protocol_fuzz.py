@@ -13,7 +13,8 @@ records in both), topic ``fuzz-doomed``, group ``fuzz-group`` with committed off
   (a handler met an exception it did not expect and hid it behind the generic code);
 - the event loop is never held for long (``HANG_SECONDS``): a case may park (a long poll), but a case that is
   still waiting after ``PARK_SECONDS`` is judged by the same rules when it completes, in a later case;
-- after each case, a valid ApiVersions and a valid Metadata request are still answered correctly.
+- after each case, a valid Metadata request is still answered correctly, and after each case that reached a
+  handler a valid ApiVersions request too (a request refused while decoding changed nothing else).
 
 The broker starts afresh (a new log dir) every ``reset_every`` cases, so that topics and groups the cases
 create do not pile up over a million cases; a crash input therefore reproduces on a fresh broker
@@ -121,8 +122,8 @@ class _HiddenErrors:
 
 @functools.cache
 def _follow_ups() -> tuple[bytes, ...]:
-    """The valid requests that must be answered after every case: ApiVersions v3 and Metadata v12."""
-    return tuple(encode_frame(APIS[key], v, valid_request(APIS[key], v), 7) for key, v in ((18, 3), (3, 12)))
+    """The valid requests that must be answered after every case: Metadata v12 and ApiVersions v3."""
+    return tuple(encode_frame(APIS[key], v, valid_request(APIS[key], v), 7) for key, v in ((3, 12), (18, 3)))
 
 
 def _connection(index: int) -> Connection:
@@ -134,18 +135,30 @@ def _response_bytes(response: Response) -> bytes:
     return b"".join(part.read() if isinstance(part, FileRegion) else bytes(part) for part in response.parts)
 
 
+@functools.cache
+def _error_plan(container_class: type) -> tuple[tuple[str, bool], ...]:
+    """The fields of a decoded message class worth visiting for error codes: (name, is an error code)."""
+    plan = []
+    for name, field in container_class._struct.fields.items():  # type: ignore[attr-defined]
+        if name.endswith("error_code"):
+            plan.append((name, True))
+        elif field.is_struct() or field.is_struct_array():
+            plan.append((name, False))
+    return tuple(plan)
+
+
 def _unknown_server_errors(container: Any, path: str = "") -> list[str]:
     """Paths of the error codes of -1 (UNKNOWN_SERVER_ERROR) anywhere in a decoded response."""
     found = []
-    for name in container._struct.fields:
+    for name, is_code in _error_plan(type(container)):
         value = getattr(container, name, None)
-        if name.endswith("error_code") and value == -1:
-            found.append(f"{path}{name}")
+        if is_code:
+            if value == -1:
+                found.append(f"{path}{name}")
         elif isinstance(value, list):
             for item in value:
-                if hasattr(item, "_struct"):
-                    found.extend(_unknown_server_errors(item, f"{path}{name}[]."))
-        elif hasattr(value, "_struct"):
+                found.extend(_unknown_server_errors(item, f"{path}{name}[]."))
+        elif value is not None:
             found.extend(_unknown_server_errors(value, f"{path}{name}."))
     return found
 
@@ -301,7 +314,7 @@ class ProtocolFuzzer:
             self.late.append(f"(a parked case) {e}")
 
     def _still_serving(self, full: bool = True) -> None:
-        """A valid ApiVersions (and with ``full`` a Metadata) request must be answered after every case."""
+        """A valid Metadata (and with ``full`` an ApiVersions) request must be answered after every case."""
         for frame in _follow_ups()[: 2 if full else 1]:
             outcome = self._run(frame)
             if outcome != "answered":
@@ -318,8 +331,8 @@ class ProtocolFuzzer:
         conn.request_metric = None  # the router sets it once the request has decoded
         try:
             outcome = self._run(frame)
-            # A request refused before any handler ran changed nothing but its connection: ApiVersions then
-            # shows the router still serves; after a handler, Metadata too.
+            # A request refused before any handler ran changed nothing but its connection: Metadata then shows
+            # the router still serves; after a handler, ApiVersions too.
             self._still_serving(full=conn.request_metric is not None)
             self._raise_late_failures(frame)
         except UnexpectedOutcome as e:
