@@ -219,15 +219,16 @@ def seed_message(api_key: int, version: int) -> Any:
     return valid_request(APIS[api_key], version)
 
 
-def request_header(spec_key: int, version: int, correlation_id: int, client_id: str | None = "fuzz") -> bytes:
-    """A request header: v1, or v2 (with an empty tagged-field section) when the version is flexible."""
-    header = struct.pack(">hhi", spec_key, version, correlation_id)
+def request_header(api_key: int, version: int, correlation_id: int, client_id: str | None = "fuzz") -> bytes:
+    """A request header: v1, or v2 (with an empty tagged-field section) when the API serves ``version`` and it
+    is flexible (an unknown API or version cannot say which, and the broker reads v1 then)."""
+    header = struct.pack(">hhi", api_key, version, correlation_id)
     if client_id is None:
         header += struct.pack(">h", -1)
     else:
         encoded = client_id.encode()
         header += struct.pack(">h", len(encoded)) + encoded
-    spec = APIS.get(spec_key)
+    spec = APIS.get(api_key)
     if spec is not None and spec.min_version <= version <= spec.max_version and spec.flexible(version):
         header += b"\x00"
     return header
