@@ -21,6 +21,8 @@ from typing import IO, Any
 import click
 
 from .client_config import admin_client, admin_kwargs
+from .config_items import check_deletions
+from .topic_names import listed_topics, matching_topics
 
 CLIENT_TIMEOUT_MS = 30000
 
@@ -71,12 +73,10 @@ def topics_online(
 ) -> None:
     """kafka-topics.sh's --list, --describe, --create, --alter (partitions and config overrides) and --delete,
     through CreateTopics, Metadata, DescribeConfigs, CreatePartitions, IncrementalAlterConfigs and DeleteTopics."""
-    from .topics import KAFKA_INTERNAL_TOPICS, matching_topics
-
     opts = options or TopicsOptions()
     admin = admin_client(bootstrap, command_config, "kafkalog-topics")
     try:
-        names = sorted(n for n in admin.list_topics() if not (opts.exclude_internal and n in KAFKA_INTERNAL_TOPICS))
+        names = sorted(listed_topics(admin.list_topics(), opts.exclude_internal))
         if topic and action in ("list", "describe", "alter", "delete"):
             names = matching_topics(names, topic, action)
             if not names and action != "list":
@@ -130,12 +130,10 @@ def _alter_online(
 ) -> None:
     from kafka.admin import ConfigResource, ConfigResourceType
 
-    from .topics import _check_deletions
-
     if partitions is None and not overrides and not delete_configs:
         raise click.UsageError("--alter needs --partitions N, --config k=v or --delete-config k")
     if delete_configs:
-        _check_deletions(delete_configs, topic_overrides(admin, topic))
+        check_deletions(delete_configs, topic_overrides(admin, topic))
     if partitions is not None:
         response = admin.create_partitions({topic: partitions}, timeout_ms=CLIENT_TIMEOUT_MS, raise_errors=False)
         for result in response.results:

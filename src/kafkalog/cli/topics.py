@@ -7,19 +7,19 @@ from pathlib import Path
 
 import click
 
+from ..layout import METADATA_TOPIC
 from ..logdir import validate_topic_name
 from ..partition.readonly import ReadOnlyLogDir
 from ..storage.config import BrokerConfig, LogConfig
 from ..storage.properties import load_properties
 from .common import log_dir_or_broker_options, online_or_offline, open_manager, open_readonly, parse_key_values
+from .config_items import check_deletions
+from .topic_names import KAFKA_INTERNAL_TOPICS, listed_topics, matching_topics
 
 DEFAULT_PARTITIONS = 1  # offline; a broker applies its num.partitions
 
 
 ACTIONS = ("create", "list", "describe", "alter", "delete")
-# Kafka's Topic.isInternal (clients/.../common/internals/Topic.java): what --exclude-internal leaves out.
-KAFKA_INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
-METADATA_TOPIC = "__cluster_metadata"
 
 
 @click.command("topics")
@@ -159,7 +159,7 @@ def topics_command(
             if not updates and partitions is None:
                 raise click.UsageError("--alter needs --partitions N, --config k=v or --delete-config k")
             current = manager.describe_topic(topic).config_overrides
-            _check_deletions(delete_configs, current)
+            check_deletions(delete_configs, current)
             if partitions is not None:
                 manager.create_partitions(topic, partitions)
                 click.echo(f"Topic {topic} now has {partitions} partitions.")
@@ -183,14 +183,6 @@ def _check_option_actions(action: str, options: dict[str, tuple[bool, tuple[str,
             raise click.UsageError(
                 f'Option "[{name[2:]}]" can\'t be used with option "[{action}]" (it applies to {allowed})'
             )
-
-
-def _check_deletions(delete_configs: tuple[str, ...], current: dict[str, str]) -> None:
-    """ConfigCommand.alterResourceConfig: deleting a config the topic does not override fails the whole command
-    (nothing is changed) with ``Invalid config(s): a,b``."""
-    invalid = [key for key in delete_configs if key not in current]
-    if invalid:
-        raise click.ClickException(f"Invalid config(s): {','.join(invalid)}")
 
 
 def _refuse_internal(topic: str | None) -> None:
@@ -228,18 +220,6 @@ def _split_configs(configs: tuple[str, ...]) -> tuple[dict[str, str], list[Path]
     return parse_key_values(tuple(c for c in configs if "=" in c), "--config"), files
 
 
-def matching_topics(names: list[str], topic: str, action: str) -> list[str]:
-    """The topics ``--topic`` names. For --list and --describe it is a regular expression, as TopicCommand's
-    IncludeList (',' meaning '|', matched whole); for --alter and --delete only the exact name, so that a '.' in
-    a name never reaches a colliding topic ('a.b' matching 'a_b')."""
-    if action in ("list", "describe"):
-        from .offsets import _include_list
-
-        pattern = _include_list(topic)
-        return [n for n in names if n == topic or pattern.fullmatch(n)]
-    return [n for n in names if n == topic]
-
-
 def _show(
     log_dirs: tuple[Path, ...],
     action: str,
@@ -250,7 +230,7 @@ def _show(
 ) -> None:
     """--list and --describe, on the read-only view of the log dirs: no lock taken, nothing written."""
     view = open_readonly(log_dirs)
-    names = [n for n in view.topics() if not (exclude_internal and n in KAFKA_INTERNAL_TOPICS)]
+    names = listed_topics(view.topics(), exclude_internal)
     if topic:
         names = matching_topics(names, topic, action)
         if not names and not if_exists and action == "describe":
