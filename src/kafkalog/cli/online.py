@@ -14,7 +14,6 @@ import contextlib
 import sys
 import time
 import uuid
-from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
@@ -22,7 +21,7 @@ import click
 
 from .client_config import admin_client, admin_kwargs
 from .config_items import check_deletions
-from .topic_names import listed_topics, matching_topics
+from .topic_names import TopicsRequest
 
 CLIENT_TIMEOUT_MS = 30000
 
@@ -50,68 +49,50 @@ def kafka_uuid(value: Any) -> str:
 
 
 # ----- topics ---------------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class TopicsOptions:
-    """kafka-topics.sh's modifiers of an action (TopicCommand.java)."""
-
-    if_exists: bool = False
-    if_not_exists: bool = False
-    topics_with_overrides: bool = False
-    exclude_internal: bool = False
-
-
-def topics_online(
-    bootstrap: str,
-    command_config: Path | None,
-    action: str,
-    topic: str | None,
-    partitions: int | None,
-    replication_factor: int | None,
-    overrides: dict[str, str],
-    delete_configs: tuple[str, ...],
-    options: TopicsOptions | None = None,
-) -> None:
+def topics_online(bootstrap: str, command_config: Path | None, request: TopicsRequest) -> None:
     """kafka-topics.sh's --list, --describe, --create, --alter (partitions and config overrides) and --delete,
     through CreateTopics, Metadata, DescribeConfigs, CreatePartitions, IncrementalAlterConfigs and DeleteTopics."""
-    opts = options or TopicsOptions()
+    action = request.action
     admin = admin_client(bootstrap, command_config, "kafkalog-topics")
     try:
-        names = sorted(listed_topics(admin.list_topics(), opts.exclude_internal))
-        if topic and action in ("list", "describe", "alter", "delete"):
-            names = matching_topics(names, topic, action)
-            if not names and action != "list":
-                if opts.if_exists:
-                    return
-                raise click.ClickException(f"Topic '{topic}' does not exist as expected")  # TopicCommand
+        names = request.selected(sorted(admin.list_topics()))
+        if request.topic and action in ("describe", "alter", "delete") and not names:
+            if request.if_exists:
+                return
+            raise click.ClickException(f"Topic '{request.topic}' does not exist as expected")  # TopicCommand
         if action == "list":
             for name in names:
                 click.echo(name)
         elif action == "describe":
-            _describe_online(admin, names, opts.topics_with_overrides)
+            _describe_online(admin, names, request.topics_with_overrides)
         elif action == "create":
-            assert topic is not None
-            spec: dict[str, Any] = {
-                "num_partitions": -1 if partitions is None else partitions,
-                "replication_factor": -1 if replication_factor is None else replication_factor,
-                "configs": overrides,
-            }
-            result = admin.create_topics({topic: spec}, timeout_ms=CLIENT_TIMEOUT_MS, raise_errors=False)
-            for created in result["topics"]:
-                if created["error_code"] == TOPIC_ALREADY_EXISTS and opts.if_not_exists:
-                    return
-                _raise_for(created["error_code"], f"Cannot create topic {topic}", created.get("error_message"))
-            click.echo(f"Created topic {topic}.")
+            _create_online(admin, request)
         elif action == "alter":
-            assert topic is not None
-            _alter_online(admin, topic, partitions, overrides, delete_configs)
+            _alter_online(admin, request.named_topic, request.partitions, request.overrides, request.delete_configs)
         else:
-            assert topic is not None
+            topic = request.named_topic
             result = admin.delete_topics([topic], timeout_ms=CLIENT_TIMEOUT_MS, raise_errors=False)
             for deleted in result["topics"]:
                 _raise_for(deleted["error_code"], f"Cannot delete topic {topic}", deleted.get("error_message"))
             click.echo(f"Topic {topic} is marked for deletion.")
     finally:
         admin.close()
+
+
+def _create_online(admin: Any, request: TopicsRequest) -> None:
+    """CreateTopics: -1 leaves the partition count or the replication factor to the broker's defaults."""
+    topic = request.named_topic
+    spec: dict[str, Any] = {
+        "num_partitions": -1 if request.partitions is None else request.partitions,
+        "replication_factor": -1 if request.replication_factor is None else request.replication_factor,
+        "configs": request.overrides,
+    }
+    result = admin.create_topics({topic: spec}, timeout_ms=CLIENT_TIMEOUT_MS, raise_errors=False)
+    for created in result["topics"]:
+        if created["error_code"] == TOPIC_ALREADY_EXISTS and request.if_not_exists:
+            return
+        _raise_for(created["error_code"], f"Cannot create topic {topic}", created.get("error_message"))
+    click.echo(f"Created topic {topic}.")
 
 
 TOPIC_ALREADY_EXISTS = 36

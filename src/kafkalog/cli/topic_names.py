@@ -1,10 +1,12 @@
 """Which topics a command's ``--topic`` names, and which are Kafka's internal ones: shared by ``topics`` (offline
-and online) and ``get-offsets``, so that a name or a pattern selects the same topics on a log dir and on a broker."""
+and online) and ``get-offsets``, so that a name or a pattern selects the same topics on a log dir and on a broker;
+and what one ``topics`` invocation asks for (:class:`TopicsRequest`), the same object for both paths."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 
 import click
 
@@ -35,3 +37,32 @@ def matching_topics(names: list[str], topic: str, action: str) -> list[str]:
         pattern = include_list(topic)
         return [n for n in names if n == topic or pattern.fullmatch(n)]
     return [n for n in names if n == topic]
+
+
+@dataclass(frozen=True)
+class TopicsRequest:
+    """What one ``kafkalog topics`` asks for, offline or online: kafka-topics.sh's action (create, list,
+    describe, alter, delete), its --topic, and the options that modify the action (TopicCommand.java)."""
+
+    action: str
+    topic: str | None = None
+    partitions: int | None = None
+    replication_factor: int | None = None
+    overrides: dict[str, str] = field(default_factory=dict)  # --config k=v
+    delete_configs: tuple[str, ...] = ()
+    if_exists: bool = False
+    if_not_exists: bool = False
+    topics_with_overrides: bool = False
+    exclude_internal: bool = False
+
+    @property
+    def named_topic(self) -> str:
+        """The --topic of an action that needs one (create, alter, delete: checked before the action runs)."""
+        assert self.topic is not None
+        return self.topic
+
+    def selected(self, names: Iterable[str]) -> list[str]:
+        """The topics of ``names`` this request is about: --exclude-internal applied, then --topic as matched by
+        :func:`matching_topics` (every topic when there is no --topic)."""
+        listed = listed_topics(names, self.exclude_internal)
+        return matching_topics(listed, self.topic, self.action) if self.topic else listed
