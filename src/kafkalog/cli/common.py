@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import shutil
 import signal
@@ -10,6 +11,7 @@ import sys
 import tempfile
 import threading
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +72,46 @@ broker_config_option = click.option(
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     help="A broker server.properties (log.* settings: retention check interval, defaults for topics).",
 )
+
+
+@dataclass(frozen=True)
+class Location:
+    """Where a command that works on log dirs or on a running broker works: the --log-dir values (offline), or
+    --bootstrap-server with its --command-config (online), and the broker's server.properties (--config, offline
+    only). Exactly one of the first two is given (checked when it is made)."""
+
+    log_dirs: tuple[Path, ...]
+    bootstrap_server: str | None
+    command_config: Path | None
+    config_file: Path | None
+    online: bool  # a running broker (--bootstrap-server), not log dirs
+
+    @property
+    def bootstrap(self) -> str:
+        """--bootstrap-server of an online location."""
+        assert self.bootstrap_server is not None
+        return self.bootstrap_server
+
+
+def location_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """--log-dir or --bootstrap-server (with --command-config), and --config, given to the command as one
+    ``location`` (:class:`Location`), after the checks of :func:`online_or_offline` and of --config (a log dir's
+    broker settings: refused with --bootstrap-server)."""
+
+    @functools.wraps(command)
+    def run(
+        log_dirs: tuple[Path, ...],
+        bootstrap_server: str | None,
+        command_config: Path | None,
+        config_file: Path | None,
+        **kwargs: Any,
+    ) -> Any:
+        online = online_or_offline(log_dirs, bootstrap_server, command_config)
+        if online and config_file is not None:
+            raise click.UsageError("--config (a broker's server.properties) applies to --log-dir only")
+        return command(location=Location(log_dirs, bootstrap_server, command_config, config_file, online), **kwargs)
+
+    return log_dir_or_broker_options(broker_config_option(run))
 
 
 def open_manager(
