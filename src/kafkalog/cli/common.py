@@ -22,14 +22,17 @@ from ..manager import LogManager
 from ..partition.readonly import ReadOnlyLogDir, log_dir_problem
 from ..storage.properties import load_properties
 
-log_dir_option = click.option(
-    "--log-dir",
-    "log_dirs",
-    required=True,
-    multiple=True,
-    type=click.Path(file_okay=False, path_type=Path),
-    help="A Kafka log dir (repeat for several, as log.dirs).",
-)
+
+def log_dirs_option(help: str, required: bool = True) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """--log-dir, repeatable (Kafka's log.dirs), as the ``log_dirs`` tuple of paths."""
+    return click.option(
+        "--log-dir",
+        "log_dirs",
+        required=required,
+        multiple=True,
+        type=click.Path(file_okay=False, path_type=Path),
+        help=help,
+    )
 
 
 def log_dir_or_broker_options(command: Callable[..., Any]) -> Callable[..., Any]:
@@ -44,12 +47,8 @@ def log_dir_or_broker_options(command: Callable[..., Any]) -> Callable[..., Any]
     command = click.option(
         "--bootstrap-server", default=None, metavar="HOST:PORT", help="A running broker (instead of --log-dir)."
     )(command)
-    return click.option(
-        "--log-dir",
-        "log_dirs",
-        multiple=True,
-        type=click.Path(file_okay=False, path_type=Path),
-        help="A Kafka log dir, offline (repeat for several, as log.dirs); or use --bootstrap-server.",
+    return log_dirs_option(
+        "A Kafka log dir, offline (repeat for several, as log.dirs); or use --bootstrap-server.", required=False
     )(command)
 
 
