@@ -137,6 +137,9 @@ class Log(LogAppend, CleanerSupport):
         self._offline_reason: str | None = None
         # Kafka's LogDirFailureChannel: called with (log, error) after an I/O error (the LogManager sets it).
         self.on_io_error: Callable[[Log, Exception], None] | None = None
+        # Kafka's maybeFlushMetadataFile: what makes this partition's own metadata (its topic id) durable, when
+        # its creator deferred that; called before the first append and at close, then dropped.
+        self.metadata_flush: Callable[[], None] | None = None
 
     # ----- opening -------------------------------------------------------------------------
     @classmethod
@@ -652,6 +655,13 @@ class Log(LogAppend, CleanerSupport):
             callback(self, exc)
         return exc
 
+    def flush_metadata(self) -> None:
+        """Run the deferred ``metadata_flush`` if there is one (before any record is written, at close)."""
+        pending = self.metadata_flush
+        if pending is not None:
+            pending()  # raises while the metadata cannot be written: it stays pending
+            self.metadata_flush = None
+
     def close(self) -> None:
         """Flush everything, snapshot the producer state, and close every segment (a clean shutdown)."""
         with self._lock:
@@ -669,6 +679,7 @@ class Log(LogAppend, CleanerSupport):
                 self._closed = True
                 return
             try:
+                self.flush_metadata()
                 self.flush(include_active=True)
                 self.producer_state.take_snapshot()
             except (OSError, KafkaStorageError) as e:

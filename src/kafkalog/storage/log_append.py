@@ -122,6 +122,8 @@ class LogAppend(LogState):
     def _append(
         self, records: bytes, *, origin: AppendOrigin, leader_epoch: int, assign_offsets: bool
     ) -> LogAppendInfo:
+        if self.metadata_flush is not None:  # UnifiedLog.append: the topic id on disk before any record
+            self.flush_metadata()
         if assign_offsets and origin == CLIENT:
             with self._lock:
                 now = self.clock.milliseconds()

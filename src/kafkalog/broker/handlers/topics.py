@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 from ...errors import UnknownTopicOrPartitionError
@@ -182,7 +183,11 @@ async def handle_create(broker, header, request) -> Response:
     if getattr(broker, "cluster", None) is not None:
         results = [await _create_in_cluster(broker, t, bool(request.validate_only)) for t in request.topics]
         return Response.of(CreateTopicsResponse(version=version, throttle_time_ms=0, topics=results), version)
-    results = [_create_one(broker, t, bool(request.validate_only)) for t in request.topics]
+    # Off the event loop (Kafka's controller creates topics on a thread of its own): a topic's directories, files
+    # and state take file-system calls and fsyncs, and other clients' requests must not wait for them. The
+    # thread runs in a copy of this request's context, so the ACL checks see its principal.
+    validate_only = bool(request.validate_only)
+    results = [await asyncio.to_thread(_create_one, broker, t, validate_only) for t in request.topics]
     return Response.of(CreateTopicsResponse(version=version, throttle_time_ms=0, topics=results), version)
 
 
