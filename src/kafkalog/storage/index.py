@@ -105,7 +105,13 @@ def _round_down(number: int, factor: int) -> int:
 
 
 class AbstractIndex(ABC, Generic[_Entry]):
-    """What the offset and time indexes share: the mapping, its size, the entry count, search and resizing."""
+    """What the offset and time indexes share: the mapping, its size, the entry count, search and resizing.
+
+    Invariants: the file holds ``entries`` whole entries followed (while writable) by preallocated zero bytes up
+    to ``max_index_size`` rounded down to a whole entry; entries are sorted by both of their fields; every
+    relative offset fits in ``[0, Int32.MAX]``. Closing or trimming cuts the file to its entries, so a reopened
+    index counts exactly what was written.
+    """
 
     ENTRY_SIZE = 0
     _ENTRY: struct.Struct
@@ -453,7 +459,11 @@ def _atomic_move_with_fallback(source: Path, target: Path) -> None:
 
 
 class OffsetIndex(AbstractIndex[OffsetPosition]):
-    """The ``.index`` file: relative offset → byte position, one entry every ``index.interval.bytes``."""
+    """The ``.index`` file: relative offset → byte position, one entry every ``index.interval.bytes``.
+
+    Invariant: offsets strictly increase from entry to entry (an append at or below the last is refused), and
+    each position is the start of a batch in the segment's ``.log`` holding that offset or an earlier one.
+    """
 
     ENTRY_SIZE = 8
     _ENTRY = _OFFSET_ENTRY
@@ -575,7 +585,11 @@ class OffsetIndex(AbstractIndex[OffsetPosition]):
 
 
 class TimeIndex(AbstractIndex[TimestampOffset]):
-    """The ``.timeindex`` file: the largest timestamp so far → the offset of the batch that carried it."""
+    """The ``.timeindex`` file: the largest timestamp so far → the offset of the batch that carried it.
+
+    Invariants: timestamps strictly increase and offsets never decrease from entry to entry (an equal timestamp
+    is not written); one slot is kept free so that closing or rolling the segment can always add its last entry.
+    """
 
     ENTRY_SIZE = 12
     _ENTRY = _TIME_ENTRY

@@ -35,7 +35,7 @@ from .file_records import EMPTY_SLICE, FileRecords, RecordsSlice
 from .files import delete_if_exists
 from .index import OffsetIndex, TimeIndex, TimestampOffset
 from .leader_epoch import LeaderEpochFileCache
-from .producer_state import CompletedTxn, ProducerStateManager
+from .producer_state import AppendOrigin, CompletedTxn, ProducerStateManager
 from .txn_index import AbortedTxn, TransactionIndex, TxnIndexSearchResult
 
 log = logging.getLogger(__name__)
@@ -88,7 +88,15 @@ class TimestampAndOffset:
 
 
 class LogSegment:
-    """A segment: records file, offset index, time index, transaction index, all named by ``base_offset``."""
+    """A segment: records file, offset index, time index, transaction index, all named by ``base_offset``.
+
+    Invariants: every batch in the ``.log`` has offsets in ``[base_offset, base_offset + Int32.MAX]``, in
+    increasing order; the offset index holds at most one entry per ``index.interval.bytes`` of records, each
+    naming the position of a batch that starts at or before its offset; the time index's timestamps only grow,
+    and each names the largest timestamp so far with the offset of the batch that carried it; the indexes never
+    point past the ``.log``'s logical size. The ``.txnindex`` lists the aborted transactions completed in this
+    segment, in the order of their ABORT markers.
+    """
 
     def __init__(
         self,
@@ -592,7 +600,7 @@ class LogSegment:
 def update_producer_state(producer_state: ProducerStateManager, batch: AnyBatch, segment: LogSegment | None) -> None:
     """Replay one batch into the producer state (LogSegment.updateProducerState)."""
     if batch.has_producer_id:
-        info = producer_state.prepare_update(batch.producer_id, origin="replication")
+        info = producer_state.prepare_update(batch.producer_id, origin=AppendOrigin.REPLICATION)
         completed = info.append(batch)
         producer_state.update(info)
         if completed is not None:
