@@ -475,7 +475,7 @@ class Log(LogAppend, CleanerSupport):
 
     # ----- offsets by time -----------------------------------------------------------------
     def offset_for_timestamp(self, timestamp: int) -> TimestampAndOffset | None:
-        """ListOffsets: -2 earliest, -1 latest, -3 max timestamp, or the first record with ts >= timestamp."""
+        """ListOffsets: -2 (-4) earliest, -1 latest, -3 max timestamp, else the first record with ts >= timestamp."""
         with self._lock:
             if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
                 return TimestampAndOffset(-1, self._log_start_offset)
@@ -483,8 +483,8 @@ class Log(LogAppend, CleanerSupport):
                 return TimestampAndOffset(-1, self._log_end_offset)
             if timestamp == MAX_TIMESTAMP:
                 return self._offset_of_max_timestamp()
-            if timestamp < 0:
-                raise ValueError(f"Invalid timestamp {timestamp} for ListOffsets")
+            # Any other timestamp, negative ones too, is searched (Kafka's fetchOffsetByTimestamp has no check):
+            # below every record's, it finds the first record of the first non-empty segment.
             for segment in self.segments:
                 if segment.largest_timestamp >= timestamp:
                     return segment.find_offset_by_timestamp(timestamp, self._log_start_offset)
