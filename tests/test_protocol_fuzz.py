@@ -175,3 +175,33 @@ def test_offset_commit_retention_overflowing_a_long_is_stored_as_kafka_stores_it
     fetch.group_id = "fuzz-retention"
     fetched = decode_response(9, 1, _answer(broker, encode_frame(APIS[9], 1, fetch, 16)))
     assert [(p.committed_offset, p.error_code) for t in fetched.topics for p in t.partitions] == [(3, 0)]
+
+
+DOOMED_TOPIC_FOR_GROWTH = "fuzz-grown"
+
+
+def test_create_partitions_runs_off_the_event_loop(broker) -> None:
+    """Thousands of new partitions (below Kafka's 10,000 limit) take minutes of file-system work on a loaded
+    machine; the fuzzer found CreatePartitions count=4099 holding the event loop 90 s. Other requests are
+    answered meanwhile (as Kafka's controller creates them on a thread of its own)."""
+    import asyncio
+
+    request = valid_request(APIS[37], 3)
+    request.topics[0].name = DOOMED_TOPIC_FOR_GROWTH
+    request.topics[0].count = 400
+    request.topics[0].assignments = None
+    broker._server.log_manager.create_topic(DOOMED_TOPIC_FOR_GROWTH, 1)
+    metadata = _metadata_frame(17)
+
+    async def both():
+        growing = asyncio.ensure_future(broker.router(broker.conn, memoryview(encode_frame(APIS[37], 3, request, 18))))
+        await asyncio.sleep(0)  # the growth has started
+        answered = await broker.router(broker._new_connection(), memoryview(metadata))
+        return growing.done(), answered, await growing
+
+    grown_first, answered, grown = broker.loop.run_until_complete(both())
+    assert judge(metadata, answered) == "answered"
+    assert not grown_first  # Metadata was answered while the partitions were still being created
+    response = decode_response(37, 3, b"".join(grown[1].parts))
+    assert [r.error_code for r in response.results] == [0]
+    assert len(broker._server.log_manager.describe_topic(DOOMED_TOPIC_FOR_GROWTH).partitions) == 400
