@@ -442,8 +442,8 @@ _PLAIN, _STRUCT, _STRUCT_ARRAY, _STRING_ARRAY = 0, 1, 2, 3
 @functools.cache
 def _null_plan(container_class: type, version: int) -> tuple[tuple[str, bool, int], ...]:
     """What ``_null_where_not_nullable`` checks in a ``container_class`` at ``version``: each untagged field of
-    that version as (name, whether null is allowed, plain/struct/struct array/string array). Worked out once per class and
-    version from the generated schema (no public accessor), rather than for every request."""
+    that version as (name, whether null is allowed, plain/struct/struct array/string array). Worked out once per
+    class and version from the generated schema (no public accessor), rather than for every request."""
     plan = []
     for schema_field in container_class._struct._fields:  # type: ignore[attr-defined]
         if not schema_field.for_version_q(version) or schema_field._tag is not None:

@@ -164,7 +164,8 @@ def _error_plan(container_class: type) -> tuple[tuple[str, bool], ...]:
 def _unknown_server_errors(container: Any, path: str = "") -> list[str]:
     """Paths of the error codes of -1 (UNKNOWN_SERVER_ERROR) anywhere in a decoded response."""
     found = []
-    for name, is_code in _error_plan(type(container)):
+    message_class: type = type(container)
+    for name, is_code in _error_plan(message_class):
         value = getattr(container, name, None)
         if is_code:
             if value == -1:
