@@ -145,6 +145,7 @@ def quick_manager_run(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Pa
     return _quick_bench(tmp_path_factory, "manager")
 
 
+@pytest.mark.bench_smoke
 def test_manager_json_shape(quick_manager_run):
     proc, results = quick_manager_run
     assert proc.returncode == 0, f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
@@ -222,6 +223,7 @@ def quick_cleaner_run(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Pa
     return _quick_bench(tmp_path_factory, "cleaner")
 
 
+@pytest.mark.bench_smoke
 def test_cleaner_json_shape(quick_cleaner_run):
     proc, results = quick_cleaner_run
     assert proc.returncode == 0, f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
@@ -294,6 +296,7 @@ SPARK_WRITE_PATHS = (
 )
 
 
+@pytest.mark.bench_smoke
 def test_spark_json_shape(quick_spark_run):
     proc, results = quick_spark_run
     assert proc.returncode == 0, f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
@@ -362,5 +365,5 @@ def test_every_benchmark_has_a_smoke_test():
     spec = importlib.util.spec_from_file_location("bench_run", REPO / "benchmarks" / "run.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    # each tested above, and the broker's in test_broker_bench.py
-    assert set(module.BENCHMARKS) == {"record", "storage", "manager", "dump", "cleaner", "spark", "broker"}
+    # each tested above, the broker's in test_broker_bench.py, the scale row's quick form in test_broker_scale.py
+    assert set(module.BENCHMARKS) == {"record", "storage", "manager", "dump", "cleaner", "spark", "broker", "scale"}

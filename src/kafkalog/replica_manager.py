@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -18,6 +18,7 @@ from .errors import InvalidRequiredAcksError, KafkaLogError, UnknownTopicOrParti
 from .partition import READ_UNCOMMITTED, VALID_ACKS, Partition
 from .partition.topic_partition import TopicPartition
 from .storage.log import Log
+from .storage.producer_state import AppendOrigin
 from .storage.segment import FetchDataInfo
 from .storage.validator import CLIENT, LogAppendInfo
 
@@ -94,6 +95,10 @@ class ReplicaManager:
             raise UnknownTopicOrPartitionError(f"Partition {topic}-{partition} does not exist.")
         return found
 
+    def partition(self, tp: TopicPartition) -> Partition | None:
+        """The partition, or None; no TopicPartition built (Metadata looks up every partition of the broker)."""
+        return self._partitions.get(tp)
+
     @property
     def partitions(self) -> dict[TopicPartition, Partition]:
         with self._lock:
@@ -117,7 +122,7 @@ class ReplicaManager:
 
     # ----- appends --------------------------------------------------------------------------------------
     def append_records(
-        self, entries: dict[TopicPartition, object], required_acks: int = -1, origin: str = CLIENT
+        self, entries: dict[TopicPartition, object], required_acks: int = -1, origin: AppendOrigin | str = CLIENT
     ) -> dict[TopicPartition, AppendResult]:
         """Append each partition's batches as its leader (Kafka's appendRecords / appendToLocalLog).
 
@@ -148,10 +153,12 @@ class ReplicaManager:
         max_bytes: int = 50 * 1024 * 1024,
         min_one_message: bool = True,
         fetch_only_from_leader: bool = True,
+        current_leader_epochs: Mapping[TopicPartition, int] | None = None,
     ) -> dict[TopicPartition, FetchResult]:
         """Read each partition from its (fetch offset, partition max bytes), within what is left of ``max_bytes``
         (Kafka's readFromLocalLog). Only the first partition that returns data may exceed the limits (KIP-74),
-        so a fetch is never empty because one batch is larger than a limit."""
+        so a fetch is never empty because one batch is larger than a limit. ``current_leader_epochs`` (a
+        follower's fetch) fences each listed partition's read at that leader epoch (Kafka's currentLeaderEpoch)."""
         results: dict[TopicPartition, FetchResult] = {}
         remaining = max_bytes
         for tp, (offset, partition_max) in fetch_infos.items():
@@ -159,7 +166,12 @@ class ReplicaManager:
             try:
                 partition = self.get_partition(tp.topic, tp.partition)
                 info = partition.fetch_records(
-                    offset, max(0, min(partition_max, remaining)), isolation, min_one_message, fetch_only_from_leader
+                    offset,
+                    max(0, min(partition_max, remaining)),
+                    isolation,
+                    min_one_message,
+                    fetch_only_from_leader,
+                    current_leader_epochs.get(tp) if current_leader_epochs else None,
                 )
                 size = info.records.size
                 if size > 0:

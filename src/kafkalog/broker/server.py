@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import gc
 import logging
 import signal
 import threading
@@ -76,6 +77,21 @@ def _meta_properties(config: KafkaConfig, cluster_id: str | None = None) -> Meta
             # writes the id into the v0 file, so it stays the same across restarts.
             dataclasses.replace(meta, cluster_id=template.cluster_id).write(directory)
     return template
+
+
+def settle_heap() -> None:
+    """Move every object alive after startup out of the garbage collector's reach (``gc.freeze``).
+
+    The broker's heap after startup (the protocol schemas, numba and llvmlite, the loaded logs: about 140,000
+    tracked objects) is mostly permanent, yet each full collection walks all of it with the event loop stopped,
+    a pause every waiting client request shares: ``gc.collect()`` in a started broker took 250-520 ms at load
+    14 on the shared 2 cores, and 0.0 ms once frozen (issue 23). A frozen heap's full pass walks only what was
+    allocated since; cyclic garbage made later is still collected. Called once startup is done, after one
+    collection so that startup's own garbage is not frozen with it, and only by the process that is the broker
+    (``serve_forever``): freezing is process-wide, and a test or an embedding application keeps its collector.
+    """
+    gc.collect()
+    gc.freeze()
 
 
 class KafkaServer:
@@ -278,8 +294,9 @@ class KafkaServer:
         self._stopped.set()
 
     async def serve_forever(self) -> None:
-        """Start, run until SIGTERM or SIGINT, then shut down cleanly."""
+        """Start, run until SIGTERM or SIGINT, then shut down cleanly (the ``kafkalog serve`` process)."""
         await self.startup()
+        settle_heap()
         loop = asyncio.get_running_loop()
         stop = asyncio.Event()
         signals = (signal.SIGTERM, signal.SIGINT)

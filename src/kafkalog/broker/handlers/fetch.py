@@ -20,7 +20,7 @@ import time
 from ...manager import TopicPartition
 from ...storage.file_records import EMPTY_SLICE
 from ..protocol import NONE, TOPIC_AUTHORIZATION_FAILED, FileRegion, Response, compact_length, error_code
-from ..replica_access import READ_COMMITTED, READ_UNCOMMITTED, FetchResult
+from ..replica_access import READ_COMMITTED, READ_UNCOMMITTED
 from ..security.acl import allowed, cluster_allowed
 from ..security.context import CURRENT, throttle
 
@@ -171,7 +171,10 @@ async def handle(broker, header, request) -> Response:
         # A follower's fetch (Kafka's ReplicaFetcherThread): read to the log end at its leader epoch; its fetch
         # offset is its log end offset, which may move the high watermark and the ISR.
         epochs = {
-            TopicPartition(t.topic, p.partition): p.current_leader_epoch for t in request.topics for p in t.partitions
+            TopicPartition(t.topic, p.partition): p.current_leader_epoch
+            for t in request.topics
+            for p in t.partitions
+            if p.current_leader_epoch >= 0
         }
         for tp, (offset, _) in fetch_infos.items():
             cluster.on_follower_fetch(tp, request.replica_id, offset)
@@ -220,31 +223,7 @@ async def handle(broker, header, request) -> Response:
 
 def _read_follower(broker, fetch_infos, epochs, max_bytes: int):
     """A follower's read: up to the log end, only from the leader, at the follower's leader epoch."""
-    results = {}
-    remaining = max_bytes
-    min_one = True
-    for tp, (offset, partition_max) in fetch_infos.items():
-        partition = None
-        try:
-            partition = broker.replica_manager.get_partition(tp.topic, tp.partition)
-            epoch = epochs.get(tp, -1)
-            info = partition.fetch_records(
-                offset, max(0, min(partition_max, remaining)), LOG_END, min_one, True, epoch if epoch >= 0 else None
-            )
-            if info.records.size > 0:
-                min_one = False
-            remaining = max(0, remaining - info.records.size)
-            results[tp] = FetchResult(
-                None, info, partition.high_watermark, partition.last_stable_offset, partition.log_start_offset
-            )
-        except Exception as e:
-            if partition is None:
-                results[tp] = FetchResult(e, None)
-            else:
-                results[tp] = FetchResult(
-                    e, None, partition.high_watermark, partition.last_stable_offset, partition.log_start_offset
-                )
-    return results
+    return broker.replica_manager.fetch_messages(fetch_infos, LOG_END, max_bytes, True, True, epochs)
 
 
 async def _wait(broker, fetch_infos, read, min_bytes, wait_ms):
