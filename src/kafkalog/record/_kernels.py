@@ -22,31 +22,13 @@ ERR_SIZE_MISMATCH = 8  # bytes consumed != declared record length
 ERR_OFFSET_DELTA = 9  # offset delta outside int32 (impossible from a varint, kept for completeness)
 
 
-@njit(cache=True, nogil=True)
-def _varint(buf, pos, end):
-    """Zigzag varint (int32) with Java's rules; returns (value, next pos, ok)."""
+@njit(cache=True, nogil=True, inline="always")
+def _zigzag_varint(buf, pos, end, max_bytes, mask):
+    """A zigzag varint of at most ``max_bytes`` bytes, its raw value cut to ``mask``; returns (value, next pos,
+    ok). Bits past the 64th (a 10th varlong byte) are dropped, as Java's shifts drop them."""
     raw = np.uint64(0)
     shift = np.uint64(0)
-    for _ in range(5):
-        if pos >= end:
-            return 0, pos, False
-        b = np.uint64(buf[pos])
-        pos += 1
-        raw |= (b & np.uint64(0x7F)) << shift
-        if b < np.uint64(0x80):
-            raw &= np.uint64(0xFFFFFFFF)
-            value = np.int64(raw >> np.uint64(1)) ^ -np.int64(raw & np.uint64(1))
-            return value, pos, True
-        shift += np.uint64(7)
-    return 0, pos, False
-
-
-@njit(cache=True, nogil=True)
-def _varlong(buf, pos, end):
-    """Zigzag varlong (int64); returns (value, next pos, ok)."""
-    raw = np.uint64(0)
-    shift = np.uint64(0)
-    for _ in range(10):
+    for _ in range(max_bytes):
         if pos >= end:
             return 0, pos, False
         b = np.uint64(buf[pos])
@@ -54,10 +36,23 @@ def _varlong(buf, pos, end):
         if shift < np.uint64(64):
             raw |= (b & np.uint64(0x7F)) << shift
         if b < np.uint64(0x80):
+            raw &= mask
             value = np.int64(raw >> np.uint64(1)) ^ -np.int64(raw & np.uint64(1))
             return value, pos, True
         shift += np.uint64(7)
     return 0, pos, False
+
+
+@njit(cache=True, nogil=True)
+def _varint(buf, pos, end):
+    """Zigzag varint (int32) with Java's rules; returns (value, next pos, ok)."""
+    return _zigzag_varint(buf, pos, end, 5, np.uint64(0xFFFFFFFF))
+
+
+@njit(cache=True, nogil=True)
+def _varlong(buf, pos, end):
+    """Zigzag varlong (int64); returns (value, next pos, ok)."""
+    return _zigzag_varint(buf, pos, end, 10, np.uint64(0xFFFFFFFFFFFFFFFF))
 
 
 @njit(cache=True, nogil=True, inline="always")
