@@ -35,6 +35,7 @@ from ...errors import (
     UnknownTopicOrPartitionError,
 )
 from ...manager import TopicPartition
+from ..protocol import InvalidRequestError, skip_tagged_fields
 from . import zkdata as zk
 from .fetcher import BrokerConnection
 
@@ -398,21 +399,7 @@ class FlexibleConnection(BrokerConnection):
         (correlation,) = struct.unpack_from(">i", payload)
         if correlation != self._correlation:
             raise ConnectionError(f"Correlation id {correlation} does not match the request's {self._correlation}")
-        pos = 4
-        count, pos = _uvarint(payload, pos)
-        for _ in range(count):  # tagged fields of the response header: skipped
-            _, pos = _uvarint(payload, pos)
-            size_, pos = _uvarint(payload, pos)
-            pos += size_
-        return payload[pos:]
-
-
-def _uvarint(data: bytes, pos: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        byte = data[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return value, pos
-        shift += 7
+        try:
+            return payload[skip_tagged_fields(payload, 4, "response") :]
+        except InvalidRequestError as e:
+            raise ConnectionError(str(e)) from None
