@@ -15,6 +15,7 @@ from abc import ABC, abstractmethod
 from typing import Any, ClassVar
 
 from ..errors import UnknownTopicOrPartitionError
+from .errors import Errors
 
 
 def java_string_hash(text: str) -> int:
@@ -38,6 +39,13 @@ class Coordination(enum.Enum):
     HERE = "here"
     LOADING = "loading"
     ELSEWHERE = "elsewhere"
+
+
+_COORDINATION_ERRORS = {
+    Coordination.HERE: Errors.NONE,
+    Coordination.LOADING: Errors.COORDINATOR_LOAD_IN_PROGRESS,
+    Coordination.ELSEWHERE: Errors.NOT_COORDINATOR,
+}
 
 
 class InternalTopicMixin(ABC):
@@ -125,6 +133,12 @@ class InternalTopicMixin(ABC):
         if partition not in self.owned:
             return Coordination.ELSEWHERE
         return Coordination.HERE
+
+    def coordination_error(self, key: str) -> Errors:
+        """Kafka's validateGroupStatus / getTransactionState errors: NOT_COORDINATOR when another broker leads the
+        key's partition, COORDINATOR_LOAD_IN_PROGRESS while this one loads it (both send the client to
+        FindCoordinator again, or make it retry), NONE when it is coordinated here."""
+        return _COORDINATION_ERRORS[self.coordination(key)]
 
     def begin_loading(self, partition: int) -> None:
         """This broker became the leader of ``partition``: its keys answer COORDINATOR_LOAD_IN_PROGRESS until
