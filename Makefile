@@ -61,10 +61,13 @@ zookeeper:
 	    echo "kafkalog: zookeeper is not installed (apt-get install zookeeper as root); the replication tests will skip" >&2; \
 	  fi; }
 
+# The whole suite but the quick forms of the slow benchmarks (marker bench_smoke), which `make bench` runs first.
 test: check-java kcat zookeeper chromium $(STAMP) lint
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -m "not bench_smoke"
 
+# First the smoke tests of the slow benchmarks' quick forms (each writes well-formed results), then the benchmarks.
 bench: $(STAMP)
+	$(BIN)/python -m pytest -q -m bench_smoke
 	$(BIN)/python -m benchmarks.run
 
 # kill -9 and injected I/O-fault checks, one table (about 60 minutes: 13 of them the partition layer's 200 kill -9

@@ -5,6 +5,11 @@ Each commit's ``src/`` is exported to a temp dir (``git archive``); the rounds a
 fresh brokers, so the machine's noise (2 shared cores) falls on both alike; the answer is the median of
 each side and the ratio B/A per load. The clients are the benchmark's (benchmarks.broker_load), each in
 its own process.
+
+``--latency`` runs only the produce-to-consume latency load (issue 23's goal: ``--rate`` 10,000 msg/s of
+1 KiB for ``--seconds``), ``--repeat`` times per round on the same broker, and reports p50/p99/p99.9/max.
+``--a-producer``/``--b-producer`` (JSON) give each side's paced producer more arguments, to A/B the harness
+itself on one tree: ``python -m benchmarks.ab_broker HEAD HEAD --latency --a-producer '{"pacing": "spin"}'``.
 """
 
 from __future__ import annotations
@@ -23,12 +28,12 @@ from . import common
 LOADS = ("produce 1p 1KiB acks=1 none", "produce 16p 100B acks=1 none", "produce 1p 1KiB acks=all lz4", "consume 1p")
 
 
-def _export(ref: str, into: Path) -> Path:
-    """The ``src/`` of commit ``ref``, extracted under ``into``; the tree's root."""
+def _export(ref: str, into: Path, side: str = "") -> Path:
+    """The ``src/`` of commit ``ref``, extracted under ``into`` (in a dir of ``side``'s); the tree's root."""
     archive = subprocess.run(
         ["git", "-C", str(common.REPO), "archive", "--format=tar", ref, "src"], check=True, capture_output=True
     ).stdout
-    root = into / ref.replace("/", "_")
+    root = into / (side + ref.replace("/", "_"))
     root.mkdir(parents=True)
     tar_path = root / "src.tar"
     tar_path.write_bytes(archive)
@@ -79,6 +84,26 @@ def _round(tree: Path, mib: int, work: Path) -> dict[str, float]:
     return out
 
 
+def _latency_round(tree: Path, work: Path, args: argparse.Namespace, producer: dict[str, Any]) -> dict[str, float]:
+    """One broker from ``tree``, the latency load ``args.repeat`` times on fresh topics: the median of each
+    percentile, the worst delay and producer lag, the records lost."""
+    import tests.brokertools as brokertools
+
+    from .bench_broker import _create_topic, _e2e_latency_at
+
+    brokertools.REPO = tree
+    runs = []
+    with brokertools.BrokerProcess(work / "logs", {"num.partitions": "1"}) as server:
+        for i in range(args.repeat):
+            _create_topic(server.bootstrap, f"latency-{i}", 1)
+            runs.append(_e2e_latency_at(server.bootstrap, f"latency-{i}", args.rate, args.seconds, producer))
+    out = {f"{key[:-3]} ms": statistics.median(r[key] for r in runs) for key in ("p50_ms", "p99_ms", "p999_ms")}
+    out["max ms"] = max(r["max_ms"] for r in runs)
+    out["producer behind ms"] = max(r["producer_max_behind_ms"] for r in runs)
+    out["lost"] = sum(r["sent"] - r["records"] for r in runs)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.ab_broker", description=__doc__.splitlines()[0])
     parser.add_argument("old", help="commit A")
@@ -86,25 +111,39 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--mib", type=int, default=128, help="MiB per load (100-byte loads: a quarter)")
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument("--latency", action="store_true", help="only the produce-to-consume latency load")
+    parser.add_argument("--rate", type=int, default=10_000, help="--latency: records per second")
+    parser.add_argument("--seconds", type=float, default=10.0, help="--latency: seconds per run")
+    parser.add_argument("--repeat", type=int, default=1, help="--latency: runs per round (fresh topics)")
+    parser.add_argument("--a-producer", type=json.loads, default={}, help="--latency: paced producer args of A")
+    parser.add_argument("--b-producer", type=json.loads, default={}, help="--latency: paced producer args of B")
     args = parser.parse_args(argv)
     scratch = common.Scratch("ab")
     try:
-        a_tree = _export(args.old, scratch.root)
-        b_tree = _export(args.new, scratch.root) if args.new else common.REPO
+        a_tree = _export(args.old, scratch.root, "A-")
+        b_tree = _export(args.new, scratch.root, "B-") if args.new else common.REPO
         figures: dict[str, list[dict[str, float]]] = {"A": [], "B": []}
         for i in range(args.rounds):
             for side, tree in (("A", a_tree), ("B", b_tree)) if i % 2 == 0 else (("B", b_tree), ("A", a_tree)):
                 work = scratch.root / f"{side}{i}"
-                figures[side].append(_round(tree, args.mib, work))
+                if args.latency:
+                    producer = args.a_producer if side == "A" else args.b_producer
+                    figures[side].append(_latency_round(tree, work, args, producer))
+                else:
+                    figures[side].append(_round(tree, args.mib, work))
                 subprocess.run(["rm", "-rf", str(work)], check=False)
                 print(f"round {i} {side}: " + ", ".join(f"{k} {v:.1f}" for k, v in figures[side][-1].items()))
         result: dict[str, Any] = {"A": args.old, "B": args.new or "work tree", "rounds": args.rounds, "loads": {}}
+        if args.latency:
+            result["latency"] = {"rate": args.rate, "seconds": args.seconds, "repeat": args.repeat}
+            result["producer"] = {"A": args.a_producer, "B": args.b_producer}
         print(f"\nA = {args.old}, B = {args.new or 'work tree'}; medians of {args.rounds} alternating rounds")
         for key in figures["A"][0]:
             a = statistics.median(r[key] for r in figures["A"])
             b = statistics.median(r[key] for r in figures["B"])
             result["loads"][key] = {"A": a, "B": b, "B/A": b / a if a else float("nan")}
             print(f"  {key:40s} A {a:8.1f}  B {b:8.1f}  B/A {b / a if a else float('nan'):.3f}")
+        result["each_round"] = figures
         if args.json:
             args.json.write_text(json.dumps(result, indent=2) + "\n")
     finally:

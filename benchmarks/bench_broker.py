@@ -526,8 +526,11 @@ def _tls_consume(server: Any, p: LoadParams) -> dict[str, Any] | None:
     }
 
 
-def _e2e_latency_at(bootstrap: str, topic: str, rate: int, seconds: float) -> dict[str, Any]:
-    """Produce-to-consume latency at ``rate`` msg/s of 1 KiB for ``seconds`` (send times from the schedule)."""
+def _e2e_latency_at(
+    bootstrap: str, topic: str, rate: int, seconds: float, producer: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """Produce-to-consume latency at ``rate`` msg/s of 1 KiB for ``seconds`` (send times from the schedule);
+    ``producer``: more arguments of the paced producer (e.g. its ``pacing``)."""
     records = int(rate * seconds)
     consumer = _Background(
         "paced-consume", {"bootstrap": bootstrap, "topic": topic, "records": records, "timeout": seconds + 30}
@@ -535,7 +538,14 @@ def _e2e_latency_at(bootstrap: str, topic: str, rate: int, seconds: float) -> di
     try:
         sent = _worker(
             "paced-produce",
-            {"bootstrap": bootstrap, "topic": topic, "rate": rate, "seconds": seconds, "value_bytes": LATENCY_VALUE},
+            {
+                "bootstrap": bootstrap,
+                "topic": topic,
+                "rate": rate,
+                "seconds": seconds,
+                "value_bytes": LATENCY_VALUE,
+                **(producer or {}),
+            },
         )
         got = consumer.result(seconds + 60)
     finally:

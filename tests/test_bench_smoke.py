@@ -145,6 +145,7 @@ def quick_manager_run(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Pa
     return _quick_bench(tmp_path_factory, "manager")
 
 
+@pytest.mark.bench_smoke
 def test_manager_json_shape(quick_manager_run):
     proc, results = quick_manager_run
     assert proc.returncode == 0, f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
@@ -222,6 +223,7 @@ def quick_cleaner_run(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Pa
     return _quick_bench(tmp_path_factory, "cleaner")
 
 
+@pytest.mark.bench_smoke
 def test_cleaner_json_shape(quick_cleaner_run):
     proc, results = quick_cleaner_run
     assert proc.returncode == 0, f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
@@ -294,6 +296,7 @@ SPARK_WRITE_PATHS = (
 )
 
 
+@pytest.mark.bench_smoke
 def test_spark_json_shape(quick_spark_run):
     proc, results = quick_spark_run
     assert proc.returncode == 0, f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"

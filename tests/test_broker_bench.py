@@ -8,9 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.bench_smoke
 def test_quick_broker_bench_writes_well_formed_results(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "benchmarks.run", "--quick", "--only", "broker", "--results-dir", str(tmp_path)],

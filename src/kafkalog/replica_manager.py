@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -148,10 +148,12 @@ class ReplicaManager:
         max_bytes: int = 50 * 1024 * 1024,
         min_one_message: bool = True,
         fetch_only_from_leader: bool = True,
+        current_leader_epochs: Mapping[TopicPartition, int] | None = None,
     ) -> dict[TopicPartition, FetchResult]:
         """Read each partition from its (fetch offset, partition max bytes), within what is left of ``max_bytes``
         (Kafka's readFromLocalLog). Only the first partition that returns data may exceed the limits (KIP-74),
-        so a fetch is never empty because one batch is larger than a limit."""
+        so a fetch is never empty because one batch is larger than a limit. ``current_leader_epochs`` (a
+        follower's fetch) fences each listed partition's read at that leader epoch (Kafka's currentLeaderEpoch)."""
         results: dict[TopicPartition, FetchResult] = {}
         remaining = max_bytes
         for tp, (offset, partition_max) in fetch_infos.items():
@@ -159,7 +161,12 @@ class ReplicaManager:
             try:
                 partition = self.get_partition(tp.topic, tp.partition)
                 info = partition.fetch_records(
-                    offset, max(0, min(partition_max, remaining)), isolation, min_one_message, fetch_only_from_leader
+                    offset,
+                    max(0, min(partition_max, remaining)),
+                    isolation,
+                    min_one_message,
+                    fetch_only_from_leader,
+                    current_leader_epochs.get(tp) if current_leader_epochs else None,
                 )
                 size = info.records.size
                 if size > 0:

@@ -113,6 +113,7 @@ from kafka.protocol.sasl import (
     SaslHandshakeResponse,
 )
 
+from ..record.varint import encode_unsigned_varint
 from ..storage.file_records import RecordsSlice
 from .messages import (
     ConsumerGroupDescribeRequest,
@@ -364,6 +365,16 @@ def _read_uvarint(data: memoryview, pos: int) -> tuple[int, int]:
         if not b & 0x80:
             return value, pos
         shift += 7
+
+
+# n + 1 for every n under 127 (one byte each): nearly every length a response writes
+_SMALL_COMPACT_LENGTHS = tuple(bytes([n + 1]) for n in range(127))
+
+
+def compact_length(n: int) -> bytes:
+    """The length prefix of a compact string, bytes or array in a flexible version: ``n + 1`` as an unsigned
+    varint (0 stands for null, which callers write themselves)."""
+    return _SMALL_COMPACT_LENGTHS[n] if 0 <= n < 127 else encode_unsigned_varint(n + 1)
 
 
 def parse_header(frame: memoryview) -> tuple[RequestHeader, ApiSpec | None]:

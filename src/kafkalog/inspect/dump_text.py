@@ -11,8 +11,9 @@ from ..errors import MetadataParseError
 from ..record.checksums import crc32
 from ..record.compression import decompress
 from ..record.kraft import decode_control_value, to_json_text
-from ..record.legacy import COMPRESSION_MASK, LOG_OVERHEAD, LegacyBatch
+from ..record.legacy import LOG_OVERHEAD, LegacyBatch
 from ..record.types import ControlRecordType, Record, control_record_type, end_transaction_marker
+from ..record.view import COMPRESSION_MASK
 from ..storage.file_records import FileRecords
 from .decoders import DumpError, jsonish
 

@@ -24,7 +24,7 @@ from .types import (
     end_transaction_marker,
 )
 from .varint import read_varint, read_varlong
-from .view import BatchView
+from .view import TIMESTAMP_TYPE_MASK, BatchView
 
 if TYPE_CHECKING:
     from typing_extensions import Buffer
@@ -38,8 +38,6 @@ RECORDS_OFFSET = 61
 RECORD_BATCH_OVERHEAD = RECORDS_OFFSET
 MAX_RECORD_OVERHEAD = 21
 
-COMPRESSION_MASK = 0x07
-TIMESTAMP_TYPE_MASK = 0x08
 TRANSACTIONAL_MASK = 0x10
 CONTROL_MASK = 0x20
 DELETE_HORIZON_MASK = 0x40
@@ -129,21 +127,8 @@ class RecordBatch(BatchView):
         return self.last_offset + 1
 
     @property
-    def compression_type(self) -> int:
-        return self.attributes & COMPRESSION_MASK
-
-    @property
-    def compression(self) -> str:
-        """Codec name: 'none', 'gzip', 'snappy', 'lz4' or 'zstd' (an unknown id raises)."""
-        return compression.codec_name(self.compression_type)
-
-    @property
     def timestamp_type_id(self) -> TimestampType:
         return TimestampType.LOG_APPEND_TIME if self.attributes & TIMESTAMP_TYPE_MASK else TimestampType.CREATE_TIME
-
-    @property
-    def timestamp_type(self) -> str:
-        return self.timestamp_type_id.kafka_name
 
     @property
     def is_transactional(self) -> bool:

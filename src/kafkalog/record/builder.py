@@ -24,7 +24,6 @@ from .batch import (
     DELETE_HORIZON_MASK,
     MAX_RECORD_OVERHEAD,
     RECORDS_OFFSET,
-    TIMESTAMP_TYPE_MASK,
     TRANSACTIONAL_MASK,
 )
 from .checksums import crc32c
@@ -40,6 +39,7 @@ from .types import (
     TimestampType,
 )
 from .varint import encode_varint, encode_varlong, size_of_varint
+from .view import TIMESTAMP_TYPE_MASK
 
 _RECORD_BOUND = MAX_RECORD_OVERHEAD + 3 * 5  # + key length, value length and header count varints
 _BYTES_TYPES = (bytes, bytearray, memoryview)

@@ -4,369 +4,186 @@ From Apache Kafka trunk 1eb7644 (2024-10-25), with ClearElrRecord.json of 9e1f0b
 
 METADATA_RECORDS: each metadata record type by api key (metadata/src/main/resources/common/metadata).
 CONTROL_RECORDS: the KRaft control record values by schema name (clients/.../common/message).
+Both are read from the tables below, in the compact form of ``schema_table`` (one line a message or field).
 Version ranges are inclusive (lowest, highest); 32767 stands for an open range ("N+").
 """
 
-# fmt: off
-METADATA_RECORDS: dict = {0: {'name': 'RegisterBrokerRecord',
-     'validVersions': (0, 3),
-     'flexibleVersions': (0, 32767),
-     'fields': [{'name': 'BrokerId', 'type': 'int32', 'versions': (0, 32767)},
-                {'name': 'IsMigratingZkBroker', 'type': 'bool', 'versions': (2, 32767), 'default': 'false'},
-                {'name': 'IncarnationId', 'type': 'uuid', 'versions': (0, 32767)},
-                {'name': 'BrokerEpoch', 'type': 'int64', 'versions': (0, 32767)},
-                {'name': 'EndPoints',
-                 'type': '[]BrokerEndpoint',
-                 'versions': (0, 32767),
-                 'fields': [{'name': 'Name', 'type': 'string', 'versions': (0, 32767)},
-                            {'name': 'Host', 'type': 'string', 'versions': (0, 32767)},
-                            {'name': 'Port', 'type': 'uint16', 'versions': (0, 32767)},
-                            {'name': 'SecurityProtocol', 'type': 'int16', 'versions': (0, 32767)}]},
-                {'name': 'Features',
-                 'type': '[]BrokerFeature',
-                 'versions': (0, 32767),
-                 'fields': [{'name': 'Name', 'type': 'string', 'versions': (0, 32767)},
-                            {'name': 'MinSupportedVersion', 'type': 'int16', 'versions': (0, 32767)},
-                            {'name': 'MaxSupportedVersion', 'type': 'int16', 'versions': (0, 32767)}]},
-                {'name': 'Rack', 'type': 'string', 'versions': (0, 32767), 'nullableVersions': (0, 32767)},
-                {'name': 'Fenced', 'type': 'bool', 'versions': (0, 32767), 'default': 'true'},
-                {'name': 'InControlledShutdown', 'type': 'bool', 'versions': (1, 32767), 'default': 'false'},
-                {'name': 'LogDirs', 'type': '[]uuid', 'versions': (3, 32767), 'taggedVersions': (3, 32767), 'tag': 0}],
-     'apiKey': 0},
- 1: {'name': 'UnregisterBrokerRecord',
-     'validVersions': (0, 0),
-     'flexibleVersions': (0, 32767),
-     'fields': [{'name': 'BrokerId', 'type': 'int32', 'versions': (0, 32767)},
-                {'name': 'BrokerEpoch', 'type': 'int64', 'versions': (0, 32767)}],
-     'apiKey': 1},
- 2: {'name': 'TopicRecord',
-     'validVersions': (0, 0),
-     'flexibleVersions': (0, 32767),
-     'fields': [{'name': 'Name', 'type': 'string', 'versions': (0, 32767)},
-                {'name': 'TopicId', 'type': 'uuid', 'versions': (0, 32767)}],
-     'apiKey': 2},
- 3: {'name': 'PartitionRecord',
-     'validVersions': (0, 2),
-     'flexibleVersions': (0, 32767),
-     'fields': [{'name': 'PartitionId', 'type': 'int32', 'versions': (0, 32767), 'default': '-1'},
-                {'name': 'TopicId', 'type': 'uuid', 'versions': (0, 32767)},
-                {'name': 'Replicas', 'type': '[]int32', 'versions': (0, 32767)},
-                {'name': 'Isr', 'type': '[]int32', 'versions': (0, 32767)},
-                {'name': 'RemovingReplicas', 'type': '[]int32', 'versions': (0, 32767)},
-                {'name': 'AddingReplicas', 'type': '[]int32', 'versions': (0, 32767)},
-                {'name': 'Leader', 'type': 'int32', 'versions': (0, 32767), 'default': '-1'},
-                {'name': 'LeaderRecoveryState',
-                 'type': 'int8',
-                 'versions': (0, 32767),
-                 'taggedVersions': (0, 32767),
-                 'tag': 0,
-                 'default': '0'},
-                {'name': 'LeaderEpoch', 'type': 'int32', 'versions': (0, 32767), 'default': '-1'},
-                {'name': 'PartitionEpoch', 'type': 'int32', 'versions': (0, 32767), 'default': '-1'},
-                {'name': 'Directories', 'type': '[]uuid', 'versions': (1, 32767)},
-                {'name': 'EligibleLeaderReplicas',
-                 'type': '[]int32',
-                 'versions': (2, 32767),
-                 'nullableVersions': (2, 32767),
-                 'taggedVersions': (2, 32767),
-                 'tag': 1,
-                 'default': 'null'},
-                {'name': 'LastKnownElr',
-                 'type': '[]int32',
-                 'versions': (2, 32767),
-                 'nullableVersions': (2, 32767),
-                 'taggedVersions': (2, 32767),
-                 'tag': 2,
-                 'default': 'null'}],
-     'apiKey': 3},
- 4: {'name': 'ConfigRecord',
-     'validVersions': (0, 0),
-     'flexibleVersions': (0, 32767),
-     'fields': [{'name': 'ResourceType', 'type': 'int8', 'versions': (0, 32767)},
-                {'name': 'ResourceName', 'type': 'string', 'versions': (0, 32767)},
-                {'name': 'Name', 'type': 'string', 'versions': (0, 32767)},
-                {'name': 'Value', 'type': 'string', 'versions': (0, 32767), 'nullableVersions': (0, 32767)}],
-     'apiKey': 4},
- 5: {'name': 'PartitionChangeRecord',
-     'validVersions': (0, 2),
-     'flexibleVersions': (0, 32767),
-     'fields': [{'name': 'PartitionId', 'type': 'int32', 'versions': (0, 32767), 'default': '-1'},
-                {'name': 'TopicId', 'type': 'uuid', 'versions': (0, 32767)},
-                {'name': 'Isr',
-                 'type': '[]int32',
-                 'versions': (0, 32767),
-                 'nullableVersions': (0, 32767),
-                 'taggedVersions': (0, 32767),
-                 'tag': 0,
-                 'default': 'null'},
-                {'name': 'Leader',
-                 'type': 'int32',
-                 'versions': (0, 32767),
-                 'taggedVersions': (0, 32767),
-                 'tag': 1,
-                 'default': '-2'},
-                {'name': 'Replicas',
-                 'type': '[]int32',
-                 'versions': (0, 32767),
-                 'nullableVersions': (0, 32767),
-                 'taggedVersions': (0, 32767),
-                 'tag': 2,
-                 'default': 'null'},
-                {'name': 'RemovingReplicas',
-                 'type': '[]int32',
-                 'versions': (0, 32767),
-                 'nullableVersions': (0, 32767),
-                 'taggedVersions': (0, 32767),
-                 'tag': 3,
-                 'default': 'null'},
-                {'name': 'AddingReplicas',
-                 'type': '[]int32',
-                 'versions': (0, 32767),
-                 'nullableVersions': (0, 32767),
-                 'taggedVersions': (0, 32767),
-                 'tag': 4,
-                 'default': 'null'},
-                {'name': 'LeaderRecoveryState',
-                 'type': 'int8',
-                 'versions': (0, 32767),
-                 'taggedVersions': (0, 32767),
-                 'tag': 5,
-                 'default': '-1'},
-                {'name': 'Directories',
-                 'type': '[]uuid',
-                 'versions': (1, 32767),
-                 'nullableVersions': (1, 32767),
-                 'taggedVersions': (1, 32767),
-                 'tag': 8,
-                 'default': 'null'},
-                {'name': 'EligibleLeaderReplicas',
-                 'type': '[]int32',
-                 'versions': (2, 32767),
-                 'nullableVersions': (2, 32767),
-                 'taggedVersions': (2, 32767),
-                 'tag': 6,
-                 'default': 'null'},
-                {'name': 'LastKnownElr',
-                 'type': '[]int32',
-                 'versions': (2, 32767),
-                 'nullableVersions': (2, 32767),
-                 'taggedVersions': (2, 32767),
-                 'tag': 7,
-                 'default': 'null'}],
-     'apiKey': 5},
- 7: {'name': 'FenceBrokerRecord',
-     'validVersions': (0, 0),
-     'flexibleVersions': (0, 32767),
-     'fields': [{'name': 'Id', 'type': 'int32', 'versions': (0, 32767)},
-                {'name': 'Epoch', 'type': 'int64', 'versions': (0, 32767)}],
-     'apiKey': 7},
- 8: {'name': 'UnfenceBrokerRecord',
-     'validVersions': (0, 0),
-     'flexibleVersions': (0, 32767),
-     'fields': [{'name': 'Id', 'type': 'int32', 'versions': (0, 32767)},
-                {'name': 'Epoch', 'type': 'int64', 'versions': (0, 32767)}],
-     'apiKey': 8},
- 9: {'name': 'RemoveTopicRecord',
-     'validVersions': (0, 0),
-     'flexibleVersions': (0, 32767),
-     'fields': [{'name': 'TopicId', 'type': 'uuid', 'versions': (0, 32767)}],
-     'apiKey': 9},
- 10: {'name': 'DelegationTokenRecord',
-      'validVersions': (0, 0),
-      'flexibleVersions': (0, 32767),
-      'fields': [{'name': 'Owner', 'type': 'string', 'versions': (0, 32767)},
-                 {'name': 'Requester', 'type': 'string', 'versions': (0, 32767)},
-                 {'name': 'Renewers', 'type': '[]string', 'versions': (0, 32767)},
-                 {'name': 'IssueTimestamp', 'type': 'int64', 'versions': (0, 32767)},
-                 {'name': 'MaxTimestamp', 'type': 'int64', 'versions': (0, 32767)},
-                 {'name': 'ExpirationTimestamp', 'type': 'int64', 'versions': (0, 32767)},
-                 {'name': 'TokenId', 'type': 'string', 'versions': (0, 32767)}],
-      'apiKey': 10},
- 11: {'name': 'UserScramCredentialRecord',
-      'validVersions': (0, 0),
-      'flexibleVersions': (0, 32767),
-      'fields': [{'name': 'Name', 'type': 'string', 'versions': (0, 32767)},
-                 {'name': 'Mechanism', 'type': 'int8', 'versions': (0, 32767)},
-                 {'name': 'Salt', 'type': 'bytes', 'versions': (0, 32767)},
-                 {'name': 'StoredKey', 'type': 'bytes', 'versions': (0, 32767)},
-                 {'name': 'ServerKey', 'type': 'bytes', 'versions': (0, 32767)},
-                 {'name': 'Iterations', 'type': 'int32', 'versions': (0, 32767)}],
-      'apiKey': 11},
- 12: {'name': 'FeatureLevelRecord',
-      'validVersions': (0, 0),
-      'flexibleVersions': (0, 32767),
-      'fields': [{'name': 'Name', 'type': 'string', 'versions': (0, 32767)},
-                 {'name': 'FeatureLevel', 'type': 'int16', 'versions': (0, 32767)}],
-      'apiKey': 12},
- 14: {'name': 'ClientQuotaRecord',
-      'validVersions': (0, 0),
-      'flexibleVersions': (0, 32767),
-      'fields': [{'name': 'Entity',
-                  'type': '[]EntityData',
-                  'versions': (0, 32767),
-                  'fields': [{'name': 'EntityType', 'type': 'string', 'versions': (0, 32767)},
-                             {'name': 'EntityName',
-                              'type': 'string',
-                              'versions': (0, 32767),
-                              'nullableVersions': (0, 32767)}]},
-                 {'name': 'Key', 'type': 'string', 'versions': (0, 32767)},
-                 {'name': 'Value', 'type': 'float64', 'versions': (0, 32767)},
-                 {'name': 'Remove', 'type': 'bool', 'versions': (0, 32767)}],
-      'apiKey': 14},
- 15: {'name': 'ProducerIdsRecord',
-      'validVersions': (0, 0),
-      'flexibleVersions': (0, 32767),
-      'fields': [{'name': 'BrokerId', 'type': 'int32', 'versions': (0, 32767)},
-                 {'name': 'BrokerEpoch', 'type': 'int64', 'versions': (0, 32767), 'default': '-1'},
-                 {'name': 'NextProducerId', 'type': 'int64', 'versions': (0, 32767)}],
-      'apiKey': 15},
- 17: {'name': 'BrokerRegistrationChangeRecord',
-      'validVersions': (0, 2),
-      'flexibleVersions': (0, 32767),
-      'fields': [{'name': 'BrokerId', 'type': 'int32', 'versions': (0, 32767)},
-                 {'name': 'BrokerEpoch', 'type': 'int64', 'versions': (0, 32767)},
-                 {'name': 'Fenced', 'type': 'int8', 'versions': (0, 32767), 'taggedVersions': (0, 32767), 'tag': 0},
-                 {'name': 'InControlledShutdown',
-                  'type': 'int8',
-                  'versions': (1, 32767),
-                  'taggedVersions': (1, 32767),
-                  'tag': 1},
-                 {'name': 'LogDirs', 'type': '[]uuid', 'versions': (2, 32767), 'taggedVersions': (2, 32767), 'tag': 2}],
-      'apiKey': 17},
- 18: {'name': 'AccessControlEntryRecord',
-      'validVersions': (0, 0),
-      'flexibleVersions': (0, 32767),
-      'fields': [{'name': 'Id', 'type': 'uuid', 'versions': (0, 32767)},
-                 {'name': 'ResourceType', 'type': 'int8', 'versions': (0, 32767)},
-                 {'name': 'ResourceName', 'type': 'string', 'versions': (0, 32767)},
-                 {'name': 'PatternType', 'type': 'int8', 'versions': (0, 32767)},
-                 {'name': 'Principal', 'type': 'string', 'versions': (0, 32767)},
-                 {'name': 'Host', 'type': 'string', 'versions': (0, 32767)},
-                 {'name': 'Operation', 'type': 'int8', 'versions': (0, 32767)},
-                 {'name': 'PermissionType', 'type': 'int8', 'versions': (0, 32767)}],
-      'apiKey': 18},
- 19: {'name': 'RemoveAccessControlEntryRecord',
-      'validVersions': (0, 0),
-      'flexibleVersions': (0, 32767),
-      'fields': [{'name': 'Id', 'type': 'uuid', 'versions': (0, 32767)}],
-      'apiKey': 19},
- 20: {'name': 'NoOpRecord', 'validVersions': (0, 0), 'flexibleVersions': (0, 32767), 'fields': [], 'apiKey': 20},
- 21: {'name': 'ZkMigrationStateRecord',
-      'validVersions': (0, 0),
-      'flexibleVersions': (0, 32767),
-      'fields': [{'name': 'ZkMigrationState', 'type': 'int8', 'versions': (0, 32767)}],
-      'apiKey': 21},
- 22: {'name': 'RemoveUserScramCredentialRecord',
-      'validVersions': (0, 0),
-      'flexibleVersions': (0, 32767),
-      'fields': [{'name': 'Name', 'type': 'string', 'versions': (0, 32767)},
-                 {'name': 'Mechanism', 'type': 'int8', 'versions': (0, 32767)}],
-      'apiKey': 22},
- 23: {'name': 'BeginTransactionRecord',
-      'validVersions': (0, 0),
-      'flexibleVersions': (0, 32767),
-      'fields': [{'name': 'Name',
-                  'type': 'string',
-                  'versions': (0, 32767),
-                  'nullableVersions': (0, 32767),
-                  'taggedVersions': (0, 32767),
-                  'tag': 0,
-                  'default': 'null'}],
-      'apiKey': 23},
- 24: {'name': 'EndTransactionRecord',
-      'validVersions': (0, 0),
-      'flexibleVersions': (0, 32767),
-      'fields': [],
-      'apiKey': 24},
- 25: {'name': 'AbortTransactionRecord',
-      'validVersions': (0, 0),
-      'flexibleVersions': (0, 32767),
-      'fields': [{'name': 'Reason',
-                  'type': 'string',
-                  'versions': (0, 32767),
-                  'nullableVersions': (0, 32767),
-                  'taggedVersions': (0, 32767),
-                  'tag': 0,
-                  'default': 'null'}],
-      'apiKey': 25},
- 26: {'name': 'RemoveDelegationTokenRecord',
-      'validVersions': (0, 0),
-      'flexibleVersions': (0, 32767),
-      'fields': [{'name': 'TokenId', 'type': 'string', 'versions': (0, 32767)}],
-      'apiKey': 26},
- 27: {'name': 'RegisterControllerRecord',
-      'validVersions': (0, 0),
-      'flexibleVersions': (0, 32767),
-      'fields': [{'name': 'ControllerId', 'type': 'int32', 'versions': (0, 32767)},
-                 {'name': 'IncarnationId', 'type': 'uuid', 'versions': (0, 32767)},
-                 {'name': 'ZkMigrationReady', 'type': 'bool', 'versions': (0, 32767)},
-                 {'name': 'EndPoints',
-                  'type': '[]ControllerEndpoint',
-                  'versions': (0, 32767),
-                  'fields': [{'name': 'Name', 'type': 'string', 'versions': (0, 32767)},
-                             {'name': 'Host', 'type': 'string', 'versions': (0, 32767)},
-                             {'name': 'Port', 'type': 'uint16', 'versions': (0, 32767)},
-                             {'name': 'SecurityProtocol', 'type': 'int16', 'versions': (0, 32767)}]},
-                 {'name': 'Features',
-                  'type': '[]ControllerFeature',
-                  'versions': (0, 32767),
-                  'fields': [{'name': 'Name', 'type': 'string', 'versions': (0, 32767)},
-                             {'name': 'MinSupportedVersion', 'type': 'int16', 'versions': (0, 32767)},
-                             {'name': 'MaxSupportedVersion', 'type': 'int16', 'versions': (0, 32767)}]}],
-      'apiKey': 27},
- 28: {'name': 'ClearElrRecord',
-      'validVersions': (0, 0),
-      'flexibleVersions': (0, 32767),
-      'fields': [{'name': 'TopicName', 'type': 'string', 'versions': (0, 32767)}],
-      'apiKey': 28}}
+from __future__ import annotations
 
-CONTROL_RECORDS: dict = {'SnapshotHeaderRecord': {'name': 'SnapshotHeaderRecord',
-                          'validVersions': (0, 0),
-                          'flexibleVersions': (0, 32767),
-                          'fields': [{'name': 'Version', 'type': 'int16', 'versions': (0, 32767)},
-                                     {'name': 'LastContainedLogTimestamp', 'type': 'int64', 'versions': (0, 32767)}]},
- 'SnapshotFooterRecord': {'name': 'SnapshotFooterRecord',
-                          'validVersions': (0, 0),
-                          'flexibleVersions': (0, 32767),
-                          'fields': [{'name': 'Version', 'type': 'int16', 'versions': (0, 32767)}]},
- 'LeaderChangeMessage': {'name': 'LeaderChangeMessage',
-                         'validVersions': (0, 1),
-                         'flexibleVersions': (0, 32767),
-                         'fields': [{'name': 'Version', 'type': 'int16', 'versions': (0, 32767)},
-                                    {'name': 'LeaderId', 'type': 'int32', 'versions': (0, 32767)},
-                                    {'name': 'Voters', 'type': '[]Voter', 'versions': (0, 32767)},
-                                    {'name': 'GrantingVoters', 'type': '[]Voter', 'versions': (0, 32767)}],
-                         'commonStructs': {'Voter': [{'name': 'VoterId', 'type': 'int32', 'versions': (0, 32767)},
-                                                     {'name': 'VoterDirectoryId',
-                                                      'type': 'uuid',
-                                                      'versions': (1, 32767)}]}},
- 'KRaftVersionRecord': {'name': 'KRaftVersionRecord',
-                        'validVersions': (0, 0),
-                        'flexibleVersions': (0, 32767),
-                        'fields': [{'name': 'Version', 'type': 'int16', 'versions': (0, 32767)},
-                                   {'name': 'KRaftVersion', 'type': 'int16', 'versions': (0, 32767)}]},
- 'VotersRecord': {'name': 'VotersRecord',
-                  'validVersions': (0, 0),
-                  'flexibleVersions': (0, 32767),
-                  'fields': [{'name': 'Version', 'type': 'int16', 'versions': (0, 32767)},
-                             {'name': 'Voters',
-                              'type': '[]Voter',
-                              'versions': (0, 32767),
-                              'fields': [{'name': 'VoterId', 'type': 'int32', 'versions': (0, 32767)},
-                                         {'name': 'VoterDirectoryId', 'type': 'uuid', 'versions': (0, 32767)},
-                                         {'name': 'Endpoints',
-                                          'type': '[]Endpoint',
-                                          'versions': (0, 32767),
-                                          'fields': [{'name': 'Name', 'type': 'string', 'versions': (0, 32767)},
-                                                     {'name': 'Host', 'type': 'string', 'versions': (0, 32767)},
-                                                     {'name': 'Port', 'type': 'uint16', 'versions': (0, 32767)}]},
-                                         {'name': 'KRaftVersionFeature',
-                                          'type': 'KRaftVersionFeature',
-                                          'versions': (0, 32767),
-                                          'fields': [{'name': 'MinSupportedVersion',
-                                                      'type': 'int16',
-                                                      'versions': (0, 32767)},
-                                                     {'name': 'MaxSupportedVersion',
-                                                      'type': 'int16',
-                                                      'versions': (0, 32767)}]}]}]}}
-# fmt: on
+from typing import Any
+
+from .schema_table import parse_messages
+
+METADATA_TABLE = """
+0 RegisterBrokerRecord 0-3 flexible=0+
+  BrokerId int32
+  IsMigratingZkBroker bool 2+ default=false
+  IncarnationId uuid
+  BrokerEpoch int64
+  EndPoints []BrokerEndpoint
+    Name string
+    Host string
+    Port uint16
+    SecurityProtocol int16
+  Features []BrokerFeature
+    Name string
+    MinSupportedVersion int16
+    MaxSupportedVersion int16
+  Rack string nullable
+  Fenced bool default=true
+  InControlledShutdown bool 1+ default=false
+  LogDirs []uuid 3+ tag=0
+1 UnregisterBrokerRecord 0 flexible=0+
+  BrokerId int32
+  BrokerEpoch int64
+2 TopicRecord 0 flexible=0+
+  Name string
+  TopicId uuid
+3 PartitionRecord 0-2 flexible=0+
+  PartitionId int32 default=-1
+  TopicId uuid
+  Replicas []int32
+  Isr []int32
+  RemovingReplicas []int32
+  AddingReplicas []int32
+  Leader int32 default=-1
+  LeaderRecoveryState int8 tag=0 default=0
+  LeaderEpoch int32 default=-1
+  PartitionEpoch int32 default=-1
+  Directories []uuid 1+
+  EligibleLeaderReplicas []int32 2+ nullable tag=1 default=null
+  LastKnownElr []int32 2+ nullable tag=2 default=null
+4 ConfigRecord 0 flexible=0+
+  ResourceType int8
+  ResourceName string
+  Name string
+  Value string nullable
+5 PartitionChangeRecord 0-2 flexible=0+
+  PartitionId int32 default=-1
+  TopicId uuid
+  Isr []int32 nullable tag=0 default=null
+  Leader int32 tag=1 default=-2
+  Replicas []int32 nullable tag=2 default=null
+  RemovingReplicas []int32 nullable tag=3 default=null
+  AddingReplicas []int32 nullable tag=4 default=null
+  LeaderRecoveryState int8 tag=5 default=-1
+  Directories []uuid 1+ nullable tag=8 default=null
+  EligibleLeaderReplicas []int32 2+ nullable tag=6 default=null
+  LastKnownElr []int32 2+ nullable tag=7 default=null
+7 FenceBrokerRecord 0 flexible=0+
+  Id int32
+  Epoch int64
+8 UnfenceBrokerRecord 0 flexible=0+
+  Id int32
+  Epoch int64
+9 RemoveTopicRecord 0 flexible=0+
+  TopicId uuid
+10 DelegationTokenRecord 0 flexible=0+
+  Owner string
+  Requester string
+  Renewers []string
+  IssueTimestamp int64
+  MaxTimestamp int64
+  ExpirationTimestamp int64
+  TokenId string
+11 UserScramCredentialRecord 0 flexible=0+
+  Name string
+  Mechanism int8
+  Salt bytes
+  StoredKey bytes
+  ServerKey bytes
+  Iterations int32
+12 FeatureLevelRecord 0 flexible=0+
+  Name string
+  FeatureLevel int16
+14 ClientQuotaRecord 0 flexible=0+
+  Entity []EntityData
+    EntityType string
+    EntityName string nullable
+  Key string
+  Value float64
+  Remove bool
+15 ProducerIdsRecord 0 flexible=0+
+  BrokerId int32
+  BrokerEpoch int64 default=-1
+  NextProducerId int64
+17 BrokerRegistrationChangeRecord 0-2 flexible=0+
+  BrokerId int32
+  BrokerEpoch int64
+  Fenced int8 tag=0
+  InControlledShutdown int8 1+ tag=1
+  LogDirs []uuid 2+ tag=2
+18 AccessControlEntryRecord 0 flexible=0+
+  Id uuid
+  ResourceType int8
+  ResourceName string
+  PatternType int8
+  Principal string
+  Host string
+  Operation int8
+  PermissionType int8
+19 RemoveAccessControlEntryRecord 0 flexible=0+
+  Id uuid
+20 NoOpRecord 0 flexible=0+
+21 ZkMigrationStateRecord 0 flexible=0+
+  ZkMigrationState int8
+22 RemoveUserScramCredentialRecord 0 flexible=0+
+  Name string
+  Mechanism int8
+23 BeginTransactionRecord 0 flexible=0+
+  Name string nullable tag=0 default=null
+24 EndTransactionRecord 0 flexible=0+
+25 AbortTransactionRecord 0 flexible=0+
+  Reason string nullable tag=0 default=null
+26 RemoveDelegationTokenRecord 0 flexible=0+
+  TokenId string
+27 RegisterControllerRecord 0 flexible=0+
+  ControllerId int32
+  IncarnationId uuid
+  ZkMigrationReady bool
+  EndPoints []ControllerEndpoint
+    Name string
+    Host string
+    Port uint16
+    SecurityProtocol int16
+  Features []ControllerFeature
+    Name string
+    MinSupportedVersion int16
+    MaxSupportedVersion int16
+28 ClearElrRecord 0 flexible=0+
+  TopicName string
+"""
+
+CONTROL_TABLE = """
+SnapshotHeaderRecord 0 flexible=0+
+  Version int16
+  LastContainedLogTimestamp int64
+SnapshotFooterRecord 0 flexible=0+
+  Version int16
+LeaderChangeMessage 0-1 flexible=0+
+  Version int16
+  LeaderId int32
+  Voters []Voter
+  GrantingVoters []Voter
+  struct Voter
+    VoterId int32
+    VoterDirectoryId uuid 1+
+KRaftVersionRecord 0 flexible=0+
+  Version int16
+  KRaftVersion int16
+VotersRecord 0 flexible=0+
+  Version int16
+  Voters []Voter
+    VoterId int32
+    VoterDirectoryId uuid
+    Endpoints []Endpoint
+      Name string
+      Host string
+      Port uint16
+    KRaftVersionFeature KRaftVersionFeature
+      MinSupportedVersion int16
+      MaxSupportedVersion int16
+"""
+
+METADATA_RECORDS: dict[int, dict[str, Any]] = {spec["apiKey"]: spec for spec in parse_messages(METADATA_TABLE)}
+CONTROL_RECORDS: dict[str, dict[str, Any]] = {spec["name"]: spec for spec in parse_messages(CONTROL_TABLE)}

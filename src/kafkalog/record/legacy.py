@@ -23,7 +23,7 @@ from .types import (
     Record,
 )
 from .types import TimestampType as TsType
-from .view import BatchView
+from .view import COMPRESSION_MASK, TIMESTAMP_TYPE_MASK, BatchView
 
 if TYPE_CHECKING:
     from typing_extensions import Buffer
@@ -34,8 +34,6 @@ RECORD_OVERHEAD_V1 = 22
 _CRC_OFFSET = LOG_OVERHEAD
 _MAGIC_OFFSET = LOG_OVERHEAD + 4
 _ATTRIBUTES_OFFSET = LOG_OVERHEAD + 5
-COMPRESSION_MASK = 0x07
-TIMESTAMP_TYPE_MASK = 0x08
 
 
 class LegacyBatch(BatchView):
@@ -79,22 +77,10 @@ class LegacyBatch(BatchView):
         return self._buffer[self.position + _ATTRIBUTES_OFFSET]
 
     @property
-    def compression_type(self) -> int:
-        return self.attributes & COMPRESSION_MASK
-
-    @property
-    def compression(self) -> str:
-        return compression.codec_name(self.compression_type)
-
-    @property
     def timestamp_type_id(self) -> TsType:
         if self.magic == 0:
             return TsType.NO_TIMESTAMP_TYPE
         return TsType.LOG_APPEND_TIME if self.attributes & TIMESTAMP_TYPE_MASK else TsType.CREATE_TIME
-
-    @property
-    def timestamp_type(self) -> str:
-        return self.timestamp_type_id.kafka_name
 
     @property
     def timestamp(self) -> int:

@@ -12,8 +12,8 @@ from ..errors import UnsupportedCompressionTypeError
 from ..layout import INT32_MAX
 from . import compression
 from .checksums import crc32, xxhash32
-from .legacy import TIMESTAMP_TYPE_MASK
 from .types import NO_TIMESTAMP, BytesLike, TimestampType
+from .view import TIMESTAMP_TYPE_MASK
 
 _PREFIX = struct.Struct(">qiI")  # offset, size, crc
 _NULL = struct.pack(">i", -1)

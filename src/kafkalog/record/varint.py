@@ -31,16 +31,11 @@ def unzigzag(value: int) -> int:
 
 def encode_unsigned_varint(value: int) -> bytes:
     """Encode an int32 as an unsigned LEB128 varint (negative values take 5 bytes, as in Java)."""
-    value &= _MASK32
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
+    return _encode_unsigned64(value & _MASK32)
 
 
 def _encode_unsigned64(value: int) -> bytes:
+    """Unsigned LEB128 of a non-negative value: 7 bits a byte, low bits first, the high bit set on all but the last."""
     out = bytearray()
     while value > 0x7F:
         out.append((value & 0x7F) | 0x80)

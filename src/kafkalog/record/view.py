@@ -1,4 +1,5 @@
-"""What every batch view shares, v2 or legacy: its place in a buffer and Kafka's validity checks."""
+"""What every batch view shares, v2 or legacy: its place in a buffer, the attribute bits of both formats (codec,
+timestamp type) and Kafka's validity checks."""
 
 from __future__ import annotations
 
@@ -6,9 +7,15 @@ from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING
 
 from ..errors import CorruptRecordError
+from . import compression
+from .types import TimestampType
 
 if TYPE_CHECKING:
     from typing_extensions import Buffer
+
+# Attribute bits both formats share (v2 batches and legacy messages alike).
+COMPRESSION_MASK = 0x07  # the codec id
+TIMESTAMP_TYPE_MASK = 0x08  # LogAppendTime (magic 1 and 2)
 
 
 class BatchView(ABC):
@@ -29,6 +36,9 @@ class BatchView(ABC):
         @property
         def size_in_bytes(self) -> int: ...
 
+        @property
+        def attributes(self) -> int: ...
+
     @abstractmethod
     def compute_checksum(self) -> int:
         """The checksum the format stores, computed over the batch's bytes."""
@@ -40,6 +50,24 @@ class BatchView(ABC):
     @abstractmethod
     def _too_small(self) -> str:
         """Kafka's message for a batch below the format's minimum size."""
+
+    @property
+    @abstractmethod
+    def timestamp_type_id(self) -> TimestampType:
+        """The batch's timestamp type (NO_TIMESTAMP_TYPE for magic 0)."""
+
+    @property
+    def compression_type(self) -> int:
+        return self.attributes & COMPRESSION_MASK
+
+    @property
+    def compression(self) -> str:
+        """Codec name: 'none', 'gzip', 'snappy', 'lz4' or 'zstd' (an unknown id raises)."""
+        return compression.codec_name(self.compression_type)
+
+    @property
+    def timestamp_type(self) -> str:
+        return self.timestamp_type_id.kafka_name
 
     @property
     def source_buffer(self) -> memoryview:

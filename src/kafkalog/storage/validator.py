@@ -36,7 +36,6 @@ from ..record.batch import (
     DELETE_HORIZON_MASK,
     HEADER_STRUCT,
     RECORDS_OFFSET,
-    TIMESTAMP_TYPE_MASK,
     TRANSACTIONAL_MASK,
     RecordBatch,
 )
@@ -45,6 +44,7 @@ from ..record.checksums import crc32c
 from ..record.columnar import _ERRORS as KERNEL_ERRORS
 from ..record.scan import AnyBatch, iter_batches
 from ..record.types import NO_TIMESTAMP, BytesLike, TimestampType
+from ..record.view import TIMESTAMP_TYPE_MASK
 from .config import LogConfig
 
 CLIENT, REPLICATION, COORDINATOR = "client", "replication", "coordinator"

@@ -19,8 +19,8 @@ import time
 
 from ...manager import TopicPartition
 from ...storage.file_records import EMPTY_SLICE
-from ..protocol import NONE, TOPIC_AUTHORIZATION_FAILED, FileRegion, Response, error_code
-from ..replica_access import READ_COMMITTED, READ_UNCOMMITTED, FetchResult
+from ..protocol import NONE, TOPIC_AUTHORIZATION_FAILED, FileRegion, Response, compact_length, error_code
+from ..replica_access import READ_COMMITTED, READ_UNCOMMITTED
 from ..security.acl import allowed, cluster_allowed
 from ..security.context import CURRENT, throttle
 
@@ -35,15 +35,6 @@ _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _PARTITION_FIXED = struct.Struct(">ihqqq")  # index, error, high watermark, last stable offset, log start offset
 _ABORTED = struct.Struct(">qq")
-
-
-def _uvarint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
 
 
 class PartitionAnswer:
@@ -79,12 +70,12 @@ def _encode(version: int, topics, top_error: int, parts: list, throttle_ms: int 
     buf = bytearray(_I32.pack(throttle_ms))
     if version >= 7:
         buf += _I16.pack(top_error) + _I32.pack(_INVALID_SESSION_ID)
-    buf += _uvarint(len(topics) + 1) if flexible else _I32.pack(len(topics))
+    buf += compact_length(len(topics)) if flexible else _I32.pack(len(topics))
     for name, answers in topics:
         encoded = name.encode("utf-8")
-        buf += _uvarint(len(encoded) + 1) if flexible else _I16.pack(len(encoded))
+        buf += compact_length(len(encoded)) if flexible else _I16.pack(len(encoded))
         buf += encoded
-        buf += _uvarint(len(answers) + 1) if flexible else _I32.pack(len(answers))
+        buf += compact_length(len(answers)) if flexible else _I32.pack(len(answers))
         for a in answers:
             buf += _PARTITION_FIXED.pack(
                 a.partition, a.error, a.high_watermark, a.last_stable_offset, a.log_start_offset
@@ -94,7 +85,7 @@ def _encode(version: int, topics, top_error: int, parts: list, throttle_ms: int 
             if a.aborted is None:
                 buf += b"\x00" if flexible else _I32.pack(-1)
             else:
-                buf += _uvarint(len(a.aborted) + 1) if flexible else _I32.pack(len(a.aborted))
+                buf += compact_length(len(a.aborted)) if flexible else _I32.pack(len(a.aborted))
                 for producer_id, first_offset in a.aborted:
                     buf += _ABORTED.pack(producer_id, first_offset)
                     if flexible:
@@ -103,7 +94,7 @@ def _encode(version: int, topics, top_error: int, parts: list, throttle_ms: int 
                 buf += _I32.pack(-1)  # preferred_read_replica
             size = a.records.size
             # Never a null record set (librdkafka rejects one): an empty partition has zero bytes.
-            buf += _uvarint(size + 1) if flexible else _I32.pack(size)
+            buf += compact_length(size) if flexible else _I32.pack(size)
             if size:
                 parts.append(bytes(buf))
                 parts.append(FileRegion(a.records))
@@ -180,7 +171,10 @@ async def handle(broker, header, request) -> Response:
         # A follower's fetch (Kafka's ReplicaFetcherThread): read to the log end at its leader epoch; its fetch
         # offset is its log end offset, which may move the high watermark and the ISR.
         epochs = {
-            TopicPartition(t.topic, p.partition): p.current_leader_epoch for t in request.topics for p in t.partitions
+            TopicPartition(t.topic, p.partition): p.current_leader_epoch
+            for t in request.topics
+            for p in t.partitions
+            if p.current_leader_epoch >= 0
         }
         for tp, (offset, _) in fetch_infos.items():
             cluster.on_follower_fetch(tp, request.replica_id, offset)
@@ -229,31 +223,7 @@ async def handle(broker, header, request) -> Response:
 
 def _read_follower(broker, fetch_infos, epochs, max_bytes: int):
     """A follower's read: up to the log end, only from the leader, at the follower's leader epoch."""
-    results = {}
-    remaining = max_bytes
-    min_one = True
-    for tp, (offset, partition_max) in fetch_infos.items():
-        partition = None
-        try:
-            partition = broker.replica_manager.get_partition(tp.topic, tp.partition)
-            epoch = epochs.get(tp, -1)
-            info = partition.fetch_records(
-                offset, max(0, min(partition_max, remaining)), LOG_END, min_one, True, epoch if epoch >= 0 else None
-            )
-            if info.records.size > 0:
-                min_one = False
-            remaining = max(0, remaining - info.records.size)
-            results[tp] = FetchResult(
-                None, info, partition.high_watermark, partition.last_stable_offset, partition.log_start_offset
-            )
-        except Exception as e:
-            if partition is None:
-                results[tp] = FetchResult(e, None)
-            else:
-                results[tp] = FetchResult(
-                    e, None, partition.high_watermark, partition.last_stable_offset, partition.log_start_offset
-                )
-    return results
+    return broker.replica_manager.fetch_messages(fetch_infos, LOG_END, max_bytes, True, True, epochs)
 
 
 async def _wait(broker, fetch_infos, read, min_bytes, wait_ms):

@@ -21,6 +21,7 @@ from ..protocol import (
     TOPIC_AUTHORIZATION_FAILED,
     TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
     Response,
+    compact_length,
     error_code,
     error_message,
 )
@@ -220,15 +221,6 @@ _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
 
 
-def _uvarint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 def encode_response(version: int, by_topic: dict[str, list[PartitionAnswer]], throttle_ms: int = 0) -> bytes:
     """The Produce response body (v3-v11) in Kafka's ProduceResponse schema, encoded here by hand.
 
@@ -238,12 +230,12 @@ def encode_response(version: int, by_topic: dict[str, list[PartitionAnswer]], th
     and no NodeEndpoints.
     """
     flexible = version >= 9
-    buf = bytearray(_uvarint(len(by_topic) + 1) if flexible else _I32.pack(len(by_topic)))
+    buf = bytearray(compact_length(len(by_topic)) if flexible else _I32.pack(len(by_topic)))
     for name, parts in by_topic.items():
         encoded = name.encode("utf-8")
-        buf += _uvarint(len(encoded) + 1) if flexible else _I16.pack(len(encoded))
+        buf += compact_length(len(encoded)) if flexible else _I16.pack(len(encoded))
         buf += encoded
-        buf += _uvarint(len(parts) + 1) if flexible else _I32.pack(len(parts))
+        buf += compact_length(len(parts)) if flexible else _I32.pack(len(parts))
         for partition, code, base_offset, append_time, log_start, message in parts:
             buf += _PARTITION_HEAD.pack(partition, code, base_offset)
             buf += _I64.pack(append_time)  # v2+
@@ -255,7 +247,7 @@ def encode_response(version: int, by_topic: dict[str, list[PartitionAnswer]], th
                     buf += b"\x00" if flexible else _I16.pack(-1)
                 else:
                     text = message.encode("utf-8")
-                    buf += _uvarint(len(text) + 1) if flexible else _I16.pack(len(text))
+                    buf += compact_length(len(text)) if flexible else _I16.pack(len(text))
                     buf += text
             if flexible:
                 buf += b"\x00"  # partition tagged fields
