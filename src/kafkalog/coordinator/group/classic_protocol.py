@@ -82,12 +82,8 @@ class ClassicProtocolMixin(GroupMetadataManager):
         def fail(error: Errors) -> None:
             callback(JoinResult(error, member_id))
 
-        if not group_id:
-            return fail(Errors.INVALID_GROUP_ID)
-        if (status := self.group_status(group_id)) is not Errors.NONE:
-            return fail(status)
-        if self.offsets_topic_partitions() is None:
-            return fail(Errors.COORDINATOR_NOT_AVAILABLE)
+        if (error := self._group_request_error(group_id)) is not Errors.NONE:
+            return fail(error)
         if not (
             self.config.group_min_session_timeout_ms <= session_timeout_ms <= self.config.group_max_session_timeout_ms
         ):
@@ -375,6 +371,16 @@ class ClassicProtocolMixin(GroupMetadataManager):
             return Errors.UNKNOWN_MEMBER_ID
         return Errors.NONE
 
+    @classmethod
+    def _validate_generation(
+        cls, group: ClassicGroup, member_id: str, instance_id: str | None, generation_id: int
+    ) -> Errors:
+        """``_validate_member``, then the member's generation must be the group's (ILLEGAL_GENERATION)."""
+        error = cls._validate_member(group, member_id, instance_id)
+        if error is Errors.NONE and generation_id != group.generation_id:
+            return Errors.ILLEGAL_GENERATION
+        return error
+
     def _remove_member_and_update(self, group: ClassicGroup, member: Member, reason: str) -> None:
         self._cancel(member.heartbeat_task)
         self._answer_join(member, JoinResult(Errors.UNKNOWN_MEMBER_ID, member.member_id))
@@ -404,11 +410,9 @@ class ClassicProtocolMixin(GroupMetadataManager):
             return callback(SyncResult(Errors.UNKNOWN_MEMBER_ID))
         if group.is_in(DEAD):
             return callback(SyncResult(Errors.COORDINATOR_NOT_AVAILABLE))
-        error = self._validate_member(group, member_id, group_instance_id)
+        error = self._validate_generation(group, member_id, group_instance_id, generation_id)
         if error is not Errors.NONE:
             return callback(SyncResult(error))
-        if generation_id != group.generation_id:
-            return callback(SyncResult(Errors.ILLEGAL_GENERATION))
         if (protocol_type is not None and protocol_type != group.protocol_type) or (
             protocol_name is not None and protocol_name != group.protocol_name
         ):
@@ -454,11 +458,9 @@ class ClassicProtocolMixin(GroupMetadataManager):
             return Errors.UNKNOWN_MEMBER_ID
         if group.is_in(DEAD):
             return Errors.COORDINATOR_NOT_AVAILABLE
-        error = self._validate_member(group, member_id, group_instance_id)
+        error = self._validate_generation(group, member_id, group_instance_id, generation_id)
         if error is not Errors.NONE:
             return error
-        if generation_id != group.generation_id:
-            return Errors.ILLEGAL_GENERATION
         member = group.members[member_id]
         self._schedule_heartbeat(group, member, member.session_timeout_ms)
         if group.is_in(PREPARING):

@@ -129,27 +129,11 @@ class GroupCoordinator(OffsetsMixin):
 
     def on_election(self, partition: int) -> None:
         """Kafka's onElection: load the groups and offsets of ``partition`` and coordinate them from now on."""
-        if self.owned is None:
-            return
-        self._drop_groups_of(partition)
-        try:
-            self._load_partition(partition)
-        finally:
-            self.loading.discard(partition)
-        self.owned.add(partition)
+        self._take_over(partition)
 
-    def on_resignation(self, partition: int) -> None:
-        """Kafka's onResignation: another broker leads ``partition`` now; its groups leave this coordinator (their
-        waiting members are answered NOT_COORDINATOR and find the new coordinator)."""
-        if self.owned is None:
-            return
-        self.loading.discard(partition)
-        if partition in self.owned:
-            self.owned.discard(partition)
-            self._drop_groups_of(partition)
-            log.info("Unloaded the groups of %s-%d", GROUP_METADATA_TOPIC_NAME, partition)
-
-    def _drop_groups_of(self, partition: int) -> None:
+    def _drop_partition(self, partition: int) -> None:
+        """Forget the groups of ``partition``: their timers stop, their waiting members are answered NOT_COORDINATOR
+        (and find the new coordinator)."""
         for group_id in [g for g in self.groups if self.partition_for(g) == partition]:
             group = self.groups.pop(group_id)
             self._cancel(group.join_task)

@@ -49,31 +49,19 @@ class GroupMetadataManager(InternalTopicMixin):
     REPLICATION_FACTOR_CONFIG = "offsets.topic.replication.factor"
     LOG = log
 
+    config: GroupCoordinatorConfig
+
     def __init__(self, log_manager, config: GroupCoordinatorConfig, clock, scheduler) -> None:
-        self.log_manager = log_manager
-        self.replica_manager = log_manager.replica_manager
-        self.config = config
-        self.clock = clock
-        self.scheduler = scheduler
+        super().__init__(log_manager, config, clock, scheduler)
         self.groups: dict[str, ClassicGroup] = {}
         self.consumer_groups: dict[str, ConsumerGroup] = {}  # KIP-848 groups (their offsets are in ``groups``)
         self._retention_task = None
-        self._active = False
         # Transactional offset commits written but not yet decided (producer id -> group -> partition -> offset):
         # made visible by a COMMIT marker in the group's partition, dropped by an ABORT (Kafka's
         # pendingTransactionalOffsetCommits).
         self.pending_txn_offsets: dict[int, dict[str, dict[tuple[str, int], OffsetAndMetadata]]] = {}
-        # The offsets-topic partitions this broker coordinates: None = all of them (a single node); in a cluster,
-        # those whose leader it is (on_election / on_resignation), minus those still loading.
-        self.owned: set[int] | None = None
-        self.loading: set[int] = set()
-        # In a cluster, the offsets topic's partition count as ZooKeeper has it (this broker may not host all).
-        self.cluster_partition_count: int | None = None
         # In a cluster, whether a topic partition exists anywhere (the cluster's view), for offset commits.
         self.cluster_partition_exists: Callable[[str, int], bool] | None = None
-
-    def now(self) -> int:
-        return self.clock.milliseconds()
 
     @staticmethod
     def _cancel(task) -> None:
@@ -84,6 +72,17 @@ class GroupMetadataManager(InternalTopicMixin):
         """Kafka's validateGroupStatus: NOT_COORDINATOR when another broker leads the group's partition,
         COORDINATOR_LOAD_IN_PROGRESS while this one loads it (both send the client to FindCoordinator again)."""
         return self.coordination_error(group_id)
+
+    def _group_request_error(self, group_id: str) -> Errors:
+        """The checks a JoinGroup or an OffsetCommit starts with: INVALID_GROUP_ID for an empty id, then the
+        coordination errors (``group_status``), then COORDINATOR_NOT_AVAILABLE while the offsets topic is missing."""
+        if not group_id:
+            return Errors.INVALID_GROUP_ID
+        if (status := self.group_status(group_id)) is not Errors.NONE:
+            return status
+        if self.offsets_topic_partitions() is None:
+            return Errors.COORDINATOR_NOT_AVAILABLE
+        return Errors.NONE
 
     def _owns(self, group_id: str) -> bool:
         return self.owned is None or self.partition_for(group_id) in self.owned

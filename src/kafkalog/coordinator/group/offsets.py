@@ -41,12 +41,8 @@ class OffsetsMixin(ClassicProtocolMixin, ConsumerProtocolMixin):
         """OffsetCommit: ``offsets`` maps (topic, partition) to (offset, leader epoch, metadata)."""
         all_fail = _answer_all(offsets)
 
-        if not group_id:
-            return all_fail(Errors.INVALID_GROUP_ID)
-        if (status := self.group_status(group_id)) is not Errors.NONE:
-            return all_fail(status)
-        if self.offsets_topic_partitions() is None:
-            return all_fail(Errors.COORDINATOR_NOT_AVAILABLE)
+        if (error := self._group_request_error(group_id)) is not Errors.NONE:
+            return all_fail(error)
         consumer_check = self._validate_consumer_commit(group_id, member_id, generation_id)
         group = self.groups.get(group_id)
         if consumer_check is not None:  # a KIP-848 group: its member and epoch were checked
@@ -167,12 +163,7 @@ class OffsetsMixin(ClassicProtocolMixin, ConsumerProtocolMixin):
             return Errors.NONE  # a commit from outside the group (admin, manual assignment)
         if group.is_in(COMPLETING):
             return Errors.REBALANCE_IN_PROGRESS
-        error = self._validate_member(group, member_id, instance_id)
-        if error is not Errors.NONE:
-            return error
-        if generation != group.generation_id:
-            return Errors.ILLEGAL_GENERATION
-        return Errors.NONE
+        return self._validate_generation(group, member_id, instance_id, generation)
 
     def _partition_exists(self, topic: str, partition: int) -> bool:
         if self.cluster_partition_exists is not None:  # a cluster: this broker may host no replica of it

@@ -152,13 +152,8 @@ class TransactionCoordinator(TransactionMarkerManager):
         if self.owned is None:
             return
         log.info("Elected as the txn coordinator for partition %d at epoch %d", partition, coordinator_epoch)
-        self._drop_partition(partition)
         self.coordinator_epochs[partition] = coordinator_epoch
-        try:
-            self._load_partition(partition)
-        finally:
-            self.loading.discard(partition)
-        self.owned.add(partition)
+        self._take_over(partition)
         self._complete_loaded(partition)
 
     # ================================================================ loading

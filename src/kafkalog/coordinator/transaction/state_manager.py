@@ -44,29 +44,17 @@ class TransactionStateManager(InternalTopicMixin):
     REPLICATION_FACTOR_CONFIG = "transaction.state.log.replication.factor"
     LOG = log
 
+    config: TransactionCoordinatorConfig
+
     def __init__(self, log_manager, config: TransactionCoordinatorConfig, clock, scheduler) -> None:
-        self.log_manager = log_manager
-        self.replica_manager = log_manager.replica_manager
-        self.config = config
-        self.clock = clock
-        self.scheduler = scheduler
+        super().__init__(log_manager, config, clock, scheduler)
         self.transactions: dict[str, TransactionMetadata] = {}
         self._unsent: dict[str, tuple[TxnTransit, set[TopicPartitionKey], int]] = {}
         self._marker_listeners: list[MarkerListener] = []
-        self._active = False
-        # The state partitions this broker coordinates: None = all of them (a single node); on a ZooKeeper cluster,
-        # those it leads (on_election / on_resignation), minus those still loading.
-        self.owned: set[int] | None = None
-        self.loading: set[int] = set()
         self.coordinator_epochs: dict[int, int] = {}  # on a cluster: the leader epoch each partition was won at
-        # On a cluster, the state topic's partition count as ZooKeeper has it (this broker may host few of them).
-        self.cluster_partition_count: int | None = None
         # On a cluster, markers go over the wire (Kafka's TransactionMarkerChannelManager): an object with
         # ``send(MarkerSend)`` and ``drop_partition(state_partition)``; None writes them in process (one node).
         self.marker_channel: Any = None
-
-    def now(self) -> int:
-        return int(self.clock.milliseconds())
 
     # ================================================================ the state topic
     def _internal_topic_settings(self) -> tuple[int, int, dict[str, str]]:
@@ -92,17 +80,6 @@ class TransactionStateManager(InternalTopicMixin):
         """Kafka's getTransactionState errors: NOT_COORDINATOR when another broker leads the id's state partition,
         COORDINATOR_LOAD_IN_PROGRESS while this one loads it (the client finds the coordinator again / retries)."""
         return self.coordination_error(transactional_id)
-
-    def on_resignation(self, partition: int) -> None:
-        """Kafka's onResignation: another broker leads state ``partition`` now; its ids leave this coordinator
-        (NOT_COORDINATOR from now on) and their unsent markers are dropped (the new coordinator sends them)."""
-        if self.owned is None:
-            return
-        self.loading.discard(partition)
-        if partition in self.owned:
-            self.owned.discard(partition)
-            self._drop_partition(partition)
-            log.info("Resigned as the txn coordinator for partition %d", partition)
 
     def _drop_partition(self, partition: int) -> None:
         for txn_id in [t for t in self.transactions if self.partition_for(t) == partition]:
