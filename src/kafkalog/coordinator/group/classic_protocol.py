@@ -381,6 +381,17 @@ class ClassicProtocolMixin(GroupMetadataManager):
             return Errors.ILLEGAL_GENERATION
         return error
 
+    def _unload_group(self, group: ClassicGroup) -> None:
+        """The group leaves this coordinator (resignation, shutdown): its timers stop and its waiting JoinGroup /
+        SyncGroup are answered NOT_COORDINATOR (the members find the coordinator again)."""
+        self._cancel(group.join_task)
+        for task in group.pending_members.values():
+            self._cancel(task)
+        for member in group.members.values():
+            self._cancel(member.heartbeat_task)
+            self._answer_join(member, JoinResult(Errors.NOT_COORDINATOR, member.member_id))
+            self._answer_sync(member, SyncResult(Errors.NOT_COORDINATOR))
+
     def _remove_member_and_update(self, group: ClassicGroup, member: Member, reason: str) -> None:
         self._cancel(member.heartbeat_task)
         self._answer_join(member, JoinResult(Errors.UNKNOWN_MEMBER_ID, member.member_id))

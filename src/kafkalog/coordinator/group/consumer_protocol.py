@@ -379,16 +379,12 @@ class ConsumerProtocolMixin(GroupMetadataManager):
 
     def _drop_consumer_group(self, group_id: str) -> None:
         """Forget a KIP-848 group whose partition this broker no longer coordinates (its timers cancelled)."""
-        group = self.consumer_groups.pop(group_id)
+        self._stop_consumer_timers(self.consumer_groups.pop(group_id))
+
+    def _stop_consumer_timers(self, group: ConsumerGroup) -> None:
         for member in group.members.values():
             self._cancel(member.session_task)
             self._cancel(member.revocation_task)
-
-    def _shutdown_consumer_groups(self) -> None:
-        for group in self.consumer_groups.values():
-            for member in group.members.values():
-                self._cancel(member.session_task)
-                self._cancel(member.revocation_task)
 
     # ----- persistence (Kafka's ConsumerGroup* records in __consumer_offsets) -----------------------------------
     def _topic_ids(self) -> dict[str, bytes]:

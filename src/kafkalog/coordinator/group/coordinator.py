@@ -37,7 +37,7 @@ from ...record.types import ControlRecordType
 from . import records as rec
 from .config import GroupCoordinatorConfig
 from .errors import Errors
-from .group import ClassicGroup, JoinResult, Member, OffsetAndMetadata, SyncResult
+from .group import ClassicGroup, Member, OffsetAndMetadata
 from .metadata_manager import DEAD, EMPTY, GROUP_METADATA_TOPIC_NAME, STABLE, log
 from .offsets import OffsetsMixin
 
@@ -135,14 +135,7 @@ class GroupCoordinator(OffsetsMixin):
         """Forget the groups of ``partition``: their timers stop, their waiting members are answered NOT_COORDINATOR
         (and find the new coordinator)."""
         for group_id in [g for g in self.groups if self.partition_for(g) == partition]:
-            group = self.groups.pop(group_id)
-            self._cancel(group.join_task)
-            for task in group.pending_members.values():
-                self._cancel(task)
-            for member in group.members.values():
-                self._cancel(member.heartbeat_task)
-                self._answer_join(member, JoinResult(Errors.NOT_COORDINATOR, member.member_id))
-                self._answer_sync(member, SyncResult(Errors.NOT_COORDINATOR))
+            self._unload_group(self.groups.pop(group_id))
         for group_id in [g for g in self.consumer_groups if self.partition_for(g) == partition]:
             self._drop_consumer_group(group_id)
 
@@ -152,15 +145,10 @@ class GroupCoordinator(OffsetsMixin):
         self._active = False
         if self._retention_task is not None:
             self._retention_task.cancel()
-        self._shutdown_consumer_groups()
+        for consumer_group in self.consumer_groups.values():
+            self._stop_consumer_timers(consumer_group)
         for group in self.groups.values():
-            self._cancel(group.join_task)
-            for task in group.pending_members.values():
-                self._cancel(task)
-            for member in group.members.values():
-                self._cancel(member.heartbeat_task)
-                self._answer_join(member, JoinResult(Errors.NOT_COORDINATOR, member.member_id))
-                self._answer_sync(member, SyncResult(Errors.NOT_COORDINATOR))
+            self._unload_group(group)
 
     # ================================================================ loading
     def load(self) -> None:
