@@ -25,6 +25,7 @@ from ...storage.config import TOPIC_SYNONYMS, LogConfig
 from ..protocol import INVALID_REQUEST, NONE, InvalidRequestError, Response, error_code, error_message
 from ..replica_access import delete_records
 from ..security.acl import cluster_allowed, require
+from .common import each_partition
 
 log = logging.getLogger("kafka.server.KafkaApis")
 
@@ -175,17 +176,16 @@ async def handle_delete_records(broker, header, request) -> Response:
     version = header.api_version
     T = DeleteRecordsResponse.DeleteRecordsTopicResult
     P = T.DeleteRecordsPartitionResult
-    topics = []
-    for topic in request.topics:
-        parts = []
-        for p in topic.partitions:
-            try:
-                require(broker, "DELETE", "TOPIC", topic.name)
-                low = delete_records(broker.replica_manager, TopicPartition(topic.name, p.partition_index), p.offset)
-                parts.append(P(partition_index=p.partition_index, low_watermark=low, error_code=NONE))
-            except Exception as e:
-                parts.append(P(partition_index=p.partition_index, low_watermark=-1, error_code=error_code(e)))
-        topics.append(T(name=topic.name, partitions=parts))
+
+    def answer(name: str, p) -> P:
+        low = delete_records(broker.replica_manager, TopicPartition(name, p.partition_index), p.offset)
+        return P(partition_index=p.partition_index, low_watermark=low, error_code=NONE)
+
+    def failed(p, e: BaseException) -> P:
+        return P(partition_index=p.partition_index, low_watermark=-1, error_code=error_code(e))
+
+    answers = each_partition(broker, request.topics, "DELETE", answer, failed)
+    topics = [T(name=name, partitions=parts) for name, parts in answers]
     return Response.of(DeleteRecordsResponse(version=version, throttle_time_ms=0, topics=topics), version)
 
 

@@ -1,0 +1,40 @@
+"""What several handlers share: the per-topic, per-partition loop of the partition-level APIs.
+
+ListOffsets, OffsetForLeaderEpoch and DeleteRecords answer each partition on its own: the topic's ACL is checked
+for each partition (as Kafka's handlers do, so each refusal is logged), the partition layer answers, and any
+error -- a refusal included -- becomes that partition's error code, never the whole request's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
+
+from ..security.acl import require
+
+Answer = TypeVar("Answer")
+
+
+def each_partition(
+    broker: Any,
+    topics: Iterable[Any],
+    operation: str,
+    answer: Callable[[str, Any], Answer],
+    failed: Callable[[Any, BaseException], Answer],
+    name_field: str = "name",
+) -> list[tuple[str, list[Answer]]]:
+    """[(topic name, [one answer per partition])] in request order: ``answer(topic name, partition)`` once
+    ``operation`` on the topic is allowed, else (or on any error) ``failed(partition, error)``. ``name_field`` is
+    the request topic's name field (``topic`` in the older schemas)."""
+    out = []
+    for topic in topics:
+        name = getattr(topic, name_field)
+        parts = []
+        for p in topic.partitions:
+            try:
+                require(broker, operation, "TOPIC", name)
+                parts.append(answer(name, p))
+            except Exception as e:
+                parts.append(failed(p, e))
+        out.append((name, parts))
+    return out
