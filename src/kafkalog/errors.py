@@ -163,6 +163,10 @@ class InvalidPartitionsError(KafkaLogError, ValueError):
     """Kafka's InvalidPartitionsException: a partition count below 1 or a partition that does not exist."""
 
 
+class PolicyViolationError(KafkaLogError):
+    """Kafka's PolicyViolationException: a request the broker's policy refuses (e.g. too many partitions at once)."""
+
+
 class MetadataParseError(KafkaLogError):
     """Kafka's MetadataParseException: a KRaft metadata record (or control record) that cannot be decoded."""
 

@@ -137,6 +137,9 @@ class Log(LogAppend, CleanerSupport):
         self._offline_reason: str | None = None
         # Kafka's LogDirFailureChannel: called with (log, error) after an I/O error (the LogManager sets it).
         self.on_io_error: Callable[[Log, Exception], None] | None = None
+        # Kafka's maybeFlushMetadataFile: what makes this partition's own metadata (its topic id) durable, when
+        # its creator deferred that; called before the first append and at close, then dropped.
+        self.metadata_flush: Callable[[], None] | None = None
 
     # ----- opening -------------------------------------------------------------------------
     @classmethod
@@ -472,7 +475,7 @@ class Log(LogAppend, CleanerSupport):
 
     # ----- offsets by time -----------------------------------------------------------------
     def offset_for_timestamp(self, timestamp: int) -> TimestampAndOffset | None:
-        """ListOffsets: -2 earliest, -1 latest, -3 max timestamp, or the first record with ts >= timestamp."""
+        """ListOffsets: -2 (-4) earliest, -1 latest, -3 max timestamp, else the first record with ts >= timestamp."""
         with self._lock:
             if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
                 return TimestampAndOffset(-1, self._log_start_offset)
@@ -480,8 +483,8 @@ class Log(LogAppend, CleanerSupport):
                 return TimestampAndOffset(-1, self._log_end_offset)
             if timestamp == MAX_TIMESTAMP:
                 return self._offset_of_max_timestamp()
-            if timestamp < 0:
-                raise ValueError(f"Invalid timestamp {timestamp} for ListOffsets")
+            # Any other timestamp, negative ones too, is searched (Kafka's fetchOffsetByTimestamp has no check):
+            # below every record's, it finds the first record of the first non-empty segment.
             for segment in self.segments:
                 if segment.largest_timestamp >= timestamp:
                     return segment.find_offset_by_timestamp(timestamp, self._log_start_offset)
@@ -652,6 +655,13 @@ class Log(LogAppend, CleanerSupport):
             callback(self, exc)
         return exc
 
+    def flush_metadata(self) -> None:
+        """Run the deferred ``metadata_flush`` if there is one (before any record is written, at close)."""
+        pending = self.metadata_flush
+        if pending is not None:
+            pending()  # raises while the metadata cannot be written: it stays pending
+            self.metadata_flush = None
+
     def close(self) -> None:
         """Flush everything, snapshot the producer state, and close every segment (a clean shutdown)."""
         with self._lock:
@@ -669,6 +679,7 @@ class Log(LogAppend, CleanerSupport):
                 self._closed = True
                 return
             try:
+                self.flush_metadata()
                 self.flush(include_active=True)
                 self.producer_state.take_snapshot()
             except (OSError, KafkaStorageError) as e:

@@ -25,6 +25,7 @@ from ..record.scan import AnyBatch
 from ..record.types import BytesLike, ControlRecordType, Record
 from .log_state import LogState
 from .overlap import OVERLAP_MIN_BYTES, Check, checker
+from .producer_entry import AppendOrigin, append_origin
 from .producer_state import BatchMetadata, CompletedTxn, ProducerAppendInfo
 from .segment import LogSegment
 from .validator import (
@@ -60,7 +61,9 @@ class _Refused(Exception):
 class LogAppend(LogState):
     """Appends to a ``Log`` (this class is one of its bases and has no state of its own)."""
 
-    def append(self, records: AppendInput, *, origin: str = CLIENT, leader_epoch: int | None = None) -> LogAppendInfo:
+    def append(
+        self, records: AppendInput, *, origin: AppendOrigin | str = CLIENT, leader_epoch: int | None = None
+    ) -> LogAppendInfo:
         """Append client batches, validated and given offsets as Kafka's leader does.
 
         The batches are stamped with ``leader_epoch`` (default: the latest epoch of the leader epoch cache, 0 for
@@ -84,7 +87,7 @@ class LogAppend(LogState):
         if leader_epoch is None:
             latest = self.leader_epoch_cache._latest
             leader_epoch = latest if latest >= 0 else 0
-        return self._append(data, origin=origin, leader_epoch=leader_epoch, assign_offsets=True)
+        return self._append(data, origin=append_origin(origin), leader_epoch=leader_epoch, assign_offsets=True)
 
     def _build(self, records: Sequence[Record | tuple[Any, ...]]) -> bytes:
         builder = RecordBatchBuilder(clock=self.clock)
@@ -116,7 +119,11 @@ class LogAppend(LogState):
             leader_epoch = latest if latest >= 0 else 0
         return self._append(batch, origin=COORDINATOR, leader_epoch=leader_epoch, assign_offsets=True)
 
-    def _append(self, records: bytes, *, origin: str, leader_epoch: int, assign_offsets: bool) -> LogAppendInfo:
+    def _append(
+        self, records: bytes, *, origin: AppendOrigin, leader_epoch: int, assign_offsets: bool
+    ) -> LogAppendInfo:
+        if self.metadata_flush is not None:  # UnifiedLog.append: the topic id on disk before any record
+            self.flush_metadata()
         if assign_offsets and origin == CLIENT:
             with self._lock:
                 now = self.clock.milliseconds()
@@ -232,7 +239,9 @@ class LogAppend(LogState):
             self.flush()
         return info
 
-    def _append_general(self, records: bytes, *, origin: str, leader_epoch: int, assign_offsets: bool) -> LogAppendInfo:
+    def _append_general(
+        self, records: bytes, *, origin: AppendOrigin, leader_epoch: int, assign_offsets: bool
+    ) -> LogAppendInfo:
         info, batches = analyze(
             records, origin, self.config.max_message_bytes, leader_epoch, ignore_record_size=not assign_offsets
         )
@@ -318,7 +327,7 @@ class LogAppend(LogState):
             cache.maybe_assign(batch.partition_leader_epoch, batch.base_offset)
 
     def _analyze_producer_state(
-        self, validated: Sequence[AnyBatch], origin: str
+        self, validated: Sequence[AnyBatch], origin: AppendOrigin
     ) -> tuple[BatchMetadata | None, _PendingProducerState]:
         """Producer checks before the write: a duplicate batch, or the per-producer updates to apply after."""
         updates: dict[int, ProducerAppendInfo] = {}

@@ -36,6 +36,7 @@ class LogState:
     leader_epoch_cache: LeaderEpochFileCache
     auto_high_watermark: bool
     leader_hw_rule: Callable[[], None] | None
+    metadata_flush: Callable[[], None] | None
     _rng: random.Random
     _lock: threading.RLock
     _log_start_offset: int
@@ -49,6 +50,8 @@ class LogState:
         def active_segment(self) -> LogSegment: ...
 
         def flush(self, offset: int | None = None, *, include_active: bool = False) -> None: ...
+
+        def flush_metadata(self) -> None: ...
 
         def _check_open(self) -> None: ...
 

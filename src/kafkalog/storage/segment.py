@@ -35,7 +35,7 @@ from .file_records import EMPTY_SLICE, FileRecords, RecordsSlice
 from .files import delete_if_exists
 from .index import OffsetIndex, TimeIndex, TimestampOffset
 from .leader_epoch import LeaderEpochFileCache
-from .producer_state import CompletedTxn, ProducerStateManager
+from .producer_state import AppendOrigin, CompletedTxn, ProducerStateManager
 from .txn_index import AbortedTxn, TransactionIndex, TxnIndexSearchResult
 
 log = logging.getLogger(__name__)
@@ -600,7 +600,7 @@ class LogSegment:
 def update_producer_state(producer_state: ProducerStateManager, batch: AnyBatch, segment: LogSegment | None) -> None:
     """Replay one batch into the producer state (LogSegment.updateProducerState)."""
     if batch.has_producer_id:
-        info = producer_state.prepare_update(batch.producer_id, origin="replication")
+        info = producer_state.prepare_update(batch.producer_id, origin=AppendOrigin.REPLICATION)
         completed = info.append(batch)
         producer_state.update(info)
         if completed is not None:
