@@ -62,7 +62,8 @@ class OffsetsMixin(ClassicProtocolMixin, ConsumerProtocolMixin):
             member = group.members[member_id]
             self._schedule_heartbeat(group, member, member.session_timeout_ms)
         now = self.now()
-        expire = now + retention_time_ms if retention_time_ms >= 0 else None
+        # Kafka: no expiry for -1 (DEFAULT_RETENTION_TIME), else now + retention as a Java long (which wraps).
+        expire = None if retention_time_ms == -1 else ((now + retention_time_ms + 2**63) % 2**64) - 2**63
         results, written = self._write_offsets(group_id, offsets, now, expire)
         group.offsets.update(written)
         if not group.offsets and not group.members and group.is_in(EMPTY) and group.generation_id == 0:
