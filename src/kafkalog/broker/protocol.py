@@ -113,7 +113,8 @@ from kafka.protocol.sasl import (
     SaslHandshakeResponse,
 )
 
-from ..record.varint import encode_unsigned_varint
+from ..errors import InvalidRecordError
+from ..record.varint import encode_unsigned_varint, read_unsigned_varint
 from ..storage.file_records import RecordsSlice
 from .messages import (
     ConsumerGroupDescribeRequest,
@@ -356,30 +357,21 @@ class RequestHeader:
 _HEAD = struct.Struct(">hhih")
 
 
-def _read_uvarint(data: bytes | memoryview, pos: int, what: str) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        if pos >= len(data) or shift > 28:
-            raise InvalidRequestError(f"Malformed unsigned varint in the {what} header")
-        b = data[pos]
-        pos += 1
-        value |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return value, pos
-        shift += 7
-
-
 def skip_tagged_fields(data: bytes | memoryview, pos: int, what: str = "request") -> int:
     """The position after the tag buffer at ``pos`` of a flexible header (request header v2, response header v1):
-    a count, then each field's tag and size-prefixed bytes, none of which kafkalog reads. ``what`` ("request" or
-    "response") names the message in the InvalidRequestError raised when the buffer is malformed or truncated."""
-    count, pos = _read_uvarint(data, pos, what)
-    for _ in range(count):
-        _, pos = _read_uvarint(data, pos, what)
-        size, pos = _read_uvarint(data, pos, what)
-        pos += size
-        if pos > len(data):
-            raise InvalidRequestError(f"A tagged field of the {what} header runs past the end of the {what}")
+    a count, then each field's tag and size-prefixed bytes, none of which kafkalog reads. Varints are read as Kafka's
+    readUnsignedVarint (an int: a count over 2^31 is negative, so no field). ``what`` ("request" or "response")
+    names the message in the InvalidRequestError raised when the buffer is malformed or truncated."""
+    try:
+        count, pos = read_unsigned_varint(data, pos)
+        for _ in range(count):
+            _, pos = read_unsigned_varint(data, pos)
+            size, pos = read_unsigned_varint(data, pos)
+            pos += size
+            if size < 0 or pos > len(data):
+                raise InvalidRequestError(f"A tagged field of the {what} header runs past the end of the {what}")
+    except InvalidRecordError:
+        raise InvalidRequestError(f"Malformed unsigned varint in the {what} header") from None
     return pos
 
 
