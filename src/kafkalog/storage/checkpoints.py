@@ -17,6 +17,7 @@ import contextlib
 import os
 import re
 import threading
+from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping
 from os import PathLike
 from pathlib import Path
@@ -199,19 +200,29 @@ class OffsetFormatter:
         return (parts[0], partition), offset
 
 
-class OffsetCheckpointFile:
-    """A map of (topic, partition) → offset, checkpoint version 0."""
+class TypedCheckpointFile(ABC, Generic[T]):
+    """A checkpoint file of one kind of entry: a CheckpointFile of version ``VERSION`` read and written with the
+    subclass's formatter (as Kafka's OffsetCheckpointFile and LeaderEpochCheckpointFile each wrap one)."""
 
     VERSION = 0
 
     def __init__(self, path: str | PathLike[str], *, create: bool = True) -> None:
-        self.checkpoint: CheckpointFile[tuple[TopicPartition, int]] = CheckpointFile(
-            path, self.VERSION, OffsetFormatter(), create=create
-        )
+        self.checkpoint: CheckpointFile[T] = CheckpointFile(path, self.VERSION, self.formatter(), create=create)
+
+    @abstractmethod
+    def formatter(self) -> EntryFormatter[T]:
+        """The line format of the entries."""
 
     @property
     def path(self) -> Path:
         return self.checkpoint.path
+
+
+class OffsetCheckpointFile(TypedCheckpointFile[tuple[TopicPartition, int]]):
+    """A map of (topic, partition) → offset, checkpoint version 0."""
+
+    def formatter(self) -> OffsetFormatter:
+        return OffsetFormatter()
 
     def write(self, offsets: Mapping[TopicPartition, int], sync: bool = True) -> None:
         """Replace the checkpoint with ``offsets``, in the mapping's order."""
@@ -251,20 +262,13 @@ class EpochFormatter:
         return EpochEntry(epoch, start_offset)
 
 
-class LeaderEpochCheckpointFile:
+class LeaderEpochCheckpointFile(TypedCheckpointFile[tuple[int, int]]):
     """A partition's list of (epoch, start offset) entries, checkpoint version 0."""
 
-    VERSION = 0
     FILE_NAME = LEADER_EPOCH_CHECKPOINT
 
-    def __init__(self, path: str | PathLike[str], *, create: bool = True) -> None:
-        self.checkpoint: CheckpointFile[tuple[int, int]] = CheckpointFile(
-            path, self.VERSION, EpochFormatter(), create=create
-        )
-
-    @property
-    def path(self) -> Path:
-        return self.checkpoint.path
+    def formatter(self) -> EpochFormatter:
+        return EpochFormatter()
 
     def write(self, entries: Iterable[tuple[int, int]], sync: bool = True) -> None:
         """Replace the checkpoint with ``entries`` in the given order."""
@@ -282,5 +286,6 @@ __all__ = [
     "EpochEntry",
     "LeaderEpochCheckpointFile",
     "OffsetCheckpointFile",
+    "TypedCheckpointFile",
     "fsync_directory",
 ]

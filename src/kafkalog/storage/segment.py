@@ -529,20 +529,21 @@ class LogSegment:
             self.time_index.maybe_append(
                 self.max_timestamp_so_far, self.shallow_offset_of_max_timestamp_so_far, skip_full_check=True
             )
-        if self._offset_index is not None:
-            self._offset_index.close()
-        if self._time_index is not None:
-            self._time_index.close()
+        for index in self._opened_indexes():
+            index.close()
         self.log.close()
         self.txn_index.close()
 
     def close_handlers(self) -> None:
-        if self._offset_index is not None:
-            self._offset_index.close_handler()
-        if self._time_index is not None:
-            self._time_index.close_handler()
+        """Close the files without trimming the indexes (Kafka's closeHandlers)."""
+        for index in self._opened_indexes():
+            index.close_handler()
         self.log.close_handlers()
         self.txn_index.close()
+
+    def _opened_indexes(self) -> list[OffsetIndex | TimeIndex]:
+        """The offset and time indexes opened so far (both open lazily)."""
+        return [index for index in (self._offset_index, self._time_index) if index is not None]
 
     def _files(self) -> list[Path]:
         return [self.log.path, self.offset_index_path(), self.time_index_path(), self.txn_index.path]
