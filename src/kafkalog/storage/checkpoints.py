@@ -70,6 +70,26 @@ def parse_java_int(text: str, lo: int = INT32_MIN, hi: int = INT32_MAX) -> int |
     return value if lo <= value <= hi else None
 
 
+INT32 = (INT32_MIN, INT32_MAX)
+INT64 = (INT64_MIN, INT64_MAX)
+
+
+def parse_fields(line: str, ranges: tuple[tuple[int, int] | None, ...]) -> list[str | int] | None:
+    """The whitespace-separated fields of an entry line, one per item of ``ranges``: a Java int within the
+    (lo, hi) given, or the text itself for None. None when the line has another number of fields or an int
+    does not parse (the line is malformed)."""
+    parts = split_whitespace(line)
+    if len(parts) != len(ranges):
+        return None
+    fields: list[str | int] = []
+    for part, bounds in zip(parts, ranges, strict=True):
+        value = part if bounds is None else parse_java_int(part, *bounds)
+        if value is None:
+            return None
+        fields.append(value)
+    return fields
+
+
 def split_whitespace(line: str) -> list[str]:
     """Java's ``Pattern.compile("\\\\s+").split(line)``: a leading empty token is kept, trailing ones dropped."""
     parts = _WHITESPACES.split(line)
@@ -191,13 +211,11 @@ class OffsetFormatter:
         return f"{topic} {partition} {offset}"
 
     def from_line(self, line: str) -> tuple[TopicPartition, int] | None:
-        parts = split_whitespace(line)
-        if len(parts) != 3:
+        fields = parse_fields(line, (None, INT32, INT64))
+        if fields is None:
             return None
-        partition, offset = parse_java_int(parts[1]), parse_java_int(parts[2], INT64_MIN, INT64_MAX)
-        if partition is None or offset is None:
-            return None
-        return (parts[0], partition), offset
+        topic, partition, offset = fields
+        return (str(topic), int(partition)), int(offset)
 
 
 class TypedCheckpointFile(ABC, Generic[T]):
@@ -253,13 +271,11 @@ class EpochFormatter:
         return f"{epoch} {start_offset}"
 
     def from_line(self, line: str) -> EpochEntry | None:
-        parts = split_whitespace(line)
-        if len(parts) != 2:
+        fields = parse_fields(line, (INT32, INT64))
+        if fields is None:
             return None
-        epoch, start_offset = parse_java_int(parts[0]), parse_java_int(parts[1], INT64_MIN, INT64_MAX)
-        if epoch is None or start_offset is None:
-            return None
-        return EpochEntry(epoch, start_offset)
+        epoch, start_offset = fields
+        return EpochEntry(int(epoch), int(start_offset))
 
 
 class LeaderEpochCheckpointFile(TypedCheckpointFile[tuple[int, int]]):

@@ -37,7 +37,7 @@ from collections.abc import Callable
 from enum import Enum
 from typing import Any, Generic, NamedTuple, TypeVar
 
-from kafkalog.errors import CorruptIndexError, IndexOffsetOverflowError, InvalidOffsetError
+from kafkalog.errors import CorruptIndexError, IndexOffsetOverflowError, InvalidOffsetError, KafkaLogError
 
 from ..layout import INT32_MAX
 from .fileio import file_io
@@ -123,6 +123,7 @@ class AbstractIndex(SegmentIndexFile, Generic[EntryT]):
         self._open_and_map()
         self._max_entries = self._length // self.ENTRY_SIZE
         self._entries = self._max_entries if self._existed else 0
+        self._refresh_last()
 
     # ----------------------------------------------------------------- opening and mapping
 
@@ -222,12 +223,13 @@ class AbstractIndex(SegmentIndexFile, Generic[EntryT]):
         """``offset - base_offset``; IndexOffsetOverflowError unless it lies in [0, Int32.MAX]."""
         relative = self._to_relative(offset)
         if relative is None:
-            raise IndexOffsetOverflowError(
-                f"Integer overflow for offset: {offset} (base offset {self._base_offset})",
-                offset=offset,
-                path=str(self._path),
-            )
+            message = f"Integer overflow for offset: {offset} (base offset {self._base_offset})"
+            raise self._error(IndexOffsetOverflowError, message, offset)
         return relative
+
+    def _error(self, error: type[KafkaLogError], message: str, offset: int) -> KafkaLogError:
+        """``error`` for an append of ``offset`` that this index refuses, naming its file."""
+        return error(message, offset=offset, path=str(self._path))
 
     def can_append_offset(self, offset: int) -> bool:
         """Whether ``offset`` fits this index's 4-byte relative offset."""
@@ -462,11 +464,7 @@ class OffsetIndex(AbstractIndex[OffsetPosition]):
     _ENTRY = _OFFSET_ENTRY
     _OFFSET_FIELD = _SearchOn.KEY
     _NAME = "Index"
-
-    def __init__(self, path: str | os.PathLike[str], base_offset: int, max_index_size: int = -1, writable: bool = True):
-        self._last_offset = base_offset
-        super().__init__(path, base_offset, max_index_size, writable)
-        self._refresh_last()
+    _last_offset: int  # the last entry's offset, or the base offset when empty (kept by _refresh_last)
 
     def _parse(self, buf: Any, n: int) -> OffsetPosition:
         relative, position = _OFFSET_ENTRY.unpack_from(buf, n * 8)
@@ -502,16 +500,13 @@ class OffsetIndex(AbstractIndex[OffsetPosition]):
         """Add ``(offset, position)``; the offset must be above the last one unless the index is empty."""
         with self._lock:
             if self.is_full():
-                raise IndexFullError(
-                    f"Attempt to append to a full index (size = {self._entries})", offset=offset, path=str(self._path)
-                )
+                raise self._error(IndexFullError, f"Attempt to append to a full index (size = {self._entries})", offset)
             if self._entries != 0 and offset <= self._last_offset:
-                raise InvalidOffsetError(
+                message = (
                     f"Attempt to append an offset {offset} to position {self._entries} no larger than the last "
-                    f"offset appended ({self._last_offset})",
-                    offset=offset,
-                    path=str(self._path),
+                    f"offset appended ({self._last_offset})"
                 )
+                raise self._error(InvalidOffsetError, message, offset)
             self._write_entry(self.relative_offset(offset), position)
             self._last_offset = offset
 
@@ -554,11 +549,7 @@ class TimeIndex(AbstractIndex[TimestampOffset]):
     _ENTRY = _TIME_ENTRY
     _OFFSET_FIELD = _SearchOn.VALUE
     _NAME = "Time index"
-
-    def __init__(self, path: str | os.PathLike[str], base_offset: int, max_index_size: int = -1, writable: bool = True):
-        self._last_entry = TimestampOffset(NO_TIMESTAMP, base_offset)
-        super().__init__(path, base_offset, max_index_size, writable)
-        self._refresh_last()
+    _last_entry: TimestampOffset  # the last entry, or (-1, base offset) when empty (kept by _refresh_last)
 
     def _parse(self, buf: Any, n: int) -> TimestampOffset:
         timestamp, relative = _TIME_ENTRY.unpack_from(buf, n * 12)
@@ -588,35 +579,30 @@ class TimeIndex(AbstractIndex[TimestampOffset]):
         """
         with self._lock:
             if not skip_full_check and self.is_full():
-                raise IndexFullError(
-                    f"Attempt to append to a full time index (size = {self._entries})",
-                    offset=offset,
-                    path=str(self._path),
-                )
+                message = f"Attempt to append to a full time index (size = {self._entries})"
+                raise self._error(IndexFullError, message, offset)
             last = self._last_entry
-            if self._entries != 0 and offset < last.offset:
-                raise InvalidOffsetError(
-                    f"Attempt to append an offset ({offset}) to slot {self._entries} no larger than the last offset "
-                    f"appended ({last.offset})",
-                    offset=offset,
-                    path=str(self._path),
-                )
-            if self._entries != 0 and timestamp < last.timestamp:
-                raise InvalidOffsetError(
-                    f"Attempt to append a timestamp ({timestamp}) to slot {self._entries} no larger than the last "
-                    f"timestamp appended ({last.timestamp}): timestamps in a time index must not go backwards",
-                    offset=offset,
-                    path=str(self._path),
-                )
+            if self._entries != 0 and (offset < last.offset or timestamp < last.timestamp):
+                raise self._error(InvalidOffsetError, self._backwards_message(timestamp, offset), offset)
             if timestamp > last.timestamp:
                 if self._entries >= self._max_entries:  # no byte left even for the reserved slot
-                    raise IndexFullError(
-                        f"Attempt to append past the end of a full time index (size = {self._entries})",
-                        offset=offset,
-                        path=str(self._path),
-                    )
+                    message = f"Attempt to append past the end of a full time index (size = {self._entries})"
+                    raise self._error(IndexFullError, message, offset)
                 self._write_entry(timestamp, self.relative_offset(offset))
                 self._last_entry = TimestampOffset(timestamp, offset)
+
+    def _backwards_message(self, timestamp: int, offset: int) -> str:
+        """Why an entry going back from the last one is refused: its offset first, then its timestamp."""
+        last = self._last_entry
+        if offset < last.offset:
+            return (
+                f"Attempt to append an offset ({offset}) to slot {self._entries} no larger than the last offset "
+                f"appended ({last.offset})"
+            )
+        return (
+            f"Attempt to append a timestamp ({timestamp}) to slot {self._entries} no larger than the last "
+            f"timestamp appended ({last.timestamp}): timestamps in a time index must not go backwards"
+        )
 
     def plan_all(self, entries: list[tuple[int, int]]) -> tuple[list[tuple[int, int]], TimestampOffset] | None:
         """What :meth:`maybe_append` of every ``(timestamp, offset)`` in order would write, for :meth:`write_plan`;

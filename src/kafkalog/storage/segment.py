@@ -62,18 +62,6 @@ class FetchDataInfo:
 
 
 @dataclass(frozen=True)
-class RollParams:
-    """The inputs of LogSegment.shouldRoll."""
-
-    max_segment_ms: int
-    max_segment_bytes: int
-    max_timestamp_in_messages: int
-    max_offset_in_messages: int
-    messages_size: int
-    now: int
-
-
-@dataclass(frozen=True)
 class TimestampAndOffset:
     """A ListOffsets answer: a record's timestamp and offset (and the leader epoch when known)."""
 
@@ -202,17 +190,6 @@ class LogSegment:
             return message_timestamp - ts
         return now - self.created_ms
 
-    def should_roll(self, params: RollParams) -> bool:
-        """Kafka's five roll conditions, in Kafka's order."""
-        return self.should_roll_for(
-            params.max_segment_ms,
-            params.max_segment_bytes,
-            params.max_timestamp_in_messages,
-            params.max_offset_in_messages,
-            params.messages_size,
-            params.now,
-        )
-
     def should_roll_for(
         self,
         max_segment_ms: int,
@@ -222,7 +199,8 @@ class LogSegment:
         messages_size: int,
         now: int,
     ) -> bool:
-        """``should_roll`` with its parameters spelled out (the append path calls this one)."""
+        """Kafka's five roll conditions (LogSegment.shouldRoll), in Kafka's order: the segment is too big for the
+        messages, too old, its indexes are full, or the messages' last offset does not fit a relative offset."""
         size = self.log.size
         if size > max_segment_bytes - messages_size:
             return True
