@@ -84,6 +84,10 @@ class TimestampOffset(NamedTuple):
     offset: int
 
 
+_Entry = TypeVar("_Entry", bound=tuple[int, int])
+"""An index's entry type: (offset, position) or (timestamp, offset)."""
+
+
 class _SearchResult(Enum):
     LARGEST_LOWER_BOUND = 0
     SMALLEST_UPPER_BOUND = 1
@@ -99,13 +103,16 @@ def _round_down(number: int, factor: int) -> int:
     return factor * int(number / factor) if number < 0 else factor * (number // factor)
 
 
-EntryT = TypeVar("EntryT", bound=tuple[int, int])
-
-
-class AbstractIndex(SegmentIndexFile, Generic[EntryT]):
+class AbstractIndex(SegmentIndexFile, Generic[_Entry]):
     """What the offset and time indexes share: the mapping, its size, the entry count, search, lookups,
-    truncation and resizing. Entries are ``EntryT`` pairs whose first field is the searched key (offset or
-    timestamp); the field holding the entry's offset is ``_OFFSET_FIELD``."""
+    truncation and resizing. Entries are ``_Entry`` pairs whose first field is the searched key (offset or
+    timestamp); the field holding the entry's offset is ``_OFFSET_FIELD``.
+
+    Invariants: the file holds ``entries`` whole entries followed (while writable) by preallocated zero bytes up
+    to ``max_index_size`` rounded down to a whole entry; entries are sorted by both of their fields; every
+    relative offset fits in ``[0, Int32.MAX]``. Closing or trimming cuts the file to its entries, so a reopened
+    index counts exactly what was written.
+    """
 
     ENTRY_SIZE = 0
     _ENTRY: struct.Struct
@@ -113,7 +120,9 @@ class AbstractIndex(SegmentIndexFile, Generic[EntryT]):
     _NAME = ""
     """How the length check names the file ("Index", "Time index"), as Kafka's messages do."""
 
-    def __init__(self, path: str | os.PathLike[str], base_offset: int, max_index_size: int = -1, writable: bool = True):
+    def __init__(
+        self, path: str | os.PathLike[str], base_offset: int, max_index_size: int = -1, writable: bool = True
+    ) -> None:
         super().__init__(path, base_offset)
         self._max_index_size = max_index_size
         self._writable = writable
@@ -168,9 +177,10 @@ class AbstractIndex(SegmentIndexFile, Generic[EntryT]):
         """The live mapping's bytes; only called when at least one entry exists or is being written."""
         if self._closed:
             raise ValueError(f"index {self._path} is closed")
-        if self._mmap is None:
+        view = self._mmap.view if self._mmap is not None else None
+        if view is None:
             raise ValueError(f"index {self._path} has no mapped bytes")
-        return self._mmap.view
+        return view
 
     # ----------------------------------------------------------------- attributes
 
@@ -238,20 +248,20 @@ class AbstractIndex(SegmentIndexFile, Generic[EntryT]):
     # ----------------------------------------------------------------- entries and search
 
     @abstractmethod
-    def _parse(self, buf: Any, n: int) -> EntryT:
+    def _parse(self, buf: Any, n: int) -> _Entry:
         """The entry in slot ``n`` with an absolute offset; each index defines it."""
 
     @abstractmethod
-    def _empty_entry(self) -> EntryT:
+    def _empty_entry(self) -> _Entry:
         """What a lookup below every entry answers, and the last entry of an empty index."""
 
-    def _last_in_mapping(self) -> EntryT:
+    def _last_in_mapping(self) -> _Entry:
         """The last valid entry as the mapping holds it, or the empty entry."""
         if self._entries == 0:
             return self._empty_entry()
         return self._parse(self._buffer(), self._entries - 1)
 
-    def entry(self, n: int) -> EntryT:
+    def entry(self, n: int) -> _Entry:
         """The entry in slot ``n`` (IndexError unless 0 <= n < entries)."""
         with self._lock:
             if not 0 <= n < self._entries:
@@ -265,7 +275,7 @@ class AbstractIndex(SegmentIndexFile, Generic[EntryT]):
         value = entry[0] if on is _SearchOn.KEY else entry[1]
         return (value > target) - (value < target)
 
-    def lookup(self, target: int) -> EntryT:
+    def lookup(self, target: int) -> _Entry:
         """The entry with the largest key (offset, or timestamp) <= ``target``, else the empty entry:
         ``(base_offset, 0)`` in the offset index, ``(-1, base_offset)`` in the time index."""
         with self._lock:
@@ -458,7 +468,11 @@ class AbstractIndex(SegmentIndexFile, Generic[EntryT]):
 
 
 class OffsetIndex(AbstractIndex[OffsetPosition]):
-    """The ``.index`` file: relative offset → byte position, one entry every ``index.interval.bytes``."""
+    """The ``.index`` file: relative offset → byte position, one entry every ``index.interval.bytes``.
+
+    Invariant: offsets strictly increase from entry to entry (an append at or below the last is refused), and
+    each position is the start of a batch in the segment's ``.log`` holding that offset or an earlier one.
+    """
 
     ENTRY_SIZE = 8
     _ENTRY = _OFFSET_ENTRY
@@ -543,7 +557,11 @@ class OffsetIndex(AbstractIndex[OffsetPosition]):
 
 
 class TimeIndex(AbstractIndex[TimestampOffset]):
-    """The ``.timeindex`` file: the largest timestamp so far → the offset of the batch that carried it."""
+    """The ``.timeindex`` file: the largest timestamp so far → the offset of the batch that carried it.
+
+    Invariants: timestamps strictly increase and offsets never decrease from entry to entry (an equal timestamp
+    is not written); one slot is kept free so that closing or rolling the segment can always add its last entry.
+    """
 
     ENTRY_SIZE = 12
     _ENTRY = _TIME_ENTRY

@@ -92,7 +92,12 @@ class TxnIndexSearchResult(NamedTuple):
 
 class TransactionIndex(SegmentIndexFile):
     """A segment's ``.txnindex``: aborted transactions in ABORT-marker order. The file is created on the first
-    append (``CREATED_LAZILY``); ``_fd`` is its open descriptor, if any."""
+    append (``CREATED_LAZILY``); ``_fd`` is its open descriptor, if any.
+
+    Invariant: entries are appended only with a last offset above the previous entry's (``TxnOrderError``
+    otherwise), so the file is sorted by the ABORT markers' offsets and a search can stop at the first entry
+    past its range.
+    """
 
     CREATED_LAZILY = True
 

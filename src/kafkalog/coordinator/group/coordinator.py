@@ -1034,7 +1034,8 @@ class GroupCoordinator(ConsumerProtocolMixin, InternalTopicMixin):
         entries = []
         accepted: dict[tuple[str, int], OffsetAndMetadata] = {}
         now = self.now()
-        expire = now + retention_time_ms if retention_time_ms >= 0 else None
+        # Kafka: no expiry for -1 (DEFAULT_RETENTION_TIME), else now + retention as a Java long (which wraps).
+        expire = None if retention_time_ms == -1 else ((now + retention_time_ms + 2**63) % 2**64) - 2**63
         for (topic, partition), (offset, leader_epoch, metadata) in offsets.items():
             if not self._partition_exists(topic, partition):
                 results[(topic, partition)] = Errors.UNKNOWN_TOPIC_OR_PARTITION
