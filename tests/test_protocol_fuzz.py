@@ -205,3 +205,35 @@ def test_create_partitions_runs_off_the_event_loop(broker) -> None:
     response = decode_response(37, 3, b"".join(grown[1].parts))
     assert [r.error_code for r in response.results] == [0]
     assert len(broker._server.log_manager.describe_topic(DOOMED_TOPIC_FOR_GROWTH).partitions) == 400
+
+
+# ----- the atheris harness's inputs -----------------------------------------------------------------------
+
+
+def test_the_atheris_corpus_starts_from_every_valid_request() -> None:
+    from kafkalog.testing.protocol_fuzz import corpus, frame_for
+
+    seeds = {frame for _, _, frame in seed_requests()}
+    inputs = corpus()
+    assert len(inputs) == 2 * len(seeds)
+    assert {frame_for(data) for name, data in inputs.items() if name.endswith("-raw")} == seeds
+    structured = [frame_for(data) for name, data in inputs.items() if name.endswith("-fields")]
+    assert all(struct.unpack_from(">h", f)[0] in APIS for f in structured)
+    assert frame_for(inputs["Metadata-v12-fields"]) == frame_for(inputs["Metadata-v12-fields"])  # deterministic
+
+
+def test_keep_going_saves_each_distinct_failure_once(tmp_path, monkeypatch) -> None:
+    from kafkalog.testing.protocol_fuzz import atheris_entry
+
+    async def broken(server, header, request):
+        raise TypeError("a handler bug")
+
+    one_input = atheris_entry(keep_going=tmp_path)
+    monkeypatch.setitem(apis.HANDLERS, 60, broken)
+    frame = encode_frame(APIS[60], 1, valid_request(APIS[60], 1))
+    one_input(b"\0" + frame)
+    one_input(b"\0" + encode_frame(APIS[60], 1, valid_request(APIS[60], 1), 99))  # the same failure: not saved
+    saved = sorted(p.name for p in tmp_path.iterdir())
+    assert len(saved) == 2 and saved[1] == saved[0] + ".txt"
+    assert "TypeError: a handler bug" in (tmp_path / saved[1]).read_text()
+    assert (tmp_path / saved[0]).read_bytes() == b"\0" + frame
