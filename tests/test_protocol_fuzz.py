@@ -237,3 +237,24 @@ def test_keep_going_saves_each_distinct_failure_once(tmp_path, monkeypatch) -> N
     assert len(saved) == 2 and saved[1] == saved[0] + ".txt"
     assert "TypeError: a handler bug" in (tmp_path / saved[1]).read_text()
     assert (tmp_path / saved[0]).read_bytes() == b"\0" + frame
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("producer_byte_rate", float("nan"), "quotas must be positive"),
+        ("consumer_byte_rate", float("inf"), "quotas must be positive"),
+        ("producer_byte_rate", 1.5, "Configuration producer_byte_rate must be a Long value"),
+    ],
+)
+def test_alter_client_quotas_refuses_values_the_throttle_cannot_use(broker, key, value, message) -> None:
+    """The fuzzer set producer_byte_rate = NaN for the default client: every later Produce failed with
+    ValueError (NaN to int) in the throttle. Kafka refuses a byte rate that is not a whole number (LONG)."""
+    request = valid_request(APIS[49], 1)
+    entry = request.entries[0]
+    entry.entity[0].entity_name = None  # the default client id: the quota every client gets
+    entry.ops[0].key, entry.ops[0].value = key, value
+    response = decode_response(49, 1, _answer(broker, encode_frame(APIS[49], 1, request, 19)))
+    assert [(e.error_code, message in e.error_message) for e in response.entries] == [(42, True)]
+    produce = seed_requests()[[k for k, _, _ in seed_requests()].index(0)][2]  # a valid Produce v3
+    assert broker.check(produce) == "answered"
