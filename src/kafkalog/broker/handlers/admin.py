@@ -7,7 +7,6 @@ start offsets forward through the replica manager.
 
 from __future__ import annotations
 
-import logging
 import shutil
 
 from kafka.protocol.admin import (
@@ -25,9 +24,7 @@ from ...storage.config import TOPIC_SYNONYMS, LogConfig
 from ..protocol import INVALID_REQUEST, NONE, InvalidRequestError, Response, error_code, error_message
 from ..replica_access import delete_records
 from ..security.acl import cluster_allowed, require
-from .common import each_partition
-
-log = logging.getLogger("kafka.server.KafkaApis")
+from .common import each_partition, log
 
 TOPIC = 2
 BROKER = 4

@@ -1,4 +1,5 @@
-"""What several handlers share: the per-topic, per-partition loop of the partition-level APIs.
+"""What several handlers share: KafkaApis's logger, and the per-topic, per-partition loop of the partition-level
+APIs.
 
 ListOffsets, OffsetForLeaderEpoch and DeleteRecords answer each partition on its own: the topic's ACL is checked
 for each partition (as Kafka's handlers do, so each refusal is logged), the partition layer answers, and any
@@ -7,10 +8,14 @@ error -- a refusal included -- becomes that partition's error code, never the wh
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 from ..security.acl import require
+
+# Kafka's request handlers (KafkaApis) log under one name; every handler module logs through this logger.
+log = logging.getLogger("kafka.server.KafkaApis")
 
 Answer = TypeVar("Answer")
 

@@ -12,7 +12,6 @@ timers on the event loop, where every handler also runs: the coordinator is only
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Callable
 from contextvars import ContextVar
 
@@ -39,9 +38,8 @@ from ..messages import ConsumerGroupDescribeResponse, ConsumerGroupHeartbeatResp
 from ..protocol import Response
 from ..security.acl import allowed, cluster_allowed
 from ..security.context import CURRENT
+from .common import log
 from .metadata import topic_uuid
-
-log = logging.getLogger("kafka.server.KafkaApis")
 
 # The connection a request came on (set by the router): JoinGroup records the member's client host from it.
 CLIENT_ADDRESS: ContextVar[str] = ContextVar("client_address", default="")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import logging
+from collections.abc import Callable
 
 from ...errors import UnknownTopicOrPartitionError
 from ...logdir import validate_topic_name
@@ -21,11 +21,10 @@ from ..protocol import (
     error_message,
 )
 from ..security.acl import allowed, cluster_allowed
+from .common import log
 from .metadata import ZERO_UUID, topic_uuid
 
 _DENIED = "Authorization failed."
-
-log = logging.getLogger("kafka.server.KafkaApis")
 
 Created = CreateTopicsResponse.CreatableTopicResult
 Deleted = DeleteTopicsResponse.DeletableTopicResult
@@ -137,12 +136,18 @@ async def _create_in_cluster(broker, topic, validate_only: bool) -> Created:
     )
 
 
+async def _each_topic(broker, request, local: Callable, clustered: Callable) -> list:
+    """One answer per topic of a CreateTopics or CreatePartitions request: through ZooKeeper on a cluster
+    (``clustered``, awaited), through the log manager on a single node (``local``)."""
+    validate_only = bool(request.validate_only)
+    if getattr(broker, "cluster", None) is not None:
+        return [await clustered(broker, t, validate_only) for t in request.topics]
+    return [local(broker, t, validate_only) for t in request.topics]
+
+
 async def handle_create(broker, header, request) -> Response:
     version = header.api_version
-    if getattr(broker, "cluster", None) is not None:
-        results = [await _create_in_cluster(broker, t, bool(request.validate_only)) for t in request.topics]
-        return Response.of(CreateTopicsResponse(version=version, throttle_time_ms=0, topics=results), version)
-    results = [_create_one(broker, t, bool(request.validate_only)) for t in request.topics]
+    results = await _each_topic(broker, request, _create_one, _create_in_cluster)
     return Response.of(CreateTopicsResponse(version=version, throttle_time_ms=0, topics=results), version)
 
 
@@ -255,8 +260,5 @@ async def _grow_in_cluster(broker, topic, validate_only: bool):
 
 async def handle_create_partitions(broker, header, request) -> Response:
     version = header.api_version
-    if getattr(broker, "cluster", None) is not None:
-        results = [await _grow_in_cluster(broker, t, bool(request.validate_only)) for t in request.topics]
-        return Response.of(CreatePartitionsResponse(version=version, throttle_time_ms=0, results=results), version)
-    results = [_grow_one(broker, t, bool(request.validate_only)) for t in request.topics]
+    results = await _each_topic(broker, request, _grow_one, _grow_in_cluster)
     return Response.of(CreatePartitionsResponse(version=version, throttle_time_ms=0, results=results), version)

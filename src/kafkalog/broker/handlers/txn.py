@@ -10,8 +10,6 @@ rewrite here is Kafka's: PRODUCER_FENCED becomes INVALID_PRODUCER_EPOCH for requ
 
 from __future__ import annotations
 
-import logging
-
 from kafka.protocol.admin.transactions import DescribeTransactionsResponse, ListTransactionsResponse
 from kafka.protocol.producer.transaction import (
     AddOffsetsToTxnResponse,
@@ -28,8 +26,6 @@ from ...coordinator.transaction.coordinator import append_marker
 from ...manager import TopicPartition
 from ..protocol import CLUSTER_AUTHORIZATION_FAILED, Response, error_code
 from ..security.acl import allowed, cluster_allowed
-
-log = logging.getLogger("kafka.server.KafkaApis")
 
 TOPIC_AUTHORIZATION_FAILED = 29
 GROUP_AUTHORIZATION_FAILED = 30
