@@ -1,5 +1,5 @@
-"""What several handlers share: KafkaApis's logger, and the per-topic, per-partition loop of the partition-level
-APIs.
+"""What several handlers share: KafkaApis's logger, the per-topic, per-partition loop of the partition-level
+APIs, and the per-resource loop of the Describe APIs of groups and transactional ids.
 
 ListOffsets, OffsetForLeaderEpoch and DeleteRecords answer each partition on its own: the topic's ACL is checked
 for each partition (as Kafka's handlers do, so each refusal is logged), the partition layer answers, and any
@@ -12,7 +12,7 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
-from ..security.acl import require
+from ..security.acl import allowed, require
 
 # Kafka's request handlers (KafkaApis) log under one name; every handler module logs through this logger.
 log = logging.getLogger("kafka.server.KafkaApis")
@@ -43,3 +43,16 @@ def each_partition(
                 parts.append(failed(p, e))
         out.append((name, parts))
     return out
+
+
+def describe_each(
+    broker: Any,
+    resource_type: str,
+    names: Iterable[str],
+    denied: int,
+    describe: Callable[[str], Answer],
+    failed: Callable[[str, int], Answer],
+) -> list[Answer]:
+    """One entry per named resource (a group, a transactional id), in request order: ``describe(name)`` when the
+    request may DESCRIBE it, else ``failed(name, denied)`` (Kafka's per-resource authorization error)."""
+    return [describe(n) if allowed(broker, "DESCRIBE", resource_type, n) else failed(n, denied) for n in names]

@@ -26,6 +26,7 @@ from ...coordinator.transaction.coordinator import append_marker
 from ...manager import TopicPartition
 from ..protocol import CLUSTER_AUTHORIZATION_FAILED, Response, error_code
 from ..security.acl import allowed, cluster_allowed
+from .common import describe_each
 
 TOPIC_AUTHORIZATION_FAILED = 29
 GROUP_AUTHORIZATION_FAILED = 30
@@ -323,15 +324,11 @@ def _marker_written(broker, tp: TopicPartition, producer_id: int, commit: bool) 
 # ----- DescribeTransactions (65) -------------------------------------------------------------------------------
 async def handle_describe_transactions(broker, header, request) -> Response:
     version = header.api_version
-    states = []
-    for txn_id in request.transactional_ids:
-        if not allowed(broker, "DESCRIBE", "TRANSACTIONAL_ID", txn_id):
-            states.append(_empty_state(txn_id, TRANSACTIONAL_ID_AUTHORIZATION_FAILED))
-            continue
+
+    def describe(txn_id: str):
         error, desc = broker.txn_coordinator.describe(txn_id)
         if desc is None:
-            states.append(_empty_state(txn_id, int(error)))
-            continue
+            return _empty_state(txn_id, int(error))
         by_topic: dict[str, list[int]] = {}
         for topic, partition in desc.partitions:
             by_topic.setdefault(topic, []).append(partition)
@@ -341,18 +338,21 @@ async def handle_describe_transactions(broker, header, request) -> Response:
             for t, ps in by_topic.items()
             if allowed(broker, "DESCRIBE", "TOPIC", t, log_denied=False)
         ]
-        states.append(
-            DtState(
-                error_code=0,
-                transactional_id=txn_id,
-                transaction_state=desc.state,
-                transaction_timeout_ms=desc.timeout_ms,
-                transaction_start_time_ms=desc.start_time_ms,
-                producer_id=desc.producer_id,
-                producer_epoch=desc.producer_epoch,
-                topics=topics,
-            )
+        return DtState(
+            error_code=0,
+            transactional_id=txn_id,
+            transaction_state=desc.state,
+            transaction_timeout_ms=desc.timeout_ms,
+            transaction_start_time_ms=desc.start_time_ms,
+            producer_id=desc.producer_id,
+            producer_epoch=desc.producer_epoch,
+            topics=topics,
         )
+
+    ids = request.transactional_ids
+    states = describe_each(
+        broker, "TRANSACTIONAL_ID", ids, TRANSACTIONAL_ID_AUTHORIZATION_FAILED, describe, _empty_state
+    )
     response = DescribeTransactionsResponse(version=version, throttle_time_ms=0, transaction_states=states)
     return Response.of(response, version)
 
