@@ -32,6 +32,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         "manager",
         (
             "kafkalog.manager",
+            "kafkalog.log_loading",
+            "kafkalog.dir_checkpoints",
             "kafkalog.logdir",
             "kafkalog.replica_manager",
             "kafkalog.retention",

@@ -20,13 +20,13 @@ import logging
 import shutil
 import threading
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .cleaner.explain import CompactionExplanation, explain_compaction
 from .cleaner.log_cleaner import CleanerPassStats, LogCleaner
 from .clock import SYSTEM_TIME, Time
+from .dir_checkpoints import write_dir_checkpoint
 from .errors import (
     InvalidPartitionsError,
     InvalidTopicError,
@@ -35,28 +35,22 @@ from .errors import (
     UnknownTopicOrPartitionError,
 )
 from .layout import (
-    DELETE_DIR_SUFFIX,
-    FUTURE_DIR_SUFFIX,
     INT64_MAX,
     LOG_START_OFFSET_CHECKPOINT,
-    METADATA_PARTITION_DIR,
     RECOVERY_POINT_CHECKPOINT,
     REPLICATION_OFFSET_CHECKPOINT,
-    STRAY_DIR_SUFFIX,
     deleted_dir_name,
-    parse_partition_dir,
 )
+from .log_loading import PartitionStart, ensure_meta_properties, open_logs, read_log_dir, scan_partition_dirs
 from .logdir import (
     CleanShutdownFile,
     LogDirLock,
     MetaProperties,
     PartitionMetadataFile,
     has_collision_chars,
-    initial_meta_properties,
     new_uuid,
     unify_collision_chars,
     validate_topic_name,
-    verify_meta_properties,
 )
 from .partition.topic_partition import TopicPartition
 from .record import RecordBatchBuilder, default_partition
@@ -64,7 +58,7 @@ from .record.types import Header
 from .replica_manager import ReplicaManager
 from .retention import RetentionExplanation, explain_retention
 from .scheduler import KafkaScheduler
-from .storage.checkpoints import CheckpointError, OffsetCheckpointFile
+from .storage.checkpoints import CheckpointError
 from .storage.cluster_metadata import ClusterMetadataImage
 from .storage.config import BrokerConfig, LogConfig
 from .storage.log import Log
@@ -205,52 +199,15 @@ class LogManager:
             self._started = True
 
     def _ensure_meta_properties(self) -> None:
-        """Check the dirs' meta.properties as Kafka's MetaPropertiesEnsemble.verify does (one cluster id, one node
-        id, equal to node.id/broker.id if configured, no directory id twice), then write one into each dir that
-        has none, alike the others' (KafkaServer / kafka-storage.sh format)."""
-        metas = {d: m for d in self.log_dirs if (m := MetaProperties.read(d)) is not None}
-        self.meta_properties = metas  # verified below, completed as dirs get theirs
         configured = self.broker.node_id if self.broker.node_id >= 0 else None
-        verify_meta_properties(metas, configured)
-        taken = {m.directory_id for m in metas.values() if m.directory_id is not None}
-        for directory in self.log_dirs:
-            if directory in metas:
-                continue
-            meta = initial_meta_properties(metas, configured, taken)
-            meta.write(directory)
-            metas[directory] = meta
-            log.info("Wrote %s (version %d, node id %s)", MetaProperties.path(directory), meta.version, meta.node_id)
-            if meta.directory_id is not None:
-                taken.add(meta.directory_id)
-
-    def _scan_partition_dirs(self) -> dict[str, list[tuple[int, Path]]]:
-        """Every topic's partition dirs across the log dirs, by a listing (nothing is opened)."""
-        found: dict[str, list[tuple[int, Path]]] = {}
-        for directory in self.log_dirs:
-            try:
-                children = sorted(directory.iterdir())
-            except OSError:
-                continue  # _load_dir meets the same error and takes the dir offline
-            for child in children:
-                name = child.name
-                if name.startswith(".") or name == METADATA_PARTITION_DIR:
-                    continue
-                if name.endswith((DELETE_DIR_SUFFIX, FUTURE_DIR_SUFFIX, STRAY_DIR_SUFFIX)):
-                    continue
-                try:
-                    topic, partition = parse_partition_dir(name)
-                except ValueError:
-                    continue
-                if child.is_dir():
-                    found.setdefault(topic, []).append((partition, child))
-        return found
+        self.meta_properties = ensure_meta_properties(self.log_dirs, configured)
 
     def _resolve_topics(self) -> None:
         """Decide each topic's source of configs before its logs open (kafkalog.topic_origins) and store what
         changed; warn about the topics whose configs are unknown."""
         self._unconfirmed.clear()
         changed: dict[str, TopicState] = {}
-        for topic, parts in sorted(self._scan_partition_dirs().items()):
+        for topic, parts in sorted(scan_partition_dirs(self.log_dirs).items()):
             stored = self._store.get(topic)
             partitions = max(p for p, _ in parts) + 1
             if stored is not None:
@@ -285,76 +242,42 @@ class LogManager:
         deleting retention runs on them unless kafkalog.adopted.topics.retention.enable is true."""
         return dict(self._unconfirmed)
 
-    def _read_checkpoint(self, directory: Path, name: str) -> dict[TopicPartition, int]:
-        try:
-            entries = OffsetCheckpointFile(directory / name).read()
-        except (CheckpointError, OSError, ValueError) as e:
-            log.warning("Ignoring the unreadable checkpoint %s: %s", directory / name, e)
-            return {}
-        return {TopicPartition(t, p): o for (t, p), o in entries.items()}
-
     def _load_dir(self, directory: Path) -> None:
-        marker = CleanShutdownFile(directory)
-        clean = marker.exists()
-        if clean:
-            marker.delete()
-        self._clean_start[directory] = clean
-        recovery = self._read_checkpoint(directory, RECOVERY_POINT_CHECKPOINT)
-        starts = self._read_checkpoint(directory, LOG_START_OFFSET_CHECKPOINT)
-        high_watermarks = self._read_checkpoint(directory, REPLICATION_OFFSET_CHECKPOINT)
-        jobs = []
-        for child in sorted(directory.iterdir()):
-            if not child.is_dir() or child.name.startswith("."):
-                continue
-            name = child.name
-            if name.endswith(DELETE_DIR_SUFFIX):
-                self._schedule_dir_removal(child, 0)
-                continue
-            if name.endswith((FUTURE_DIR_SUFFIX, STRAY_DIR_SUFFIX)) or name == METADATA_PARTITION_DIR:
-                continue
-            try:
-                tp = TopicPartition(*parse_partition_dir(name))
-            except ValueError:
-                log.warning("Skipping %s in log dir %s: not a topic-partition directory", name, directory)
-                continue
-            jobs.append((tp, child))
-        threads = max(1, int(self.broker.num_recovery_threads_per_data_dir))
-
-        def open_one(job):
-            tp, path = job
-            log_obj = Log.open(
-                path,
-                self._log_config(tp.topic),
-                self.clock,
-                log_start_offset=starts.get(tp, 0),
-                recovery_point=recovery.get(tp, 0),
-                high_watermark=high_watermarks.get(tp),
-                had_clean_shutdown=clean,
-                scheduler=self.scheduler,
-            )
-            return tp, path, log_obj
-
-        with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="log-recovery") as pool:
-            futures = [pool.submit(open_one, job) for job in jobs]
-        # Every job has finished: keep each log that opened (so that it is closed with the others, or marked
-        # offline with its dir), then raise the first error.
+        """Open the partition logs of ``directory`` and register them; then raise the first error, if any (a
+        log that opened is registered all the same, to be closed with the others or marked offline with its dir)."""
+        contents = read_log_dir(directory)
+        self._clean_start[directory] = contents.clean
+        for path in contents.deleted:
+            self._schedule_dir_removal(path, 0)
+        threads = int(self.broker.num_recovery_threads_per_data_dir)
         error: BaseException | None = None
-        for future in futures:
-            if future.exception() is not None:
-                error = error or future.exception()
+        for tp, path, opened in open_logs(contents.partitions, self._open_log, threads):
+            if isinstance(opened, BaseException):
+                error = error or opened
                 continue
-            tp, path, log_obj = future.result()
             if tp in self._logs:
-                log_obj.close()
+                opened.close()
                 error = error or KafkaStorageError(
                     f"Duplicate log directories for {tp} are found in both {self._dir_of[tp]} and {path}."
                 )
                 continue
-            self._register_log(tp, log_obj, directory)
+            self._register_log(tp, opened, directory)
             if self._store.get(tp.topic) is None:
                 self._adopt_topic(tp, path)
         if error is not None:
             raise error
+
+    def _open_log(self, tp: TopicPartition, path: Path, start: PartitionStart) -> Log:
+        return Log.open(
+            path,
+            self._log_config(tp.topic),
+            self.clock,
+            log_start_offset=start.log_start_offset,
+            recovery_point=start.recovery_point,
+            high_watermark=start.high_watermark,
+            had_clean_shutdown=start.had_clean_shutdown,
+            scheduler=self.scheduler,
+        )
 
     def _adopt_topic(self, tp: TopicPartition, path: Path) -> None:
         """A partition directory kafkalog did not create, missed by _resolve_topics: its topic, configs unknown."""
@@ -491,17 +414,14 @@ class LogManager:
             except KafkaStorageError as e:  # its dir is offline now; the other dirs go on
                 log.warning("%s", e)
 
-    def _write_checkpoint(self, name: str, value_of) -> None:
-        """Write one root checkpoint per log dir with ``value_of(log)`` for its logs (None leaves a log out)."""
+    def _write_checkpoint(self, name: str) -> None:
+        """Write root checkpoint ``name`` into every online log dir, for its logs (kafkalog.dir_checkpoints)."""
         for directory in self.log_dirs:
             if directory in self._offline_dirs:
                 continue  # as Kafka: checkpoints are written for live dirs only
-            entries = {}
-            for tp, log_obj in list(self._logs.items()):
-                if self._dir_of.get(tp) == directory and (value := value_of(log_obj)) is not None:
-                    entries[(tp.topic, tp.partition)] = value
+            logs = [(tp, lg) for tp, lg in list(self._logs.items()) if self._dir_of.get(tp) == directory]
             try:
-                OffsetCheckpointFile(directory / name).write(entries)
+                write_dir_checkpoint(directory, name, logs)
             except CheckpointError as e:
                 if not isinstance(e.__cause__, OSError):
                     raise
@@ -548,13 +468,13 @@ class LogManager:
         return {tp: lg for tp, lg in list(self._logs.items()) if not lg.is_offline}
 
     def checkpoint_recovery_points(self) -> None:
-        self._write_checkpoint(RECOVERY_POINT_CHECKPOINT, _recovery_point)
+        self._write_checkpoint(RECOVERY_POINT_CHECKPOINT)
 
     def checkpoint_log_start_offsets(self) -> None:
-        self._write_checkpoint(LOG_START_OFFSET_CHECKPOINT, _moved_log_start)
+        self._write_checkpoint(LOG_START_OFFSET_CHECKPOINT)
 
     def checkpoint_high_watermarks(self) -> None:
-        self._write_checkpoint(REPLICATION_OFFSET_CHECKPOINT, _high_watermark)
+        self._write_checkpoint(REPLICATION_OFFSET_CHECKPOINT)
 
     def _schedule_dir_removal(self, path: Path, delay_ms: int) -> None:
         def remove() -> None:
@@ -845,20 +765,6 @@ class LogManager:
 def _is_io_error(error: BaseException) -> bool:
     """An I/O error, or Kafka's KafkaStorageError wrapping one (what takes a log dir offline)."""
     return isinstance(error, OSError) or (isinstance(error, KafkaStorageError) and isinstance(error.__cause__, OSError))
-
-
-def _recovery_point(lg: Log) -> int:
-    return lg.recovery_point
-
-
-def _moved_log_start(lg: Log) -> int | None:
-    """Kafka checkpoints a log start offset only once it has moved past the first segment's base."""
-    first = lg.segments.first()
-    return lg.log_start_offset if first is not None and lg.log_start_offset > first.base_offset else None
-
-
-def _high_watermark(lg: Log) -> int:
-    return lg.high_watermark
 
 
 def _broker_config(config, log_dirs) -> BrokerConfig:

@@ -34,7 +34,7 @@ from ..storage.log import (
     Log,
     consumer_records,
 )
-from ..storage.producer_state import ProducerStateEntry
+from ..storage.producer_entry import ProducerStateEntry
 from ..storage.segment import FetchDataInfo, TimestampAndOffset
 from ..storage.txn_index import AbortedTxn
 from ..storage.validator import CLIENT, LogAppendInfo

@@ -20,7 +20,7 @@ from ..errors import CorruptSnapshotError, KafkaLogError, OffsetOutOfRangeError
 from ..record.batch import CONTROL_MASK, TRANSACTIONAL_MASK
 from ..record.columnar import batches_to_arrow
 from ..storage.file_records import BatchHeader, FileRecords
-from ..storage.producer_state import list_snapshots, read_snapshot
+from ..storage.producer_snapshot import list_snapshots, read_snapshot
 from .aborted import AbortedFilter, collect_aborted_txns
 from .segment_files import (
     RUN_BYTES,

@@ -38,7 +38,8 @@ from .leader_epoch import LeaderEpochFileCache
 from .loader import LoadedOffsets, load_log, open_segment
 from .log_append import LogAppend
 from .log_compaction import CleanerSupport
-from .producer_state import ProducerStateManager, sync_snapshot_if_exists
+from .producer_snapshot import sync_snapshot_if_exists
+from .producer_state import ProducerStateManager
 from .retention import RULE_LOG_START, RULE_SIZE, RULE_TIME, plan_retention
 from .segment import EMPTY_SLICE, FetchDataInfo, LogOffsetMetadata, LogSegment, TimestampAndOffset
 from .segments import LogSegments

@@ -20,7 +20,7 @@ from ..layout import (
 )
 from .files import delete_if_exists, fsync_dir
 from .loader import open_segment, replay_producer_state
-from .producer_state import ProducerStateEntry
+from .producer_entry import ProducerStateEntry
 from .segment import LogSegment
 from .txn_index import AbortedTxn
 
