@@ -1,5 +1,6 @@
 """What several handlers share: KafkaApis's logger, the per-topic, per-partition loop of the partition-level
-APIs, and the per-resource loop of the Describe APIs of groups and transactional ids.
+APIs, the per-resource loop of the Describe APIs of groups and transactional ids, and the copy of a layer's
+attributes into the response fields of the same names.
 
 ListOffsets, OffsetForLeaderEpoch and DeleteRecords answer each partition on its own: the topic's ACL is checked
 for each partition (as Kafka's handlers do, so each refusal is logged), the partition layer answers, and any
@@ -56,3 +57,9 @@ def describe_each(
     """One entry per named resource (a group, a transactional id), in request order: ``describe(name)`` when the
     request may DESCRIBE it, else ``failed(name, denied)`` (Kafka's per-resource authorization error)."""
     return [describe(n) if allowed(broker, "DESCRIBE", resource_type, n) else failed(n, denied) for n in names]
+
+
+def same_named(source: Any, names: Iterable[str]) -> dict[str, Any]:
+    """The attributes ``names`` of a layer's object, as keyword arguments for the response fields of the same
+    names (a coordinator's member, a producer's state)."""
+    return {name: getattr(source, name) for name in names}

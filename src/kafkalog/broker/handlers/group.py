@@ -39,7 +39,7 @@ from ..messages import ConsumerGroupDescribeResponse, ConsumerGroupHeartbeatResp
 from ..protocol import Response
 from ..security.acl import allowed, cluster_allowed
 from ..security.context import CURRENT
-from .common import describe_each, log
+from .common import describe_each, log, same_named
 from .metadata import topic_uuid
 
 # The connection a request came on (set by the router): JoinGroup records the member's client host from it.
@@ -194,17 +194,14 @@ def _join_response(version: int, result: JoinResult) -> Response:
     protocol_name = result.protocol_name
     if protocol_name is None and version < 7:
         protocol_name = ""  # not nullable before v7
+    reported = same_named(result, ("generation_id", "protocol_type", "leader", "skip_assignment", "member_id"))
     response = JoinGroupResponse(
         version=version,
         throttle_time_ms=0,
         error_code=int(result.error),
-        generation_id=result.generation_id,
-        protocol_type=result.protocol_type,
         protocol_name=protocol_name,
-        leader=result.leader,
-        skip_assignment=result.skip_assignment,
-        member_id=result.member_id,
         members=members,
+        **reported,
     )
     return Response.of(response, version)
 
@@ -238,9 +235,8 @@ def _sync_response(version: int, result: SyncResult) -> Response:
         version=version,
         throttle_time_ms=0,
         error_code=int(result.error),
-        protocol_type=result.protocol_type,
-        protocol_name=result.protocol_name,
         assignment=result.assignment if result.error == Errors.NONE else b"",
+        **same_named(result, ("protocol_type", "protocol_name")),
     )
     return Response.of(response, version)
 
@@ -592,10 +588,8 @@ def _heartbeat_response(version: int, result: HeartbeatResult, ids: _TopicIds) -
         throttle_time_ms=0,
         error_code=int(result.error),
         error_message=result.message,
-        member_id=result.member_id,
-        member_epoch=result.member_epoch,
-        heartbeat_interval_ms=result.heartbeat_interval_ms,
         assignment=assignment,
+        **same_named(result, ("member_id", "member_epoch", "heartbeat_interval_ms")),
     )
     return Response.of(response, version)
 
@@ -631,6 +625,10 @@ async def handle_consumer_group_heartbeat(broker, header, request) -> Response:
 
 
 # ----- ConsumerGroupDescribe (69, KIP-848) ----------------------------------------------------------------------
+# a described member's fields that report the coordinator's member attributes of the same name
+_MEMBER_FIELDS = ("member_id", "instance_id", "rack_id", "member_epoch", "client_id", "client_host")
+
+
 async def handle_consumer_group_describe(broker, header, request) -> Response:
     """Each group as Kafka's ConsumerGroup.asDescribedGroup: epochs, the assignor, every member with its current
     and target assignment (topics named by id and name); GROUP_ID_NOT_FOUND for classic or unknown groups."""
@@ -673,12 +671,7 @@ async def handle_consumer_group_describe(broker, header, request) -> Response:
             return failed(group_id, int(error), message)
         members = [
             Member(
-                member_id=m.member_id,
-                instance_id=m.instance_id,
-                rack_id=m.rack_id,
-                member_epoch=m.member_epoch,
-                client_id=m.client_id,
-                client_host=m.client_host,
+                **same_named(m, _MEMBER_FIELDS),
                 subscribed_topic_names=list(m.subscribed_topics),
                 subscribed_topic_regex=m.subscribed_regex,
                 assignment=assignment(m.assigned),
