@@ -8,6 +8,10 @@ its own process.
 
 ``--latency`` runs only the produce-to-consume latency load (issue 23's goal: ``--rate`` 10,000 msg/s of
 1 KiB for ``--seconds``), ``--repeat`` times per round on the same broker, and reports p50/p99/p99.9/max.
+``--create-stall`` measures what topic creation costs other clients: while ``--topics`` topics of
+``--partitions`` partitions are created one after another (CreateTopics from librdkafka's admin client),
+another connection sends ApiVersions back to back; the figures are those round trips' p99 and maximum, and
+the creations' total time.
 ``--a-producer``/``--b-producer`` (JSON) give each side's paced producer more arguments, to A/B the harness
 itself on one tree: ``python -m benchmarks.ab_broker HEAD HEAD --latency --a-producer '{"pacing": "spin"}'``.
 """
@@ -104,6 +108,54 @@ def _latency_round(tree: Path, work: Path, args: argparse.Namespace, producer: d
     return out
 
 
+def _create_stall_round(tree: Path, work: Path, args: argparse.Namespace) -> dict[str, float]:
+    """One broker from ``tree``: ApiVersions round trips on one connection while topics are created on another."""
+    import threading
+    import time
+
+    import tests.brokertools as brokertools
+
+    from .bench_broker import _create_topic
+
+    brokertools.REPO = tree
+    with brokertools.BrokerProcess(work / "logs", {"num.partitions": "1"}) as server:
+        _create_topic(server.bootstrap, "warm", 1)  # the admin client's first connection, before the clock
+        rtts: list[float] = []
+        creating = threading.Event()
+        done = threading.Event()
+
+        def ping() -> None:
+            from kafka.protocol.metadata import ApiVersionsRequest
+
+            with brokertools.RawClient(server.bootstrap, timeout=120) as client:
+                request = ApiVersionsRequest(version=3, client_software_name="ab", client_software_version="1")
+                while not done.is_set():
+                    sent = time.perf_counter()
+                    client.call(request, 3)
+                    if creating.is_set():
+                        rtts.append(time.perf_counter() - sent)
+                    time.sleep(0.001)
+
+        pinger = threading.Thread(target=ping, daemon=True)
+        pinger.start()
+        time.sleep(0.5)
+        creating.set()
+        start = time.perf_counter()
+        for i in range(args.topics):
+            _create_topic(server.bootstrap, f"created-{i}", args.partitions)
+        elapsed = time.perf_counter() - start
+        done.set()
+        pinger.join(120)
+    rtts.sort()
+    return {
+        "ping p50 ms": rtts[len(rtts) // 2] * 1e3,
+        "ping p99 ms": rtts[min(len(rtts) - 1, int(len(rtts) * 0.99))] * 1e3,
+        "ping max ms": rtts[-1] * 1e3,
+        "create s": elapsed,
+        "pings": float(len(rtts)),
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.ab_broker", description=__doc__.splitlines()[0])
     parser.add_argument("old", help="commit A")
@@ -115,6 +167,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", type=int, default=10_000, help="--latency: records per second")
     parser.add_argument("--seconds", type=float, default=10.0, help="--latency: seconds per run")
     parser.add_argument("--repeat", type=int, default=1, help="--latency: runs per round (fresh topics)")
+    parser.add_argument("--create-stall", action="store_true", help="only: other clients' delay while topics are made")
+    parser.add_argument("--topics", type=int, default=5, help="--create-stall: topics created")
+    parser.add_argument("--partitions", type=int, default=50, help="--create-stall: partitions per topic")
     parser.add_argument("--a-producer", type=json.loads, default={}, help="--latency: paced producer args of A")
     parser.add_argument("--b-producer", type=json.loads, default={}, help="--latency: paced producer args of B")
     args = parser.parse_args(argv)
@@ -126,7 +181,9 @@ def main(argv: list[str] | None = None) -> int:
         for i in range(args.rounds):
             for side, tree in (("A", a_tree), ("B", b_tree)) if i % 2 == 0 else (("B", b_tree), ("A", a_tree)):
                 work = scratch.root / f"{side}{i}"
-                if args.latency:
+                if args.create_stall:
+                    figures[side].append(_create_stall_round(tree, work, args))
+                elif args.latency:
                     producer = args.a_producer if side == "A" else args.b_producer
                     figures[side].append(_latency_round(tree, work, args, producer))
                 else:

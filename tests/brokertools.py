@@ -102,18 +102,9 @@ class BrokerProcess:
 # ----- a raw protocol client ----------------------------------------------------------------------------
 def frame(api_key: int, version: int, body: bytes, correlation_id: int = 1, client_id: str | None = "test") -> bytes:
     """A request frame with a v1 header, or v2 (empty tagged fields) when ``flexible``-by-key-and-version."""
-    from kafkalog.broker.protocol import APIS
+    from kafkalog.testing.protocol_messages import request_header
 
-    spec = APIS.get(api_key)
-    header = struct.pack(">hhi", api_key, version, correlation_id)
-    if client_id is None:
-        header += struct.pack(">h", -1)
-    else:
-        encoded = client_id.encode()
-        header += struct.pack(">h", len(encoded)) + encoded
-    if spec is not None and spec.min_version <= version <= spec.max_version and spec.flexible(version):
-        header += b"\x00"
-    payload = header + body
+    payload = request_header(api_key, version, correlation_id, client_id) + body
     return struct.pack(">i", len(payload)) + payload
 
 

@@ -10,11 +10,20 @@ import asyncio
 import gc
 import os
 import signal
+import struct
+import threading
 import weakref
 
+from kafka.protocol.admin import CreateTopicsRequest
+from kafka.protocol.metadata import MetadataRequest
+from kafka.protocol.producer import ProduceRequest
+
+from brokertools import RawClient, encode_request
 from kafkalog.broker import server as server_module
 from kafkalog.broker.config import KafkaConfig
+from kafkalog.broker.protocol import APIS
 from kafkalog.broker.server import KafkaServer, settle_heap
+from kafkalog.record import RecordBatchBuilder
 
 
 def _config(tmp_path) -> KafkaConfig:
@@ -59,3 +68,62 @@ def test_serve_forever_settles_the_heap_once_started(tmp_path, monkeypatch):
     asyncio.run(asyncio.wait_for(server.serve_forever(), 120))
     assert calls == [True]
     assert server.stopping
+
+
+def _create_request(name: str) -> CreateTopicsRequest:
+    topic = CreateTopicsRequest.CreatableTopic(
+        name=name, num_partitions=3, replication_factor=1, assignments=[], configs=[]
+    )
+    return CreateTopicsRequest(topics=[topic], timeout_ms=30000, validate_only=False)
+
+
+def _produce_request(topic: str) -> ProduceRequest:
+    builder = RecordBatchBuilder()
+    builder.append(b"k", b"answered while a topic is created")
+    P = ProduceRequest.TopicProduceData
+    data = [P(name=topic, partition_data=[P.PartitionProduceData(index=0, records=builder.build())])]
+    return ProduceRequest(transactional_id=None, acks=-1, timeout_ms=30000, topic_data=data)
+
+
+def test_other_clients_are_answered_while_a_topic_is_being_created(tmp_path, monkeypatch):
+    """CreateTopics runs off the event loop: while one client's topic creation is held (a slow disk), another
+    client's Metadata and Produce are answered; the creation then completes and is answered too."""
+    loop = asyncio.new_event_loop()
+    server = KafkaServer(_config(tmp_path))
+    loop.run_until_complete(server.startup())
+    thread = threading.Thread(target=loop.run_forever, name="broker-loop", daemon=True)
+    thread.start()
+    entered, release = threading.Event(), threading.Event()
+    create_topic = server.log_manager.create_topic
+
+    def slow_create_topic(*args, **kwargs):
+        entered.set()
+        release.wait(60)
+        return create_topic(*args, **kwargs)
+
+    try:
+        create_topic("existing", 1)
+        monkeypatch.setattr(server.log_manager, "create_topic", slow_create_topic)
+        host, port = server.bound_addresses[0]
+        with RawClient(f"{host}:{port}", timeout=60) as creating, RawClient(f"{host}:{port}", timeout=60) as other:
+            creating.send(encode_request(_create_request("slow"), 5, correlation_id=7))
+            assert entered.wait(60), "the CreateTopics request never reached the log manager"
+            metadata = other.call(MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name="existing")]), 9)
+            assert [(t.name, t.error_code) for t in metadata.topics] == [("existing", 0)]
+            produced = other.call(_produce_request("existing"), 9, correlation_id=2)
+            assert [(p.index, p.error_code, p.base_offset) for p in produced.responses[0].partition_responses] == [
+                (0, 0, 0)
+            ]
+            assert not release.is_set() and thread.is_alive()  # both answered while the creation was still held
+            release.set()
+            body = creating.receive()
+            assert struct.unpack_from(">i", body)[0] == 7
+            created = APIS[19].response[5].decode(body[5:])  # v5 is flexible: a tagged-field byte after the id
+            assert [(t.name, t.error_code, t.num_partitions) for t in created.topics] == [("slow", 0, 3)]
+        assert server.log_manager.describe_topic("slow").topic_id
+    finally:
+        release.set()
+        asyncio.run_coroutine_threadsafe(server.shutdown(), loop).result(120)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(60)
+        loop.close()

@@ -210,9 +210,60 @@ def test_a_manual_retention_pass_does_not_move_the_schedule(tmp_path: Path, cloc
         assert manager.get_log("t").segments.base_offsets == [1]
 
 
+def test_partition_metadata_is_written_by_the_scheduler_or_before_the_first_append(tmp_path, monkeypatch):
+    """As Kafka's flush-metadata-file task: creating a topic records its id and leaves the writes to the scheduler
+    (off a broker's event loop); a log appended to, or closed, before that task ran writes them first."""
+    m = LogManager([tmp_path])  # a real scheduler, whose tasks are held here instead of run
+    m.startup()
+    held: list[tuple[str, object]] = []
+    monkeypatch.setattr(m.scheduler, "schedule_once", lambda name, fn, delay_ms=0: held.append((name, fn)))
+    try:
+        topic_id = m.create_topic("later", 2).topic_id
+        assert [name for name, _ in held] == ["flush-metadata-file"]
+        assert not any((tmp_path / f"later-{p}" / "partition.metadata").exists() for p in range(2))
+        m.get_log("later", 1).append([(b"k", b"v")])
+        for p in range(2):  # one pass wrote every partition's file, before the record went in
+            assert (tmp_path / f"later-{p}" / "partition.metadata").read_text() == f"version: 0\ntopic_id: {topic_id}"
+        held[0][1]()  # the task, run after the append: nothing left to write
+
+        topic_id = m.create_topic("closed", 1).topic_id
+        assert not (tmp_path / "closed-0" / "partition.metadata").exists()
+    finally:
+        m.shutdown()  # closing the log writes what its task did not
+    assert (tmp_path / "closed-0" / "partition.metadata").read_text() == f"version: 0\ntopic_id: {topic_id}"
+
+
+def test_partition_metadata_that_cannot_be_written_refuses_appends_and_stays_pending(tmp_path, monkeypatch):
+    import kafkalog.logdir as logdir
+
+    m = LogManager([tmp_path])
+    m.startup()
+    monkeypatch.setattr(m.scheduler, "schedule_once", lambda name, fn, delay_ms=0: None)  # the task never runs
+    real_write_all = logdir.PartitionMetadataFile.write_all
+    failing = [KafkaStorageError("Error while writing partition metadata file: disk full")]
+
+    def write_all(dirs, topic_id):
+        if failing:
+            raise failing.pop()
+        real_write_all(dirs, topic_id)
+
+    monkeypatch.setattr(logdir.PartitionMetadataFile, "write_all", staticmethod(write_all))
+    try:
+        m.create_topic("blocked", 1)
+        log_ = m.get_log("blocked")
+        with pytest.raises(KafkaStorageError):
+            log_.append([(b"k", b"v")])
+        assert log_.log_end_offset == 0  # nothing written without its topic id on disk
+        log_.append([(b"k", b"v")])  # the next append writes the file, then the record
+        assert (tmp_path / "blocked-0" / "partition.metadata").exists() and log_.log_end_offset == 1
+    finally:
+        m.shutdown()
+
+
 def test_create_topic_makes_every_partition_metadata_durable_before_returning(tmp_path, monkeypatch):
     """The partition.metadata files of a new topic are written in one pass (PartitionMetadataFile.write_all): each
-    fsynced under its .tmp name before its rename, every partition dir and the log dir fsynced after, no .tmp left."""
+    fsynced under its .tmp name before its rename, every partition dir and the log dir fsynced after, no .tmp left.
+    (The pass is the flush-metadata-file task, which MockTime's scheduler runs as soon as it is due: at once.)"""
     import kafkalog.logdir as logdir
 
     events: list[tuple[str, str]] = []

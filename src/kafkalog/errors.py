@@ -132,6 +132,7 @@ class KafkaStorageError(KafkaLogError):
     # Set on a failed append (readers use getattr with a default: an error from elsewhere may lack them).
     io_error: BaseException | None  # the OSError underneath
     rolled_back: bool  # whether the partial bytes were cut off again, leaving the log consistent
+    io_failure_handled: bool  # set once Log._io_failure has taken the log offline and reported it
 
 
 class LogCleaningAbortedError(KafkaLogError):
@@ -160,6 +161,10 @@ class UnknownTopicOrPartitionError(KafkaLogError):
 
 class InvalidPartitionsError(KafkaLogError, ValueError):
     """Kafka's InvalidPartitionsException: a partition count below 1 or a partition that does not exist."""
+
+
+class PolicyViolationError(KafkaLogError):
+    """Kafka's PolicyViolationException: a request the broker's policy refuses (e.g. too many partitions at once)."""
 
 
 class MetadataParseError(KafkaLogError):

@@ -22,10 +22,12 @@ import logging
 import os
 import re
 import struct
+import threading
 import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .errors import (
     InconsistentBrokerIdError,
@@ -42,8 +44,12 @@ from .layout import (
     META_PROPERTIES_FILE,
     PARTITION_METADATA_FILE,
 )
+from .scheduler import SchedulerNotRunningError
 from .storage.files import atomic_write, fsync_dir, fsync_file
 from .storage.properties import parse_properties
+
+if TYPE_CHECKING:
+    from .storage.log import Log, Scheduler
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +57,7 @@ __all__ = [
     "ONE_UUID",
     "ZERO_UUID",
     "CleanShutdownFile",
+    "DeferredPartitionMetadata",
     "LogDirLock",
     "MetaProperties",
     "PartitionMetadataFile",
@@ -652,6 +659,50 @@ class PartitionMetadataFile:
 
     def __repr__(self) -> str:
         return f"PartitionMetadataFile(path={self.path})"
+
+
+class DeferredPartitionMetadata:
+    """The ``partition.metadata`` files of new partitions of one topic: recorded now, written by ``flush``.
+
+    Kafka's PartitionMetadataFile.record + maybeFlush: creating a log records its topic id and schedules the
+    write (``flush-metadata-file``), so the request that created the topic never waits for its fsyncs; the
+    append path flushes first if the task has not run yet (no record reaches a log whose topic id is not on
+    disk), and so does closing the log. Here one flush writes the files of all the topic's new partitions in
+    one pass (``PartitionMetadataFile.write_all``). Invariant: once ``flush`` has returned, every file is
+    durable under its name; a failed flush (KafkaStorageError) leaves them pending for the next call.
+    """
+
+    def __init__(self, partition_dirs: list[Path], topic_id: str) -> None:
+        topic_id = _canonical_uuid(topic_id)
+        if topic_id == ZERO_UUID:
+            raise ValueError(f"Cannot record the zero topic id in {partition_dirs[0] if partition_dirs else '?'}")
+        self.partition_dirs = list(partition_dirs)
+        self.topic_id = topic_id
+        self._lock = threading.Lock()
+        self._pending = bool(self.partition_dirs)
+
+    @property
+    def pending(self) -> bool:
+        return self._pending
+
+    def defer(self, logs: list[Log], scheduler: Scheduler) -> None:
+        """Hand the write to ``scheduler``'s threads (Kafka's ``flush-metadata-file`` task), after making each of
+        ``logs`` (the partitions' logs, just opened) flush it first if one is appended to or closed before."""
+        for log_obj in logs:
+            log_obj.metadata_flush = self.flush
+        try:
+            scheduler.schedule_once("flush-metadata-file", self.flush)
+        except SchedulerNotRunningError:  # stopping: no task will run, so write them now
+            self.flush()
+
+    def flush(self) -> None:
+        """Write every file, once (Kafka's maybeFlush); later calls return at once."""
+        if not self._pending:  # the append path's case: one attribute read, no lock
+            return
+        with self._lock:
+            if self._pending:
+                PartitionMetadataFile.write_all(self.partition_dirs, self.topic_id)
+                self._pending = False
 
 
 # ---------------------------------------------------------------------------------------------------------------

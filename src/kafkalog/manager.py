@@ -44,9 +44,9 @@ from .layout import (
 from .log_loading import PartitionStart, ensure_meta_properties, open_logs, read_log_dir, scan_partition_dirs
 from .logdir import (
     CleanShutdownFile,
+    DeferredPartitionMetadata,
     LogDirLock,
     MetaProperties,
-    PartitionMetadataFile,
     has_collision_chars,
     new_uuid,
     unify_collision_chars,
@@ -531,8 +531,8 @@ class LogManager:
             directory = self._next_log_dir(self._partitions_per_dir())
             path = directory / f"{tp.topic}-{tp.partition}"
             path.mkdir(parents=True, exist_ok=True)
-            PartitionMetadataFile(path).write(topic_id)
             log_obj = Log.open(path, log_config, self.clock, scheduler=self.scheduler, had_clean_shutdown=True)
+            DeferredPartitionMetadata([path], topic_id).defer([log_obj], self.scheduler)
             self._register_log(tp, log_obj, directory)
             count = max(tp.partition + 1, state.partitions if state is not None else 0)
             self._store.put(tp.topic, TopicState(topic_id, count, overrides))
@@ -560,8 +560,8 @@ class LogManager:
 
     def _create_partition_logs(self, name: str, numbers: range, topic_id: str, log_config: LogConfig) -> None:
         """Create the new partitions ``numbers`` of topic ``name``, spread over the online log dirs: their
-        directories, their partition.metadata files (written and made durable together, see
-        PartitionMetadataFile.write_all), then their logs, registered."""
+        directories and logs, registered, and their partition.metadata files written by the scheduler soon after
+        (DeferredPartitionMetadata: off a broker's event loop, yet before any record reaches them)."""
         counts = self._partitions_per_dir()
         placed: list[tuple[int, Path, Path]] = []
         for p in numbers:
@@ -570,9 +570,13 @@ class LogManager:
             path = directory / f"{name}-{p}"
             path.mkdir(parents=True, exist_ok=False)
             placed.append((p, directory, path))
-        PartitionMetadataFile.write_all([path for _, _, path in placed], topic_id)
-        for p, directory, path in placed:
-            log_obj = Log.open(path, log_config, self.clock, scheduler=self.scheduler, had_clean_shutdown=True)
+        metadata = DeferredPartitionMetadata([path for _, _, path in placed], topic_id)
+        logs = [
+            Log.open(path, log_config, self.clock, scheduler=self.scheduler, had_clean_shutdown=True)
+            for *_, path in placed
+        ]
+        metadata.defer(logs, self.scheduler)
+        for (p, directory, _), log_obj in zip(placed, logs, strict=True):
             self._register_log(TopicPartition(name, p), log_obj, directory)
 
     def _partitions_per_dir(self) -> dict[Path, int]:

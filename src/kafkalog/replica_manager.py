@@ -18,6 +18,7 @@ from .errors import InvalidRequiredAcksError, KafkaLogError, UnknownTopicOrParti
 from .partition import READ_UNCOMMITTED, VALID_ACKS, Partition
 from .partition.topic_partition import TopicPartition
 from .storage.log import Log
+from .storage.producer_state import AppendOrigin
 from .storage.segment import FetchDataInfo
 from .storage.validator import CLIENT, LogAppendInfo
 
@@ -117,7 +118,7 @@ class ReplicaManager:
 
     # ----- appends --------------------------------------------------------------------------------------
     def append_records(
-        self, entries: dict[TopicPartition, object], required_acks: int = -1, origin: str = CLIENT
+        self, entries: dict[TopicPartition, object], required_acks: int = -1, origin: AppendOrigin | str = CLIENT
     ) -> dict[TopicPartition, AppendResult]:
         """Append each partition's batches as its leader (Kafka's appendRecords / appendToLocalLog).
 

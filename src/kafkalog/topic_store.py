@@ -196,20 +196,23 @@ class TopicConfigStore:
             self._persist(topics)
             return True
 
+    def _committed(self) -> dict[str, TopicState]:
+        """The committed topics, without waiting for a write in progress (its fsyncs: a broker's event loop reads
+        here while a topic is created on another thread). Every commit replaces the dict and none changes it,
+        so a reader sees the state before a write or after it, never part of one."""
+        if not self._loaded:
+            with self._lock:
+                self._ensure_loaded()
+        return self._topics
+
     def get(self, topic: str) -> TopicState | None:
         """A copy of the topic's state, or None."""
-        with self._lock:
-            self._ensure_loaded()
-            state = self._topics.get(topic)
-            return state.copy() if state is not None else None
+        state = self._committed().get(topic)
+        return state.copy() if state is not None else None
 
     def topics(self) -> list[str]:
         """The known topic names, sorted."""
-        with self._lock:
-            self._ensure_loaded()
-            return sorted(self._topics)
+        return sorted(self._committed())
 
     def __contains__(self, topic: object) -> bool:
-        with self._lock:
-            self._ensure_loaded()
-            return topic in self._topics
+        return topic in self._committed()

@@ -54,7 +54,15 @@ _INT32 = struct.Struct(">I")
 
 
 class Cleaner(BatchFilter):
-    """Cleans one log at a time with its own offset map (one per cleaner thread, as in Kafka)."""
+    """Cleans one log at a time with its own offset map (one per cleaner thread, as in Kafka).
+
+    Invariants of a clean: only offsets below the dirty range's end (``first_uncleanable_offset``) are
+    rewritten; a record is dropped only when the offset map holds a later offset for its key, or when it is a
+    tombstone or aborted data past its delete horizon; batches keep their offsets, producer fields and order;
+    control batches are dropped only once their transaction is no longer needed; the cleaned segments replace
+    the originals through ``.cleaned`` and ``.swap`` files, so a crash at any point leaves either the old
+    segments or the new ones, never a mix.
+    """
 
     def __init__(
         self,

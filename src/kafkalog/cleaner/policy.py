@@ -24,6 +24,15 @@ log = logging.getLogger(__name__)
 # ----- choosing what to clean -----------------------------------------------------------------
 @dataclass(frozen=True)
 class OffsetsToClean:
+    """The dirty range of a log: ``[first_dirty_offset, first_uncleanable_dirty_offset)``.
+
+    Invariants: ``first_dirty_offset`` lies in ``[log start, log end]``; ``first_uncleanable_dirty_offset`` is the
+    smallest of the last stable offset, the active segment's base offset and the base offset of the first
+    segment still within ``min.compaction.lag.ms`` (or the first dirty offset when that is larger: an empty
+    range), so a clean never touches the active segment, an open transaction or too-recent records.
+    ``force_update_checkpoint`` says the checkpointed offset was invalid and was reset to the log start offset.
+    """
+
     first_dirty_offset: int
     first_uncleanable_dirty_offset: int
     force_update_checkpoint: bool = False

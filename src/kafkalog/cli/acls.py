@@ -98,17 +98,37 @@ def _bindings(o) -> list[tuple[str, str, str, str, str, str, str]]:
     return result
 
 
-def _acl(b):
-    from kafka.admin import ACL, ACLOperation, ACLPermissionType, ACLResourcePatternType, ResourcePattern, ResourceType
-
-    rtype, name, ptype, principal, host, op, permission = b
-    return ACL(
-        principal,
-        host,
-        ACLOperation[op],
-        ACLPermissionType[permission],
-        ResourcePattern(ResourceType[rtype], name, ACLResourcePatternType[ptype]),
+def _binding(
+    filter_: bool,
+    rtype: str,
+    name: str | None,
+    ptype: str,
+    principal: str | None,
+    host: str | None,
+    op: str,
+    permission: str,
+):
+    """kafka-python's ACL (``filter_`` False: one binding to create) or ACLFilter (what to list or delete; None
+    and ANY match every value) from the names of Kafka's enums."""
+    from kafka.admin import (
+        ACL,
+        ACLFilter,
+        ACLOperation,
+        ACLPermissionType,
+        ACLResourcePatternType,
+        ResourcePattern,
+        ResourcePatternFilter,
+        ResourceType,
     )
+
+    acl, pattern = (ACLFilter, ResourcePatternFilter) if filter_ else (ACL, ResourcePattern)
+    resource = pattern(ResourceType[rtype], name, ACLResourcePatternType[ptype])
+    return acl(principal, host, ACLOperation[op], ACLPermissionType[permission], resource)
+
+
+def _acl(b):
+    """One (resource type, name, pattern type, principal, host, operation, permission) binding to create."""
+    return _binding(False, *b)
 
 
 def _filter(
@@ -120,22 +140,7 @@ def _filter(
     op: str = "ANY",
     permission: str = "ANY",
 ):
-    from kafka.admin import (
-        ACLFilter,
-        ACLOperation,
-        ACLPermissionType,
-        ACLResourcePatternType,
-        ResourcePatternFilter,
-        ResourceType,
-    )
-
-    return ACLFilter(
-        principal,
-        host,
-        ACLOperation[op],
-        ACLPermissionType[permission],
-        ResourcePatternFilter(ResourceType[rtype], name, ACLResourcePatternType[ptype]),
-    )
+    return _binding(True, rtype, name, ptype, principal, host, op, permission)
 
 
 def _print_listing(acls) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import shutil
 import signal
@@ -10,6 +11,7 @@ import sys
 import tempfile
 import threading
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,14 +22,17 @@ from ..manager import LogManager
 from ..partition.readonly import ReadOnlyLogDir, log_dir_problem
 from ..storage.properties import load_properties
 
-log_dir_option = click.option(
-    "--log-dir",
-    "log_dirs",
-    required=True,
-    multiple=True,
-    type=click.Path(file_okay=False, path_type=Path),
-    help="A Kafka log dir (repeat for several, as log.dirs).",
-)
+
+def log_dirs_option(help: str, required: bool = True) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """--log-dir, repeatable (Kafka's log.dirs), as the ``log_dirs`` tuple of paths."""
+    return click.option(
+        "--log-dir",
+        "log_dirs",
+        required=required,
+        multiple=True,
+        type=click.Path(file_okay=False, path_type=Path),
+        help=help,
+    )
 
 
 def log_dir_or_broker_options(command: Callable[..., Any]) -> Callable[..., Any]:
@@ -42,12 +47,8 @@ def log_dir_or_broker_options(command: Callable[..., Any]) -> Callable[..., Any]
     command = click.option(
         "--bootstrap-server", default=None, metavar="HOST:PORT", help="A running broker (instead of --log-dir)."
     )(command)
-    return click.option(
-        "--log-dir",
-        "log_dirs",
-        multiple=True,
-        type=click.Path(file_okay=False, path_type=Path),
-        help="A Kafka log dir, offline (repeat for several, as log.dirs); or use --bootstrap-server.",
+    return log_dirs_option(
+        "A Kafka log dir, offline (repeat for several, as log.dirs); or use --bootstrap-server.", required=False
     )(command)
 
 
@@ -70,6 +71,46 @@ broker_config_option = click.option(
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     help="A broker server.properties (log.* settings: retention check interval, defaults for topics).",
 )
+
+
+@dataclass(frozen=True)
+class Location:
+    """Where a command that works on log dirs or on a running broker works: the --log-dir values (offline), or
+    --bootstrap-server with its --command-config (online), and the broker's server.properties (--config, offline
+    only). Exactly one of the first two is given (checked when it is made)."""
+
+    log_dirs: tuple[Path, ...]
+    bootstrap_server: str | None
+    command_config: Path | None
+    config_file: Path | None
+    online: bool  # a running broker (--bootstrap-server), not log dirs
+
+    @property
+    def bootstrap(self) -> str:
+        """--bootstrap-server of an online location."""
+        assert self.bootstrap_server is not None
+        return self.bootstrap_server
+
+
+def location_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """--log-dir or --bootstrap-server (with --command-config), and --config, given to the command as one
+    ``location`` (:class:`Location`), after the checks of :func:`online_or_offline` and of --config (a log dir's
+    broker settings: refused with --bootstrap-server)."""
+
+    @functools.wraps(command)
+    def run(
+        log_dirs: tuple[Path, ...],
+        bootstrap_server: str | None,
+        command_config: Path | None,
+        config_file: Path | None,
+        **kwargs: Any,
+    ) -> Any:
+        online = online_or_offline(log_dirs, bootstrap_server, command_config)
+        if online and config_file is not None:
+            raise click.UsageError("--config (a broker's server.properties) applies to --log-dir only")
+        return command(location=Location(log_dirs, bootstrap_server, command_config, config_file, online), **kwargs)
+
+    return log_dir_or_broker_options(broker_config_option(run))
 
 
 def open_manager(

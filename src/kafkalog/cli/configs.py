@@ -18,38 +18,25 @@ broker stores StoredKey and ServerKey.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import click
 
 from .client_config import admin_client
 from .common import log_dir_or_broker_options, online_or_offline
+from .config_items import ConfigsRequest, config_items
+from .resource_configs import resource_configs
 
-_ITEM = re.compile(r"\s*([A-Za-z0-9._-]+)\s*(?:=\s*(\[[^\]]*\]|[^,]*))?\s*(?:,|$)")
 _MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
 
 
 QUOTA_KEYS = ("producer_byte_rate", "consumer_byte_rate", "request_percentage", "controller_mutation_rate")
 
 
-def _items(text: str) -> list[tuple[str, str]]:
-    """``a=1,B=[x=1,y=2]`` -> [(a, 1), (B, [x=1,y=2])]."""
-    items = []
-    pos = 0
-    while pos < len(text):
-        m = _ITEM.match(text, pos)
-        if not m or m.end() == pos:
-            raise click.BadParameter(f"cannot parse {text[pos:]!r}", param_hint="--add-config")
-        items.append((m.group(1), (m.group(2) or "").strip()))
-        pos = m.end()
-    return items
-
-
 def parse_quotas(text: str) -> dict[str, float]:
     """The quota settings of an --add-config value (its SCRAM items are left to parse_add_config)."""
     result = {}
-    for key, value in _items(text):
+    for key, value in config_items(text):
         if key.upper() in _MECHANISMS:
             continue
         if key not in QUOTA_KEYS:
@@ -64,7 +51,7 @@ def parse_quotas(text: str) -> dict[str, float]:
 def parse_add_config(text: str) -> dict[str, dict[str, str]]:
     """``'SCRAM-SHA-256=[iterations=8192,password=x],SCRAM-SHA-512=[password=y]'`` -> mechanism -> settings."""
     result: dict[str, dict[str, str]] = {}
-    for key, value in _items(text):
+    for key, value in config_items(text):
         key = key.upper()
         if key not in _MECHANISMS:
             continue
@@ -117,49 +104,36 @@ def configs_command(
         raise click.UsageError("--all is only valid with --describe")
     if config_file is not None and online:
         raise click.UsageError("--config (a broker's server.properties) applies to --log-dir only")
+    request = ConfigsRequest(entity_type, entity_name, entity_default, alter, describe_all, add_config, delete_config)
     if entity_type in ("topics", "brokers"):
-        from .resource_configs import resource_configs
-
-        resource_configs(
-            log_dirs, bootstrap_server, command_config, config_file, entity_type, entity_name, entity_default,
-            alter, describe_all, add_config, delete_config,
-        )  # fmt: skip
+        resource_configs(log_dirs, bootstrap_server, command_config, config_file, request)
         return
     if not online:
         raise click.UsageError(f"--entity-type {entity_type} needs --bootstrap-server (they live on a broker)")
-    _users_and_clients(
-        bootstrap_server, command_config, entity_type, entity_name, entity_default, alter, describe, add_config,
-        delete_config,
-    )  # fmt: skip
+    assert bootstrap_server is not None
+    _users_and_clients(bootstrap_server, command_config, request)
 
 
-def _users_and_clients(
-    bootstrap_server,
-    command_config,
-    entity_type,
-    entity_name,
-    entity_default,
-    alter,
-    describe,
-    add_config,
-    delete_config,
-) -> None:
+def _users_and_clients(bootstrap_server: str, command_config: Path | None, request: ConfigsRequest) -> None:
     """Add, change, delete or describe SCRAM credentials and client quotas on a running broker."""
     from kafka.admin import ScramMechanism, UserScramCredentialDeletion, UserScramCredentialUpsertion
 
+    entity_name, entity_default, alter = request.entity_name, request.entity_default, request.alter
+    add_config, delete_config = request.add_config, request.delete_config
+    describe = not alter
     if entity_default and entity_name:
         raise click.UsageError("--entity-name and --entity-default cannot be used together")
-    quota_type = "user" if entity_type == "users" else "client-id"
+    quota_type = "user" if request.entity_type == "users" else "client-id"
     admin = admin_client(bootstrap_server, command_config, "kafkalog-configs")
     try:
-        if describe and (entity_type == "clients" or entity_default):
+        if describe and (request.entity_type == "clients" or entity_default):
             _describe_quotas(admin, quota_type, entity_name, entity_default)
             return
         quota_items = parse_quotas(add_config or "")
         quota_removals = [k for k in (delete_config or "").split(",") if k.strip() in QUOTA_KEYS]
-        if alter and (entity_type == "clients" or entity_default or quota_items or quota_removals):
+        if alter and (request.entity_type == "clients" or entity_default or quota_items or quota_removals):
             _alter_quotas(admin, quota_type, entity_name, add_config or "", delete_config or "")
-            add_config = ",".join(f"{k}={v}" for k, v in _items(add_config or "") if k.upper() in _MECHANISMS)
+            add_config = ",".join(f"{k}={v}" for k, v in config_items(add_config or "") if k.upper() in _MECHANISMS)
             delete_config = ",".join(k for k in (delete_config or "").split(",") if k.strip() not in QUOTA_KEYS)
             if not add_config and not delete_config:
                 click.echo(f"Completed updating config for {_entity_text(quota_type, entity_name)}.")

@@ -24,9 +24,10 @@ import os
 import re
 import select
 import signal
+import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import IO, Any, Protocol
 
 import click
@@ -52,6 +53,23 @@ def _flag(props: dict[str, str], key: str, default: bool) -> bool:
     return props[key].strip().lower() == "true" if key in props else default
 
 
+def _property_fields(cls: type, props: dict[str, str], exclude: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The fields of the dataclass ``cls`` (but ``exclude``) that Kafka's properties of the same name set
+    (``key.separator`` -> ``key_separator``): a bool field as Kafka reads a flag, a bytes field as the property's
+    UTF-8 bytes. A field whose property is absent keeps its default, so the defaults are stated once, on the
+    fields."""
+    values: dict[str, Any] = {}
+    for f in fields(cls):
+        key = f.name.replace("_", ".")
+        if key not in props or f.name in exclude:
+            continue
+        if f.type == "bool":
+            values[f.name] = _flag(props, key, False)
+        elif str(f.type).startswith("bytes"):
+            values[f.name] = props[key].encode()
+    return values
+
+
 @dataclass
 class LineReader:
     """Kafka's LineMessageReader on bytes: ``[headers<headers.delimiter>][key<key.separator>]value`` per line."""
@@ -70,17 +88,7 @@ class LineReader:
     @classmethod
     def from_properties(cls, props: dict[str, str], fixed_headers: list[tuple[str, bytes | None]]) -> LineReader:
         """The reader for ``--property`` values, refusing what Kafka's configure() refuses (a usage error)."""
-        reader = cls(
-            parse_key=_flag(props, "parse.key", False),
-            key_separator=props.get("key.separator", "\t").encode(),
-            parse_headers=_flag(props, "parse.headers", False),
-            headers_delimiter=props.get("headers.delimiter", "\t").encode(),
-            headers_separator=props.get("headers.separator", ",").encode(),
-            headers_key_separator=props.get("headers.key.separator", ":").encode(),
-            ignore_error=_flag(props, "ignore.error", False),
-            null_marker=props["null.marker"].encode() if "null.marker" in props else None,
-            fixed_headers=fixed_headers,
-        )
+        reader = cls(**_property_fields(cls, props), fixed_headers=fixed_headers)
         pairs = [
             ("headers.delimiter", reader.headers_delimiter, "headers.separator", reader.headers_separator),
             ("headers.delimiter", reader.headers_delimiter, "headers.key.separator", reader.headers_key_separator),
@@ -163,6 +171,45 @@ def _show(data: bytes, limit: int = 80) -> str:
     return repr(text if len(text) <= limit else text[:limit] + "...")
 
 
+# ----- the console consumer's request ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ConsumeRequest:
+    """What the console consumer reads and how long, the same for a log dir and a broker: the topic (one
+    partition or all), where to start (--from-beginning or auto.offset.reset=earliest, --offset, --timestamp;
+    else the end), when to stop (--max-messages; --timeout-ms without a record; offline the end unless
+    ``follow``), the isolation level, and ``render(partition, record, timestamp type) -> bytes`` for each record."""
+
+    topic: str
+    partition: int | None
+    from_beginning: bool
+    offset: int | str | None  # earliest, latest or a number
+    timestamp: int | None
+    max_messages: int | None
+    timeout_ms: int | None
+    isolation: str
+    render: Callable[[int, Any, str | None], bytes]
+    follow: bool = False  # offline: read records appended after the end too
+    group: str | None = None  # online: a consumer group to join
+
+    def done(self, printed: int) -> bool:
+        """--max-messages reached."""
+        return self.max_messages is not None and printed >= self.max_messages
+
+    def timed_out(self, last_record: float) -> bool:
+        """--timeout-ms passed since ``last_record`` (a time.monotonic() value) without a record."""
+        return self.timeout_ms is not None and (time.monotonic() - last_record) * 1000 >= self.timeout_ms
+
+
+@dataclass
+class Printed:
+    """The console consumer's count of the records it printed, each counted before it is written as Kafka's
+    ConsoleConsumer.process counts it (so the total said at the end includes a write that failed), and the
+    time.monotonic() of the last record (--timeout-ms counts from it)."""
+
+    count: int = 0
+    last_record: float = field(default_factory=time.monotonic)
+
+
 # ----- Kafka's DefaultMessageFormatter ---------------------------------------------------------------------------
 DEFAULT_FORMATTERS = {
     "kafka.tools.DefaultMessageFormatter",
@@ -187,18 +234,18 @@ DECODER_FORMATTERS = {  # Kafka's internal-topic formatters: kafkalog decodes th
 }
 
 
+# DefaultMessageFormatter's print.* properties: the fields a record's line can show, in the order Kafka writes them,
+# and whether each is shown by default.
+PRINT_FIELDS = {"timestamp": False, "partition": False, "offset": False, "headers": False, "key": False, "value": True}
+
+
 @dataclass
 class MessageFormatter:
     """Kafka's DefaultMessageFormatter: the fields asked for, in Kafka's order (timestamp, partition, offset,
     headers, key, value), joined by key.separator, the record ended by line.separator. ``no_op`` prints nothing
     (NoOpMessageFormatter); ``logging`` also prints the record's description on stderr (LoggingMessageFormatter)."""
 
-    print_timestamp: bool = False
-    print_key: bool = False
-    print_value: bool = True
-    print_partition: bool = False
-    print_offset: bool = False
-    print_headers: bool = False
+    printed: frozenset[str] = frozenset({"value"})  # names of PRINT_FIELDS
     key_separator: bytes = b"\t"
     line_separator: bytes = b"\n"
     headers_separator: bytes = b","
@@ -226,22 +273,11 @@ class MessageFormatter:
                     param_hint="--property",
                 )
 
-        def text(key: str, default: bytes) -> bytes:
-            return props[key].encode() if key in props else default
-
         return cls(
-            print_timestamp=_flag(props, "print.timestamp", False),
-            print_key=_flag(props, "print.key", False),
-            print_value=_flag(props, "print.value", True),
-            print_partition=_flag(props, "print.partition", False),
-            print_offset=_flag(props, "print.offset", False),
-            print_headers=_flag(props, "print.headers", False),
-            key_separator=text("key.separator", b"\t"),
-            line_separator=text("line.separator", b"\n"),
-            headers_separator=text("headers.separator", b","),
-            null_literal=text("null.literal", b"null"),
+            printed=frozenset(f for f, default in PRINT_FIELDS.items() if _flag(props, f"print.{f}", default)),
             no_op=name in NO_OP_FORMATTERS,
             logging=name in LOGGING_FORMATTERS,
+            **_property_fields(cls, props, exclude=("no_op", "logging")),
         )
 
     def format(self, partition: int, record: Any, timestamp_type: str | None) -> bytes:
@@ -250,14 +286,14 @@ class MessageFormatter:
         if self.no_op:
             return b""
         parts: list[bytes] = []
-        if self.print_timestamp:
+        if "timestamp" in self.printed:
             kind = timestamp_type if record.timestamp is not None and record.timestamp >= 0 else None
             parts.append(b"NO_TIMESTAMP" if kind is None else f"{kind}:{record.timestamp}".encode())
-        if self.print_partition:
+        if "partition" in self.printed:
             parts.append(b"Partition:%d" % partition)
-        if self.print_offset:
+        if "offset" in self.printed:
             parts.append(b"Offset:%d" % record.offset)
-        if self.print_headers:
+        if "headers" in self.printed:
             headers = list(record.headers or ())
             if not headers:
                 parts.append(b"NO_HEADERS")
@@ -267,9 +303,9 @@ class MessageFormatter:
                         k.encode() + b":" + (v if v is not None else self.null_literal) for k, v in headers
                     )
                 )
-        if self.print_key:
+        if "key" in self.printed:
             parts.append(record.key if record.key is not None else self.null_literal)
-        if self.print_value:
+        if "value" in self.printed:
             parts.append(record.value if record.value is not None else self.null_literal)
         if not parts:
             return b""
@@ -489,6 +525,21 @@ def produce_lines(
         return outcome
     finally:
         sink.flush()
+
+
+def run_producer(
+    sink: Sink, input_file: IO[bytes], parse: Callable[[bytes, int], dict[str, Any]], partition: int | None
+) -> None:
+    """The console producer from start to end, the same over a log dir and a broker: the input's lines produced
+    through ``sink`` with SIGINT/SIGTERM taken between two reads, the sink closed whatever happened, then the
+    summary (:func:`report`, which raises what makes the exit status)."""
+    signals = DeferredSignals()
+    try:
+        with signals.installed():
+            outcome = produce_lines(LineSource(input_file, sys.stdout.buffer), sink, parse, partition, signals)
+    finally:
+        sink.close()
+    report(sink, outcome)
 
 
 def ranges(numbers: list[int]) -> str:

@@ -11,6 +11,7 @@ import base64
 import json
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,24 +21,17 @@ import click
 from ..manager import TopicPartition
 from ..record import CODEC_NAMES, build_batch
 from ..storage.properties import load_properties
-from .common import (
-    broker_config_option,
-    log_dir_or_broker_options,
-    online_or_offline,
-    open_manager,
-    open_readonly,
-    parse_key_values,
-)
+from .common import Location, location_options, open_manager, open_readonly, parse_key_values
 from .console import (
-    DeferredSignals,
+    ConsumeRequest,
     LineReader,
-    LineSource,
     MessageFormatter,
+    Printed,
+    Sink,
     parse_properties,
-    produce_lines,
     ranges,
     records_noun,
-    report,
+    run_producer,
 )
 
 ACKS_CHOICES = {"0": 0, "1": 1, "-1": -1, "all": -1}
@@ -149,8 +143,7 @@ def producer_settings(
 
 
 @click.command("produce")
-@log_dir_or_broker_options
-@broker_config_option
+@location_options
 @click.option("--topic", required=True)
 @click.option("--partition", type=int, help="Write every record to this partition (else by key, else round robin).")
 @click.option("--key-separator", help="Each line is <key><separator><value> (parse.key=true in Kafka's producer).")
@@ -180,10 +173,7 @@ def producer_settings(
 )
 @click.argument("input_file", type=click.File("rb"), default="-")
 def produce_command(
-    log_dirs: tuple[Path, ...],
-    bootstrap_server: str | None,
-    command_config: Path | None,
-    config_file: Path | None,
+    location: Location,
     topic: str,
     partition: int | None,
     key_separator: str | None,
@@ -212,7 +202,6 @@ def produce_command(
     write every complete line read, then exit 130/143. The summary on stderr says how many records were written,
     where, and which input lines were not; the exit code is non-zero when any was not.
     """
-    online = online_or_offline(log_dirs, bootstrap_server, command_config)
     props = parse_properties(properties, "--property")
     if key_separator is not None:
         props.setdefault("parse.key", "true")
@@ -229,28 +218,20 @@ def produce_command(
         return _parse_json_line(line, number, fixed_headers)
 
     parse = parse_json if json_lines else reader.parse
+    sink: Sink
+    if location.online:
+        from .online import BrokerSink
 
-    if online:
-        if config_file is not None:
-            raise click.UsageError("--config (a broker's server.properties) applies to --log-dir only")
-        from .online import produce_online
-
-        assert bootstrap_server is not None
-        produce_online(bootstrap_server, command_config, topic, partition, settings, input_file, parse)
-        return
-    for key in settings.extra:
-        raise click.BadParameter(
-            f"{key} configures a network producer; a log dir takes {', '.join(sorted(OFFLINE_PRODUCER_PROPERTIES))}",
-            param_hint="--producer-property",
-        )
-    sink = LogDirSink(log_dirs, config_file, topic, settings)
-    signals = DeferredSignals()
-    try:
-        with signals.installed():
-            outcome = produce_lines(LineSource(input_file, sys.stdout.buffer), sink, parse, partition, signals)
-    finally:
-        sink.close()
-    report(sink, outcome)
+        sink = BrokerSink(location.bootstrap, location.command_config, topic, settings)
+    else:
+        for key in settings.extra:
+            raise click.BadParameter(
+                f"{key} configures a network producer; a log dir takes "
+                + ", ".join(sorted(OFFLINE_PRODUCER_PROPERTIES)),
+                param_hint="--producer-property",
+            )
+        sink = LogDirSink(location.log_dirs, location.config_file, topic, settings)
+    run_producer(sink, input_file, parse, partition)
 
 
 class LogDirSink:
@@ -431,8 +412,7 @@ FOLLOW_POLL_SECONDS = 0.2
 
 
 @click.command("consume")
-@log_dir_or_broker_options
-@broker_config_option
+@location_options
 @click.option("--topic", required=True)
 @click.option("--partition", type=int, help="Read one partition (else every partition, one after another).")
 @click.option(
@@ -506,10 +486,7 @@ FOLLOW_POLL_SECONDS = 0.2
 )
 @click.option("--json", "json_lines", is_flag=True, help="One JSON object per record.")
 def consume_command(
-    log_dirs: tuple[Path, ...],
-    bootstrap_server: str | None,
-    command_config: Path | None,
-    config_file: Path | None,
+    location: Location,
     topic: str,
     partition: int | None,
     group: str | None,
@@ -539,23 +516,19 @@ def consume_command(
     With --bootstrap-server the records come from a running broker (kafka-python's consumer), in the same
     format; see --group and --timeout-ms. A reader that goes away (`| head -1`) ends it quietly; Ctrl-C and SIGTERM
     print the total and exit 130/143, as Kafka's."""
-    online = online_or_offline(log_dirs, bootstrap_server, command_config)
     start = _parse_offset(offset)
     if offset is not None and partition is None:
         raise click.UsageError("--offset needs --partition, as in kafka-console-consumer")
     if sum(x is not None and x is not False for x in (from_beginning or None, offset, timestamp)) > 1:
         raise click.UsageError("use only one of --from-beginning, --offset and --timestamp")
-    fmt_props = dict(load_properties(formatter_config)) if formatter_config else {}
-    fmt_props = {k: str(v) for k, v in fmt_props.items()}
+    fmt_props = _properties(formatter_config)
     fmt_props.update(parse_properties(properties, "--property"))
     if print_key:
         fmt_props.setdefault("print.key", "true")
     if key_separator is not None:
         fmt_props.setdefault("key.separator", key_separator)
-    message_formatter = MessageFormatter.create(formatter, fmt_props)
-    consumer_props: dict[str, str] = {}
-    if consumer_config_file is not None:
-        consumer_props.update((k, str(v)) for k, v in load_properties(consumer_config_file).items())
+    render = _renderer(topic, json_lines, MessageFormatter.create(formatter, fmt_props))
+    consumer_props = _properties(consumer_config_file)
     consumer_props.update(parse_key_values(consumer_properties, "--consumer-property"))
     isolation = isolation_level or consumer_props.pop("isolation.level", "read_uncommitted")
     if isolation not in ("read_uncommitted", "read_committed"):
@@ -563,40 +536,52 @@ def consume_command(
     reset = consumer_props.get("auto.offset.reset")
     if reset is not None and from_beginning and reset != "earliest":
         raise click.UsageError(f"Can't simultaneously specify --from-beginning and 'auto.offset.reset={reset}'")
+    request = ConsumeRequest(
+        topic, partition, from_beginning or reset == "earliest", start, timestamp, max_messages, timeout_ms,
+        isolation, render, follow=follow, group=group,
+    )  # fmt: skip
+    if location.online:
+        _consume_from_broker(location, request, consumer_props)
+    else:
+        _consume_from_log_dirs(location, request, consumer_props)
 
-    def render(part: int, record, timestamp_type: str | None) -> bytes:
+
+def _properties(config_file: Path | None) -> dict[str, str]:
+    """A properties file's settings as text (none without a file), for the command line's to override."""
+    return {k: str(v) for k, v in load_properties(config_file).items()} if config_file is not None else {}
+
+
+def _renderer(topic: str, json_lines: bool, formatter: MessageFormatter) -> Callable[[int, Any, str | None], bytes]:
+    """The bytes a record is printed as: a JSON line (--json), else the formatter's line (and, for Kafka's
+    LoggingMessageFormatter, its description on stderr)."""
+
+    def render(part: int, record: Any, timestamp_type: str | None) -> bytes:
         if json_lines:
             return _json_record(topic, part, record)
-        if message_formatter.logging:
-            click.echo(message_formatter.describe(topic, part, record, timestamp_type), err=True)
-        return message_formatter.format(part, record, timestamp_type)
+        if formatter.logging:
+            click.echo(formatter.describe(topic, part, record, timestamp_type), err=True)
+        return formatter.format(part, record, timestamp_type)
 
-    if online:
-        if config_file is not None:
-            raise click.UsageError("--config (a broker's server.properties) applies to --log-dir only")
-        group = _one_group(group, consumer_props)
-        if group is not None and (partition is not None or offset is not None or timestamp is not None):
-            raise click.UsageError("--group cannot be used with --partition, --offset or --timestamp")
-        from .online import consume_online
+    return render
 
-        assert bootstrap_server is not None
-        consume_online(
-            bootstrap_server,
-            command_config,
-            topic,
-            partition,
-            group,
-            from_beginning or reset == "earliest",
-            start,
-            timestamp,
-            max_messages,
-            timeout_ms,
-            isolation,
-            consumer_props,
-            render,
-        )
-        return
-    if group is not None or "group.id" in consumer_props:
+
+def _consume_from_broker(location: Location, request: ConsumeRequest, consumer_props: dict[str, str]) -> None:
+    """The online checks of --group (with group.id, without --partition/--offset/--timestamp), then the read."""
+    from dataclasses import replace
+
+    from .online import consume_online
+
+    group = _one_group(request.group, consumer_props)
+    if group is not None and (
+        request.partition is not None or request.offset is not None or request.timestamp is not None
+    ):
+        raise click.UsageError("--group cannot be used with --partition, --offset or --timestamp")
+    consume_online(location.bootstrap, location.command_config, replace(request, group=group), consumer_props)
+
+
+def _consume_from_log_dirs(location: Location, request: ConsumeRequest, consumer_props: dict[str, str]) -> None:
+    """The offline checks (no group; only the consumer configs a log dir means something to), then the read."""
+    if request.group is not None or "group.id" in consumer_props:
         raise click.UsageError("--group applies to --bootstrap-server only (a log dir has no consumer groups)")
     for key in consumer_props:
         if key not in OFFLINE_CONSUMER_PROPERTIES:
@@ -605,21 +590,9 @@ def consume_command(
                 + ", ".join(sorted(OFFLINE_CONSUMER_PROPERTIES)),
                 param_hint="--consumer-property",
             )
-    if config_file is not None:
-        load_properties(config_file)  # checked; reading needs none of its settings
-    _consume_offline(
-        log_dirs,
-        topic,
-        partition,
-        from_beginning or reset == "earliest",
-        start,
-        timestamp,
-        max_messages,
-        isolation,
-        follow or timeout_ms is not None,
-        timeout_ms,
-        render,
-    )
+    if location.config_file is not None:
+        load_properties(location.config_file)  # checked; reading needs none of its settings
+    _consume_offline(location.log_dirs, request)
 
 
 def _parse_offset(offset: str | None) -> int | str | None:
@@ -652,58 +625,30 @@ def _one_group(group: str | None, consumer_props: dict[str, str]) -> str | None:
     return group if group is not None else other
 
 
-def _consume_offline(
-    log_dirs: tuple[Path, ...],
-    topic: str,
-    partition: int | None,
-    from_beginning: bool,
-    offset: int | str | None,
-    timestamp: int | None,
-    max_messages: int | None,
-    isolation: str,
-    follow: bool,
-    timeout_ms: int | None,
-    render,
-) -> None:
+def _consume_offline(log_dirs: tuple[Path, ...], request: ConsumeRequest) -> None:
     """The records of the log dirs' partitions from the start asked for, partition after partition; in follow
-    mode the log dirs are looked at again every 200 ms (a fresh read-only view: new segments, a new end) and what
-    was appended is printed, until --timeout-ms passes without a record or the command is stopped."""
-    view = open_readonly(log_dirs)
-    parts = [view.partition(topic, partition)] if partition is not None else view.partitions_of(topic)
+    mode (--follow or --timeout-ms) the log dirs are looked at again every 200 ms (a fresh read-only view: new
+    segments, a new end) and what was appended is printed, until --timeout-ms passes without a record or the
+    command is stopped."""
+    follow = request.follow or request.timeout_ms is not None
+    parts = _partitions(open_readonly(log_dirs), request)
     positions: dict[int, int] = {}
     for part in parts:
         if part.high_watermark_note is not None and part.checkpointed_high_watermark is not None:
             click.echo(f"Note: {part.name}: high watermark {part.high_watermark} {part.high_watermark_note}", err=True)
-        positions[part.partition] = _start_offset(part, from_beginning, offset, timestamp, isolation)
-    printed = 0
-    out = sys.stdout.buffer
-    last_record = time.monotonic()
+        positions[part.partition] = _start_offset(part, request)
+    printed = Printed()
     try:
         while True:
             for part in parts:
-                position = positions[part.partition]
-                for batch in part.batches(position, isolation):
-                    if batch.is_control:
-                        continue
-                    kind = batch.timestamp_type
-                    for record in batch:
-                        if not position <= record.offset < part.bound(isolation):
-                            continue
-                        if max_messages is not None and printed >= max_messages:
-                            return
-                        printed += 1  # counted before it is written, as Kafka's ConsoleConsumer.process
-                        out.write(render(part.partition, record, kind))
-                        last_record = time.monotonic()
-                    out.flush()
-                positions[part.partition] = max(position, part.bound(isolation))
-            if max_messages is not None and printed >= max_messages:
-                return
-            if not follow or (timeout_ms is not None and (time.monotonic() - last_record) * 1000 >= timeout_ms):
+                _print_new_records(part, positions, request, printed)
+                if request.done(printed.count):
+                    return
+            if not follow or request.timed_out(printed.last_record):
                 return
             time.sleep(FOLLOW_POLL_SECONDS)
-            view = open_readonly(log_dirs)
             known = {p.partition for p in parts}
-            parts = [view.partition(topic, partition)] if partition is not None else view.partitions_of(topic)
+            parts = _partitions(open_readonly(log_dirs), request)
             for part in parts:
                 if part.partition not in known:  # a partition added meanwhile: from its start, as a consumer would
                     positions[part.partition] = part.log_start_offset
@@ -711,18 +656,47 @@ def _consume_offline(
         click.echo("Unable to write to standard out, closing consumer.", err=True)
         raise
     finally:
-        click.echo(f"Processed a total of {printed} messages", err=True)
+        click.echo(f"Processed a total of {printed.count} messages", err=True)
 
 
-def _start_offset(part, from_beginning: bool, offset: int | str | None, timestamp: int | None, isolation: str) -> int:
-    if from_beginning or offset == "earliest":
+def _partitions(view: Any, request: ConsumeRequest) -> list[Any]:
+    """The read-only partitions the request reads: --partition, else every partition of the topic."""
+    if request.partition is not None:
+        return [view.partition(request.topic, request.partition)]
+    return list(view.partitions_of(request.topic))
+
+
+def _print_new_records(part: Any, positions: dict[int, int], request: ConsumeRequest, printed: Printed) -> None:
+    """Writes the partition's records from its position up to its bound (the HW, or the LSO for read_committed),
+    no more than --max-messages allows, and moves the position to the bound unless it stopped at --max-messages."""
+    out = sys.stdout.buffer
+    position, bound = positions[part.partition], part.bound(request.isolation)
+    for batch in part.batches(position, request.isolation):
+        if batch.is_control:
+            continue
+        for record in batch:
+            if not position <= record.offset < bound:
+                continue
+            if request.done(printed.count):
+                return
+            printed.count += 1
+            out.write(request.render(part.partition, record, batch.timestamp_type))
+            printed.last_record = time.monotonic()
+        out.flush()
+    positions[part.partition] = max(position, bound)
+
+
+def _start_offset(part: Any, request: ConsumeRequest) -> int:
+    """Where a partition is read from: the log start, --offset, the first record at or after --timestamp (the
+    bound when there is none), else the bound (the end a consumer sees)."""
+    if request.from_beginning or request.offset == "earliest":
         return part.log_start_offset
-    if isinstance(offset, int):
-        return offset
-    if timestamp is not None:
-        found = part.offset_for_timestamp(timestamp)
-        return found if found is not None else part.bound(isolation)
-    return part.bound(isolation)
+    if isinstance(request.offset, int):
+        return request.offset
+    if request.timestamp is not None:
+        found = part.offset_for_timestamp(request.timestamp)
+        return found if found is not None else part.bound(request.isolation)
+    return part.bound(request.isolation)
 
 
 def _json_record(topic: str, partition: int, record) -> bytes:

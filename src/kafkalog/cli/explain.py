@@ -18,7 +18,9 @@ import html
 import json
 import re
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import click
 from rich.console import Console
@@ -34,17 +36,46 @@ def explain_command() -> None:
     """Explain what the log manager will do to a topic's data."""
 
 
+def _explain_options(html_help: str, *extra: Callable[..., Any]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """What both explain commands take: LOG_DIR, the broker's --config, --topic, --partition, the command's own
+    ``extra`` options, and --html (what the HTML file shows: ``html_help``)."""
+    options = [
+        click.argument("log_dir", type=click.Path(file_okay=False, path_type=Path)),
+        broker_config_option,
+        click.option("--topic", required=True),
+        click.option("--partition", type=int, help="One partition (else every partition)."),
+        *extra,
+        click.option("--html", "html_file", type=click.Path(dir_okay=False, path_type=Path), help=html_help),
+    ]
+
+    def decorate(command: Callable[..., Any]) -> Callable[..., Any]:
+        for option in reversed(options):
+            command = option(command)
+        return command
+
+    return decorate
+
+
+def _show(
+    explanations: list[Any],
+    table: Callable[[Any], Table],
+    html_file: Path | None,
+    html: Callable[[list[Any]], str],
+    what: str,
+) -> None:
+    """Each explanation as its table and summary line, then, with --html, the page ``html`` renders written
+    there."""
+    console = Console(width=200) if not Console().is_terminal else Console()
+    for explanation in explanations:
+        console.print(table(explanation))
+        console.print(explanation.summary)
+    if html_file is not None:
+        html_file.write_text(html(explanations), encoding="utf-8")
+        click.echo(f"Wrote the {what} to {html_file}", err=True)
+
+
 @explain_command.command("retention")
-@click.argument("log_dir", type=click.Path(file_okay=False, path_type=Path))
-@broker_config_option
-@click.option("--topic", required=True)
-@click.option("--partition", type=int, help="One partition (else every partition).")
-@click.option(
-    "--html",
-    "html_file",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Also write a segment timeline to this HTML file.",
-)
+@_explain_options("Also write a segment timeline to this HTML file.")
 def explain_retention_command(
     log_dir: Path, config_file: Path | None, topic: str, partition: int | None, html_file: Path | None
 ) -> None:
@@ -52,26 +83,13 @@ def explain_retention_command(
     delete it (or why none can yet), with the time of the retention check that will and when its files go."""
     with private_copy_manager(log_dir, config_file, topic, partition) as manager:
         explanations = manager.explain_retention(topic, partition)
-    console = Console(width=200) if not Console().is_terminal else Console()
-    for explanation in explanations:
-        console.print(_table(explanation))
-        console.print(explanation.summary)
-    if html_file is not None:
-        html_file.write_text(render_html(explanations), encoding="utf-8")
-        click.echo(f"Wrote the segment timeline to {html_file}", err=True)
+    _show(explanations, _table, html_file, render_html, "segment timeline")
 
 
 @explain_command.command("compaction")
-@click.argument("log_dir", type=click.Path(file_okay=False, path_type=Path))
-@broker_config_option
-@click.option("--topic", required=True)
-@click.option("--partition", type=int, help="One partition (else every partition).")
-@click.option("--no-estimate", is_flag=True, help="Skip the dry-run clean that estimates the size after cleaning.")
-@click.option(
-    "--html",
-    "html_file",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Also write the segments (clean, dirty, uncleanable, active) on an offset axis to this HTML file.",
+@_explain_options(
+    "Also write the segments (clean, dirty, uncleanable, active) on an offset axis to this HTML file.",
+    click.option("--no-estimate", is_flag=True, help="Skip the dry-run clean that estimates the size after cleaning."),
 )
 def explain_compaction_command(
     log_dir: Path,
@@ -88,13 +106,7 @@ def explain_compaction_command(
             [partition] if partition is not None else [p.partition for p in manager.describe_topic(topic).partitions]
         )
         explanations = [manager.explain_compaction(topic, p, estimate=not no_estimate) for p in partitions]
-    console = Console(width=200) if not Console().is_terminal else Console()
-    for explanation in explanations:
-        console.print(compaction_table(explanation))
-        console.print(explanation.summary)
-    if html_file is not None:
-        html_file.write_text(render_compaction_html(explanations), encoding="utf-8")
-        click.echo(f"Wrote the segment map to {html_file}", err=True)
+    _show(explanations, compaction_table, html_file, render_compaction_html, "segment map")
 
 
 def compaction_table(e: CompactionExplanation) -> Table:
@@ -138,28 +150,10 @@ def _table(e: RetentionExplanation) -> Table:
         f"retention.bytes {e.retention_bytes}, offsets {e.log_start_offset}..{e.log_end_offset} "
         f"(HW {e.high_watermark}), {e.total_bytes:,} bytes"
     )
-    for column in (
-        "base offset",
-        "next offset",
-        "bytes",
-        "largest timestamp (UTC)",
-        "rule",
-        "deleted at (UTC)",
-        "files gone (UTC)",
-        "why",
-    ):
+    for column in RETENTION_COLUMNS:
         table.add_column(column, justify="left" if column == "why" else "right")
     for s in e.segments:
-        table.add_row(
-            f"{s.base_offset:,}",
-            f"{s.next_offset:,}",
-            f"{s.size_bytes:,}",
-            _when(s.largest_timestamp) + (" (mtime)" if s.largest_timestamp_source == "mtime" else ""),
-            s.rule or "-",
-            _when(s.deleted_at_ms),
-            _when(s.files_gone_at_ms),
-            s.reason,
-        )
+        table.add_row(*_row(s, s.reason))
     return table
 
 
@@ -190,8 +184,9 @@ def _state(s) -> str:
     return "deleted later" if s.deleted_at_ms is not None else "kept (no deletion foreseen)"
 
 
-def _row(s) -> list[str]:
-    """A segment's cells, as the CLI table prints them (times in one format: UTC, seconds)."""
+def _row(s, why: str | None = None) -> list[str]:
+    """A segment's cells in RETENTION_COLUMNS' order, as the CLI table prints them; ``why`` is the reason as the
+    caller shows it (the HTML's, by default, with its times in one format: UTC, seconds)."""
     return [
         f"{s.base_offset:,}",
         f"{s.next_offset:,}",
@@ -200,7 +195,7 @@ def _row(s) -> list[str]:
         s.rule or "-",
         _when(s.deleted_at_ms),
         _when(s.files_gone_at_ms),
-        one_time_format(s.reason),
+        one_time_format(s.reason) if why is None else why,
     ]
 
 

@@ -18,6 +18,7 @@ from typing import Any
 import click
 
 from .common import log_dir_or_broker_options, online_or_offline, open_manager, open_readonly
+from .topic_names import include_list, listed_topics
 
 # ListOffsetsRequest's special timestamps, and GetOffsetShell's names for them
 EARLIEST, LATEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -2, -1, -3, -4, -5
@@ -31,8 +32,6 @@ _TIME_NAMES = {
 # GetOffsetShell.TOPIC_PARTITION_PATTERN: TopicPattern(:PartitionPattern)? with NUMBER | NUMBER-(NUMBER)? | -NUMBER
 _TOPIC_PARTITION = re.compile(r"([^:,]*)(?::(?:([0-9]*)|(?:([0-9]*)-([0-9]*))))?")
 INT32_MAX = 2**31 - 1
-# Topic.isInternal (clients/src/main/java/org/apache/kafka/common/internals/Topic.java)
-KAFKA_INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
 
 
 def parse_time(text: str) -> int:
@@ -47,15 +46,6 @@ def parse_time(text: str) -> int:
             "-4 or earliest-local / -5 or latest-tiered, or a specified long format timestamp",
             param_hint="--time",
         ) from None
-
-
-def _include_list(raw: str) -> re.Pattern[str]:
-    """Kafka's IncludeList: a regex where ',' means '|', spaces and surrounding quotes dropped, matched whole."""
-    regex = re.sub(r"[\"']+$", "", re.sub(r"^[\"']+", "", raw.strip().replace(",", "|").replace(" ", "")))
-    try:
-        return re.compile(regex)
-    except re.error as e:
-        raise click.BadParameter(f"{raw} is an invalid regex: {e}") from None
 
 
 @dataclass(frozen=True)
@@ -86,7 +76,7 @@ class PartitionFilter:
                 m = _TOPIC_PARTITION.fullmatch(spec)
                 if m is None:
                     raise click.BadParameter(f"Invalid rule specification: {spec}", param_hint="--topic-partitions")
-                topics = _include_list(m.group(1)) if m.group(1) else re.compile(".*")
+                topics = include_list(m.group(1)) if m.group(1) else re.compile(".*")
                 if m.group(2):
                     self.rules.append(_Rule(topics, 0, 0, int(m.group(2))))
                 else:
@@ -102,7 +92,7 @@ class PartitionFilter:
                     "--partitions expects a comma separated list of numeric partition ids, but received: " + partitions,
                     param_hint="--partitions",
                 ) from None
-        self.rules.append(_Rule(_include_list(topic) if topic is not None else re.compile(".*"), 0, INT32_MAX))
+        self.rules.append(_Rule(include_list(topic) if topic is not None else re.compile(".*"), 0, INT32_MAX))
 
     def allows(self, topic: str, partition: int) -> bool:
         if self.partition_set and partition not in self.partition_set:
@@ -164,8 +154,7 @@ def _offsets_offline(
     view = open_readonly(log_dirs)
     chosen = [
         p
-        for name in view.topics()
-        if not (exclude_internal and name in KAFKA_INTERNAL_TOPICS)
+        for name in listed_topics(view.topics(), exclude_internal)
         for p in view.partitions_of(name)
         if where.allows(name, p.partition)
     ]
@@ -196,7 +185,7 @@ def _offsets_online(
 
     admin = admin_client(bootstrap, command_config, "GetOffsetShell")
     try:
-        names = [n for n in admin.list_topics() if not (exclude_internal and n in KAFKA_INTERNAL_TOPICS)]
+        names = listed_topics(admin.list_topics(), exclude_internal)
         chosen = [
             TopicPartition(info["name"], p["partition_index"])
             for info in (admin.describe_topics(names) if names else [])

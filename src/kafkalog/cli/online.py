@@ -14,19 +14,34 @@ import contextlib
 import sys
 import time
 import uuid
-from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import click
 
 from .client_config import admin_client, admin_kwargs
+from .common import Interrupted
+from .config_items import check_deletions
+from .console import ConsumeRequest, DeferredSignals, Printed, kafka_python_timestamp_type, ranges, records_noun
+from .topic_names import TopicsRequest
 
 CLIENT_TIMEOUT_MS = 30000
 
 
-def _connect_error(bootstrap: str, e: Exception) -> click.ClickException:
-    return click.ClickException(f"Cannot connect to {bootstrap}: {type(e).__name__}: {e}")
+def _client(factory: Any, what: str, bootstrap: str, command_config: Path | None, config: dict[str, Any]) -> Any:
+    """A kafka-python producer or consumer (``factory``) for ``bootstrap``, with the --command-config security
+    settings: a config kafka-python refuses is a usage error ("``what`` config: ..."), a broker it cannot reach
+    one line saying so."""
+    from kafka.errors import KafkaConfigurationError
+
+    try:
+        return factory(bootstrap_servers=bootstrap, **config, **admin_kwargs(command_config))
+    except click.ClickException:
+        raise
+    except KafkaConfigurationError as e:
+        raise click.UsageError(f"{what} config: {e}") from None
+    except Exception as e:
+        raise click.ClickException(f"Cannot connect to {bootstrap}: {type(e).__name__}: {e}") from None
 
 
 def _raise_for(code: int, what: str, message: str | None = None) -> None:
@@ -48,70 +63,50 @@ def kafka_uuid(value: Any) -> str:
 
 
 # ----- topics ---------------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class TopicsOptions:
-    """kafka-topics.sh's modifiers of an action (TopicCommand.java)."""
-
-    if_exists: bool = False
-    if_not_exists: bool = False
-    topics_with_overrides: bool = False
-    exclude_internal: bool = False
-
-
-def topics_online(
-    bootstrap: str,
-    command_config: Path | None,
-    action: str,
-    topic: str | None,
-    partitions: int | None,
-    replication_factor: int | None,
-    overrides: dict[str, str],
-    delete_configs: tuple[str, ...],
-    options: TopicsOptions | None = None,
-) -> None:
+def topics_online(bootstrap: str, command_config: Path | None, request: TopicsRequest) -> None:
     """kafka-topics.sh's --list, --describe, --create, --alter (partitions and config overrides) and --delete,
     through CreateTopics, Metadata, DescribeConfigs, CreatePartitions, IncrementalAlterConfigs and DeleteTopics."""
-    from .topics import KAFKA_INTERNAL_TOPICS, matching_topics
-
-    opts = options or TopicsOptions()
+    action = request.action
     admin = admin_client(bootstrap, command_config, "kafkalog-topics")
     try:
-        names = sorted(n for n in admin.list_topics() if not (opts.exclude_internal and n in KAFKA_INTERNAL_TOPICS))
-        if topic and action in ("list", "describe", "alter", "delete"):
-            names = matching_topics(names, topic, action)
-            if not names and action != "list":
-                if opts.if_exists:
-                    return
-                raise click.ClickException(f"Topic '{topic}' does not exist as expected")  # TopicCommand
+        names = request.selected(sorted(admin.list_topics()))
+        if request.topic and action in ("describe", "alter", "delete") and not names:
+            if request.if_exists:
+                return
+            raise click.ClickException(f"Topic '{request.topic}' does not exist as expected")  # TopicCommand
         if action == "list":
             for name in names:
                 click.echo(name)
         elif action == "describe":
-            _describe_online(admin, names, opts.topics_with_overrides)
+            _describe_online(admin, names, request.topics_with_overrides)
         elif action == "create":
-            assert topic is not None
-            spec: dict[str, Any] = {
-                "num_partitions": -1 if partitions is None else partitions,
-                "replication_factor": -1 if replication_factor is None else replication_factor,
-                "configs": overrides,
-            }
-            result = admin.create_topics({topic: spec}, timeout_ms=CLIENT_TIMEOUT_MS, raise_errors=False)
-            for created in result["topics"]:
-                if created["error_code"] == TOPIC_ALREADY_EXISTS and opts.if_not_exists:
-                    return
-                _raise_for(created["error_code"], f"Cannot create topic {topic}", created.get("error_message"))
-            click.echo(f"Created topic {topic}.")
+            _create_online(admin, request)
         elif action == "alter":
-            assert topic is not None
-            _alter_online(admin, topic, partitions, overrides, delete_configs)
+            _alter_online(admin, request.named_topic, request.partitions, request.overrides, request.delete_configs)
         else:
-            assert topic is not None
+            topic = request.named_topic
             result = admin.delete_topics([topic], timeout_ms=CLIENT_TIMEOUT_MS, raise_errors=False)
             for deleted in result["topics"]:
                 _raise_for(deleted["error_code"], f"Cannot delete topic {topic}", deleted.get("error_message"))
             click.echo(f"Topic {topic} is marked for deletion.")
     finally:
         admin.close()
+
+
+def _create_online(admin: Any, request: TopicsRequest) -> None:
+    """CreateTopics: -1 leaves the partition count or the replication factor to the broker's defaults."""
+    topic = request.named_topic
+    spec: dict[str, Any] = {
+        "num_partitions": -1 if request.partitions is None else request.partitions,
+        "replication_factor": -1 if request.replication_factor is None else request.replication_factor,
+        "configs": request.overrides,
+    }
+    result = admin.create_topics({topic: spec}, timeout_ms=CLIENT_TIMEOUT_MS, raise_errors=False)
+    for created in result["topics"]:
+        if created["error_code"] == TOPIC_ALREADY_EXISTS and request.if_not_exists:
+            return
+        _raise_for(created["error_code"], f"Cannot create topic {topic}", created.get("error_message"))
+    click.echo(f"Created topic {topic}.")
 
 
 TOPIC_ALREADY_EXISTS = 36
@@ -130,12 +125,10 @@ def _alter_online(
 ) -> None:
     from kafka.admin import ConfigResource, ConfigResourceType
 
-    from .topics import _check_deletions
-
     if partitions is None and not overrides and not delete_configs:
         raise click.UsageError("--alter needs --partitions N, --config k=v or --delete-config k")
     if delete_configs:
-        _check_deletions(delete_configs, topic_overrides(admin, topic))
+        check_deletions(delete_configs, topic_overrides(admin, topic))
     if partitions is not None:
         response = admin.create_partitions({topic: partitions}, timeout_ms=CLIENT_TIMEOUT_MS, raise_errors=False)
         for result in response.results:
@@ -244,18 +237,7 @@ class BrokerSink:
 
         self.topic = topic
         self.settings = settings
-        from kafka.errors import KafkaConfigurationError
-
-        try:
-            self.producer = KafkaProducer(
-                bootstrap_servers=bootstrap, **producer_config(settings), **admin_kwargs(command_config)
-            )
-        except click.ClickException:
-            raise
-        except KafkaConfigurationError as e:
-            raise click.UsageError(f"producer config: {e}") from None
-        except Exception as e:
-            raise _connect_error(bootstrap, e) from None
+        self.producer = _client(KafkaProducer, "producer", bootstrap, command_config, producer_config(settings))
         self.sent: list[tuple[int, Any]] = []  # (input line, future), not settled yet
         self.first_sent_at: float | None = None
         self.produced = 0
@@ -327,8 +309,6 @@ class BrokerSink:
                 span[0], span[1] = min(span[0], meta.offset), max(span[1], meta.offset)
         self.sent = []
         self.first_sent_at = None
-        from .console import ranges, records_noun
-
         for reason, lines in failed.items():
             click.echo(
                 f"Error when sending {records_noun(len(lines))} ({'line' if len(lines) == 1 else 'lines'} "
@@ -344,54 +324,50 @@ class BrokerSink:
             self.producer.close(timeout=5, null_logger=True)
 
 
-def produce_online(
-    bootstrap: str,
-    command_config: Path | None,
-    topic: str,
-    partition: int | None,
-    settings: Any,
-    input_file: IO[bytes],
-    parse: Any,
+# ----- consume --------------------------------------------------------------------------------------------------
+def consume_online(
+    bootstrap: str, command_config: Path | None, request: ConsumeRequest, consumer_props: dict[str, str]
 ) -> None:
-    """The console producer against a broker. ``parse(line, number)`` turns an input line into the record dict
-    of the offline path (key, value, headers, timestamp, partition); the loop, the signals and the summary are the
-    offline producer's (cli/console.py)."""
-    from .console import DeferredSignals, LineSource, produce_lines, report
+    """The console consumer against a broker. Without a group (``request.group``) the partitions are assigned (no
+    group, nothing committed); with one the consumer joins it (subscribe, offsets committed, --from-beginning
+    meaning auto.offset.reset=earliest), as kafka-console-consumer. It stops after --max-messages records, or once
+    no record came for --timeout-ms, else runs until SIGINT/SIGTERM, which are taken between two polls: the group's
+    offsets are committed, the consumer closed and the total printed, as Kafka's shutdown hook does."""
+    from kafka import KafkaConsumer
 
-    sink = BrokerSink(bootstrap, command_config, topic, settings)
+    config = consumer_config(consumer_props, request)
+    consumer = _client(KafkaConsumer, "consumer", bootstrap, command_config, config)
+    printed = Printed()
     signals = DeferredSignals()
     try:
         with signals.installed():
-            outcome = produce_lines(LineSource(input_file, sys.stdout.buffer), sink, parse, partition, signals)
+            _subscribe(consumer, request)
+            printed.last_record = time.monotonic()
+            while not request.done(printed.count):
+                if signals.received is not None:
+                    raise Interrupted(signals.received)
+                left = None if request.max_messages is None else request.max_messages - printed.count
+                batch = consumer.poll(timeout_ms=200, max_records=left)
+                records = [r for rs in batch.values() for r in rs]
+                if not records:
+                    if request.timed_out(printed.last_record):
+                        break
+                    continue
+                printed.last_record = time.monotonic()
+                _write(records, request, printed)
     finally:
-        sink.close()
-    report(sink, outcome)
+        if request.group is not None and config["enable_auto_commit"]:
+            with contextlib.suppress(Exception):  # what was printed is committed, as Kafka's close() does
+                consumer.commit()
+        consumer.close(autocommit=False)
+        click.echo(f"Processed a total of {printed.count} messages", err=True)
 
 
-# ----- consume --------------------------------------------------------------------------------------------------
-def consume_online(
-    bootstrap: str,
-    command_config: Path | None,
-    topic: str,
-    partition: int | None,
-    group: str | None,
-    from_beginning: bool,
-    offset: int | str | None,
-    timestamp: int | None,
-    max_messages: int | None,
-    timeout_ms: int | None,
-    isolation_level: str,
-    consumer_props: dict[str, str],
-    render: Any,
-) -> None:
-    """The console consumer against a broker. Without --group the partitions are assigned (no group, nothing
-    committed); with --group the consumer joins it (subscribe, offsets committed, --from-beginning meaning
-    auto.offset.reset=earliest), as kafka-console-consumer. It stops after --max-messages records, or once no
-    record came for --timeout-ms, else runs until SIGINT/SIGTERM, which are taken between two polls: the group's
-    offsets are committed, the consumer closed and the total printed, as Kafka's shutdown hook does."""
-    from kafka import KafkaConsumer, TopicPartition
-
-    from .console import DeferredSignals, kafka_python_timestamp_type
+def consumer_config(consumer_props: dict[str, str], request: ConsumeRequest) -> dict[str, Any]:
+    """kafka-python's consumer settings: every --consumer-property by its Kafka name (a name kafka-python does
+    not know is a usage error), then the group, the isolation level and where a partition without a committed
+    offset starts (auto.offset.reset, earliest with --from-beginning); auto-commit only in a group."""
+    from kafka import KafkaConsumer
 
     config: dict[str, Any] = {
         "client_id": "console-consumer",
@@ -403,75 +379,53 @@ def consume_online(
             raise click.BadParameter(f"{key} is not a consumer config kafkalog's client takes", param_hint=key)
         config[name] = _typed(value, KafkaConsumer.DEFAULT_CONFIG[name], key)
     config.update(
-        group_id=group,
-        isolation_level=isolation_level,
-        auto_offset_reset="earliest" if from_beginning else config.get("auto_offset_reset", "latest"),
+        group_id=request.group,
+        isolation_level=request.isolation,
+        auto_offset_reset="earliest" if request.from_beginning else config.get("auto_offset_reset", "latest"),
     )
-    config.setdefault("enable_auto_commit", group is not None)
-    from kafka.errors import KafkaConfigurationError
-
-    try:
-        consumer = KafkaConsumer(bootstrap_servers=bootstrap, **config, **admin_kwargs(command_config))
-    except click.ClickException:
-        raise
-    except KafkaConfigurationError as e:
-        raise click.UsageError(f"consumer config: {e}") from None
-    except Exception as e:
-        raise _connect_error(bootstrap, e) from None
-    printed = 0
-    signals = DeferredSignals()
-    try:
-        with signals.installed():
-            found = consumer.partitions_for_topic(topic)
-            if not found:
-                raise click.ClickException(f"Topic '{topic}' does not exist on the broker")
-            if partition is not None and partition not in found:
-                raise click.ClickException(f"Partition {partition} of topic '{topic}' does not exist")
-            if group is not None and partition is None:
-                consumer.subscribe([topic])
-            else:
-                tps = [TopicPartition(topic, p) for p in sorted(found) if partition is None or p == partition]
-                consumer.assign(tps)
-                _position(consumer, tps, from_beginning, offset, timestamp)
-            out = sys.stdout.buffer
-            last_record = time.monotonic()
-            while max_messages is None or printed < max_messages:
-                if signals.received is not None:
-                    from .common import Interrupted
-
-                    raise Interrupted(signals.received)
-                left = None if max_messages is None else max_messages - printed
-                batch = consumer.poll(timeout_ms=200, max_records=left)
-                records = [r for rs in batch.values() for r in rs]
-                if not records:
-                    if timeout_ms is not None and (time.monotonic() - last_record) * 1000 >= timeout_ms:
-                        break
-                    continue
-                last_record = time.monotonic()
-                for record in records:
-                    if max_messages is not None and printed >= max_messages:
-                        break
-                    printed += 1  # counted before it is written, as Kafka's ConsoleConsumer.process
-                    try:
-                        out.write(render(record.partition, record, kafka_python_timestamp_type(record)))
-                    except BrokenPipeError:
-                        click.echo("Unable to write to standard out, closing consumer.", err=True)
-                        raise
-                out.flush()
-    finally:
-        if group is not None and config["enable_auto_commit"]:
-            with contextlib.suppress(Exception):  # what was printed is committed, as Kafka's close() does
-                consumer.commit()
-        consumer.close(autocommit=False)
-        click.echo(f"Processed a total of {printed} messages", err=True)
+    config.setdefault("enable_auto_commit", request.group is not None)
+    return config
 
 
-def _position(
-    consumer: Any, tps: list[Any], from_beginning: bool, offset: int | str | None, timestamp: int | None
-) -> None:
+def _subscribe(consumer: Any, request: ConsumeRequest) -> None:
+    """Joins the group (--group without --partition), else assigns the topic's partitions (or the one asked for)
+    and positions them; a topic or partition the broker does not have is one line."""
+    from kafka import TopicPartition
+
+    topic, partition = request.topic, request.partition
+    found = consumer.partitions_for_topic(topic)
+    if not found:
+        raise click.ClickException(f"Topic '{topic}' does not exist on the broker")
+    if partition is not None and partition not in found:
+        raise click.ClickException(f"Partition {partition} of topic '{topic}' does not exist")
+    if request.group is not None and partition is None:
+        consumer.subscribe([topic])
+    else:
+        tps = [TopicPartition(topic, p) for p in sorted(found) if partition is None or p == partition]
+        consumer.assign(tps)
+        _position(consumer, tps, request)
+
+
+def _write(records: list[Any], request: ConsumeRequest, printed: Printed) -> None:
+    """Writes polled records, no more than --max-messages allows; a reader gone away is said on stderr."""
+    out = sys.stdout.buffer
+    for record in records:
+        if request.done(printed.count):
+            break
+        printed.count += 1
+        try:
+            out.write(request.render(record.partition, record, kafka_python_timestamp_type(record)))
+        except BrokenPipeError:
+            click.echo("Unable to write to standard out, closing consumer.", err=True)
+            raise
+    out.flush()
+
+
+def _position(consumer: Any, tps: list[Any], request: ConsumeRequest) -> None:
     """Where assigned partitions start: the log start, an offset, the first record at or after a timestamp (the end
     when there is none, as offline), else the end."""
-    if from_beginning or offset == "earliest":
+    offset, timestamp = request.offset, request.timestamp
+    if request.from_beginning or offset == "earliest":
         consumer.seek_to_beginning(*tps)
     elif isinstance(offset, int):
         for tp in tps:

@@ -21,6 +21,7 @@ from typing import Any
 import click
 
 from ..storage.config import config_text
+from .config_items import ConfigsRequest, check_deletions, config_values, deleted_configs
 
 TOPIC_DYNAMIC = "DYNAMIC_TOPIC_CONFIG"
 BROKER_DYNAMIC = "DYNAMIC_BROKER_CONFIG"
@@ -46,29 +47,6 @@ class ConfigEntry:
         return f"  {self.name}={self.value} sensitive={'true' if self.sensitive else 'false'} synonyms={{{synonyms}}}"
 
 
-def parse_add_config(text: str | None) -> dict[str, str]:
-    """ConfigCommand.parseConfigsToBeAdded: ``k1=v1,k2=[v1,v2]`` (a list value in square brackets)."""
-    from .configs import _items
-
-    out = {}
-    for key, value in _items(text or ""):
-        if value.startswith("[") and value.endswith("]"):
-            value = value[1:-1]
-        out[key] = value
-    return out
-
-
-def _deletions(text: str | None) -> list[str]:
-    return [k.strip() for k in (text or "").split(",") if k.strip()]
-
-
-def _check_deletions(deleted: list[str], current: dict[str, str]) -> None:
-    """ConfigCommand.alterResourceConfig: 'Invalid config(s): a,b' for a deleted config that is not set."""
-    invalid = [k for k in deleted if k not in current]
-    if invalid:
-        raise click.ClickException(f"Invalid config(s): {','.join(invalid)}")
-
-
 def _print(kind: str, entity: str, entries: list[ConfigEntry], describe_all: bool, dynamic: str) -> None:
     if entity == "":
         click.echo(f"Default configs for {kind}s in the cluster are:")
@@ -84,50 +62,36 @@ def resource_configs(
     bootstrap_server: str | None,
     command_config: Path | None,
     config_file: Path | None,
-    entity_type: str,
-    entity_name: str | None,
-    entity_default: bool,
-    alter: bool,
-    describe_all: bool,
-    add_config: str | None,
-    delete_config: str | None,
+    request: ConfigsRequest,
 ) -> None:
-    kind = entity_type[:-1]
-    if entity_default and entity_type == "topics":
+    """--describe or --alter of topic or broker configs, on the broker of ``bootstrap_server`` or on log dirs."""
+    name = request.name
+    if request.entity_default and request.entity_type == "topics":
         raise click.UsageError("--entity-default is for brokers, users and clients (a topic has no default entity)")
-    if entity_default and entity_name:
+    if request.entity_default and request.entity_name:
         raise click.UsageError("--entity-name and --entity-default cannot be used together")
-    name = "" if entity_default else entity_name
-    if alter:
+    if request.alter:
         if name is None:
             raise click.UsageError("An entity name must be specified with --alter")
-        if not add_config and not delete_config:
+        if not request.add_config and not request.delete_config:
             raise click.UsageError("--alter needs --add-config or --delete-config")
-    if entity_type == "brokers" and name not in (None, "") and not name.isdigit():
+    if request.entity_type == "brokers" and name not in (None, "") and not name.isdigit():
         raise click.UsageError(f"The entity name for brokers must be a valid integer broker id, found: {name}")
     if bootstrap_server is not None:
-        _online(bootstrap_server, command_config, kind, name, alter, describe_all, add_config, delete_config)
+        _online(bootstrap_server, command_config, request)
     else:
-        _offline(log_dirs, config_file, kind, name, alter, describe_all, add_config, delete_config)
+        _offline(log_dirs, config_file, request)
 
 
 # ----- online ---------------------------------------------------------------------------------------------------
 
 
-def _online(
-    bootstrap: str,
-    command_config: Path | None,
-    kind: str,
-    name: str | None,
-    alter: bool,
-    describe_all: bool,
-    add_config: str | None,
-    delete_config: str | None,
-) -> None:
+def _online(bootstrap: str, command_config: Path | None, request: ConfigsRequest) -> None:
     from kafka.admin import ConfigResource, ConfigResourceType
 
     from .client_config import admin_client
 
+    kind, name = request.kind, request.name
     rtype = ConfigResourceType.TOPIC if kind == "topic" else ConfigResourceType.BROKER
     dynamic = TOPIC_DYNAMIC if kind == "topic" else BROKER_DYNAMIC
     admin = admin_client(bootstrap, command_config, "kafkalog-configs")
@@ -149,12 +113,12 @@ def _online(
         ]
 
     try:
-        if alter:
+        if request.alter:
             assert name is not None
             current = {e.name: e.value or "" for e in entries_of(name) if e.source == dynamic}
-            deleted = _deletions(delete_config)
-            _check_deletions(deleted, current)
-            changes: dict[str, Any] = dict(parse_add_config(add_config))
+            deleted = deleted_configs(request.delete_config)
+            check_deletions(deleted, current)
+            changes: dict[str, Any] = dict(config_values(request.add_config))
             changes.update({key: ("DELETE", None) for key in deleted})
             outcome = admin.alter_configs([ConfigResource(rtype, name, configs=changes)], incremental=True)
             status = outcome.get(kind, {}).get(name)
@@ -170,7 +134,7 @@ def _online(
             names = [str(b["broker_id"]) for b in admin.describe_cluster()["brokers"]] + [""]
         for entity in names:
             entries = entries_of(entity)
-            _print(kind, entity, entries, describe_all, BROKER_DEFAULT_DYNAMIC if entity == "" else dynamic)
+            _print(kind, entity, entries, request.describe_all, BROKER_DEFAULT_DYNAMIC if entity == "" else dynamic)
     finally:
         admin.close()
 
@@ -207,18 +171,11 @@ def broker_entries(broker_props: dict[str, str]) -> list[ConfigEntry]:
     return entries
 
 
-def _offline(
-    log_dirs: tuple[Path, ...],
-    config_file: Path | None,
-    kind: str,
-    name: str | None,
-    alter: bool,
-    describe_all: bool,
-    add_config: str | None,
-    delete_config: str | None,
-) -> None:
+def _offline(log_dirs: tuple[Path, ...], config_file: Path | None, request: ConfigsRequest) -> None:
     from ..storage.properties import load_properties
     from .common import open_manager, open_readonly
+
+    kind, name, alter, describe_all = request.kind, request.name, request.alter, request.describe_all
 
     props = {k: str(v) for k, v in load_properties(config_file).items()} if config_file else {}
     if kind == "broker":
@@ -242,9 +199,9 @@ def _offline(
         try:
             if name not in manager.topics():
                 raise click.ClickException(f"Topic '{name}' does not exist.")
-            deleted = _deletions(delete_config)
-            _check_deletions(deleted, manager.describe_topic(name).config_overrides)
-            updates: dict[str, str | None] = {**parse_add_config(add_config), **{key: None for key in deleted}}
+            deleted = deleted_configs(request.delete_config)
+            check_deletions(deleted, manager.describe_topic(name).config_overrides)
+            updates: dict[str, str | None] = {**config_values(request.add_config), **{key: None for key in deleted}}
             manager.alter_topic_config(name, updates)
         finally:
             manager.shutdown()

@@ -12,14 +12,9 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-log_dirs_option = click.option(
-    "--log-dir",
-    "log_dirs",
-    required=True,
-    multiple=True,
-    type=click.Path(file_okay=False, path_type=Path),
-    help="A log dir (repeat for several).",
-)
+from . import common
+
+log_dirs_option = common.log_dirs_option("A log dir (repeat for several).")
 master_option = click.option("--master", default="local[*]", show_default=True, help="Spark master URL.")
 
 

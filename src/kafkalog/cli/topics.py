@@ -3,32 +3,74 @@ broker with ``--bootstrap-server`` (cli/online.py)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import click
 
+from ..layout import METADATA_TOPIC
 from ..logdir import validate_topic_name
+from ..manager import LogManager
 from ..partition.readonly import ReadOnlyLogDir
 from ..storage.config import BrokerConfig, LogConfig
 from ..storage.properties import load_properties
 from .common import log_dir_or_broker_options, online_or_offline, open_manager, open_readonly, parse_key_values
+from .config_items import check_deletions
+from .topic_names import KAFKA_INTERNAL_TOPICS, TopicsRequest
 
 DEFAULT_PARTITIONS = 1  # offline; a broker applies its num.partitions
 
 
-ACTIONS = ("create", "list", "describe", "alter", "delete")
-# Kafka's Topic.isInternal (clients/.../common/internals/Topic.java): what --exclude-internal leaves out.
-KAFKA_INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
-METADATA_TOPIC = "__cluster_metadata"
+# kafka-topics.sh's actions, exactly one per command (TopicCommandOptions.checkArgs), with their help.
+ACTIONS = {
+    "create": "Create a topic.",
+    "list": "List the topics.",
+    "describe": "Describe topics and their partitions.",
+    "alter": "Change a topic's config overrides, or grow it (--partitions).",
+    "delete": "Delete a topic.",
+}
+# The flags that modify an action: the actions each applies to (TopicCommandOptions.checkInvalidArgs, which
+# :func:`_check_option_actions` enforces) and what it does there; its help says both.
+MODIFIERS = {
+    "--if-exists": (("alter", "delete", "describe"), "do nothing when the topic is absent."),
+    "--if-not-exists": (("create",), "do nothing if the topic exists already."),
+    "--topics-with-overrides": (("describe",), "only the topics that have config overrides, their summary line only."),
+    "--exclude-internal": (
+        ("list", "describe"),
+        "leave out Kafka's internal topics (__consumer_offsets, __transaction_state).",
+    ),
+}
+
+
+def _either(actions: tuple[str, ...]) -> str:
+    """``--alter, --delete or --describe``."""
+    names = [f"--{a}" for a in actions]
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
+
+
+def _param(option: str) -> str:
+    """The parameter click gives a flag: ``--if-exists`` -> ``if_exists`` (a TopicsRequest field of that name)."""
+    return option[2:].replace("-", "_")
+
+
+def _action_flags(command: Callable[..., Any]) -> Callable[..., Any]:
+    """--create, --list, --describe, --alter, --delete, from :data:`ACTIONS`."""
+    for action, what in reversed(ACTIONS.items()):
+        command = click.option(f"--{action}", is_flag=True, help=what)(command)
+    return command
+
+
+def _modifier_flags(command: Callable[..., Any]) -> Callable[..., Any]:
+    """The flags of :data:`MODIFIERS`, each help saying which actions it applies to."""
+    for name, (actions, what) in reversed(MODIFIERS.items()):
+        command = click.option(name, is_flag=True, help=f"With {_either(actions)}: {what}")(command)
+    return command
 
 
 @click.command("topics")
 @log_dir_or_broker_options
-@click.option("--create", is_flag=True, help="Create a topic.")
-@click.option("--list", "list_", is_flag=True, help="List the topics.")
-@click.option("--describe", is_flag=True, help="Describe topics and their partitions.")
-@click.option("--alter", is_flag=True, help="Change a topic's config overrides, or grow it (--partitions).")
-@click.option("--delete", is_flag=True, help="Delete a topic.")
+@_action_flags
 @click.option("--topic", help="The topic (for --list and --describe, all topics when left out).")
 @click.option(
     "--partitions",
@@ -51,126 +93,108 @@ METADATA_TOPIC = "__cluster_metadata"
     "broker server.properties.",
 )
 @click.option("--delete-config", "delete_configs", multiple=True, help="A topic config override to remove (--alter).")
-@click.option(
-    "--if-exists",
-    is_flag=True,
-    help="With --alter, --delete or --describe: do nothing when the topic is absent.",
-)
-@click.option("--if-not-exists", is_flag=True, help="With --create: do nothing if the topic exists already.")
-@click.option(
-    "--topics-with-overrides",
-    is_flag=True,
-    help="With --describe: only the topics that have config overrides, their summary line only.",
-)
-@click.option(
-    "--exclude-internal",
-    is_flag=True,
-    help="With --list or --describe: leave out Kafka's internal topics (__consumer_offsets, __transaction_state).",
-)
+@_modifier_flags
 def topics_command(
     log_dirs: tuple[Path, ...],
     bootstrap_server: str | None,
     command_config: Path | None,
-    create: bool,
-    list_: bool,
-    describe: bool,
-    alter: bool,
-    delete: bool,
     topic: str | None,
     partitions: int | None,
     replication_factor: int | None,
     configs: tuple[str, ...],
     delete_configs: tuple[str, ...],
-    if_exists: bool,
-    if_not_exists: bool,
-    topics_with_overrides: bool,
-    exclude_internal: bool,
+    **flags: bool,
 ) -> None:
     """Create, list, describe, alter or delete topics in log dirs (--log-dir) or on a running broker
     (--bootstrap-server), with kafka-topics.sh's conventions (TopicCommand.java: its options, its checks, its
     messages)."""
-    chosen = [name for name, on in zip(ACTIONS, (create, list_, describe, alter, delete), strict=True) if on]
+    chosen = [action for action in ACTIONS if flags[action]]
     if len(chosen) != 1:  # TopicCommandOptions.checkArgs
         raise click.UsageError(
             "Command must include exactly one action: --list, --describe, --create, --alter or --delete"
         )
-    action = chosen[0]
     online = online_or_offline(log_dirs, bootstrap_server, command_config)
     overrides, broker_files = _split_configs(configs)
-    if action in ("create", "alter", "delete") and not topic:
-        raise click.UsageError(f"--topic is required with --{action}")
-    _check_option_actions(
-        action,
-        {
-            "--replication-factor": (replication_factor is not None, ("create",)),
-            "--partitions": (partitions is not None, ("create", "alter")),
-            "--if-exists": (if_exists, ("alter", "delete", "describe")),
-            "--if-not-exists": (if_not_exists, ("create",)),
-            "--topics-with-overrides": (topics_with_overrides, ("describe",)),
-            "--exclude-internal": (exclude_internal, ("list", "describe")),
-            "--delete-config": (bool(delete_configs), ("alter",)),
-        },
-    )
+    request = TopicsRequest(
+        chosen[0], topic, partitions, replication_factor, overrides, delete_configs,
+        *(flags[_param(name)] for name in MODIFIERS),
+    )  # fmt: skip
+    _check_request(request)
     if online:
         if broker_files:
             raise click.UsageError("--config takes k=v with --bootstrap-server (a properties file is for --log-dir)")
-        from .online import TopicsOptions, topics_online
+        from .online import topics_online
 
         assert bootstrap_server is not None
-        topics_online(
-            bootstrap_server,
-            command_config,
-            action,
-            topic,
-            partitions,
-            replication_factor,
-            overrides,
-            delete_configs,
-            TopicsOptions(if_exists, if_not_exists, topics_with_overrides, exclude_internal),
+        topics_online(bootstrap_server, command_config, request)
+    else:
+        _topics_offline(log_dirs, broker_files[0] if broker_files else None, request)
+
+
+def _check_request(request: TopicsRequest) -> None:
+    """What TopicCommandOptions.checkArgs refuses before anything is read: an action without the --topic it
+    needs, an option given with an action it does not apply to."""
+    action = request.action
+    if action in ("create", "alter", "delete") and not request.topic:
+        raise click.UsageError(f"--topic is required with --{action}")
+    given = {
+        "--replication-factor": (request.replication_factor is not None, ("create",)),
+        "--partitions": (request.partitions is not None, ("create", "alter")),
+        **{name: (getattr(request, _param(name)), actions) for name, (actions, _) in MODIFIERS.items()},
+        "--delete-config": (bool(request.delete_configs), ("alter",)),
+    }
+    _check_option_actions(action, given)
+
+
+def _topics_offline(log_dirs: tuple[Path, ...], broker_file: Path | None, request: TopicsRequest) -> None:
+    """The action on log dirs: --list and --describe on the read-only view, the others through a LogManager."""
+    action = request.action
+    if request.replication_factor not in (None, 1):
+        raise click.UsageError(
+            f"--replication-factor {request.replication_factor}: a log dir holds one replica (use 1)"
         )
-        return
-    if replication_factor not in (None, 1):
-        raise click.UsageError(f"--replication-factor {replication_factor}: a log dir holds one replica (use 1)")
     if action in ("list", "describe"):
-        _show(log_dirs, action, topic, if_exists, topics_with_overrides, exclude_internal)
+        _show(log_dirs, request)
         return
+    topic = request.named_topic
     if action == "create":
         _refuse_internal(topic)
         # what would refuse the topic is checked before a missing log dir is created for it
-        validate_topic_name(topic or "")
-        LogConfig(overrides, broker=BrokerConfig(load_properties(broker_files[0])) if broker_files else None)
+        validate_topic_name(topic)
+        LogConfig(request.overrides, broker=BrokerConfig(load_properties(broker_file)) if broker_file else None)
         _create_missing_log_dirs(log_dirs)
-    manager = open_manager(log_dirs, broker_files[0] if broker_files else None)
+    manager = open_manager(log_dirs, broker_file)
     try:
-        assert topic is not None
         exists = topic in manager.topics()
         if action == "create":
-            if exists and if_not_exists:
+            if exists and request.if_not_exists:
                 return  # TopicCommand: a TopicExistsException with --if-not-exists is not an error
-            manager.create_topic(topic, partitions or DEFAULT_PARTITIONS, overrides)
+            manager.create_topic(topic, request.partitions or DEFAULT_PARTITIONS, request.overrides)
             click.echo(f"Created topic {topic}.")
-            return
-        if not exists:
-            if if_exists:
-                return
-            raise click.ClickException(f"Topic '{topic}' does not exist as expected")  # TopicCommand's message
-        if action == "alter":
-            updates: dict[str, str | None] = {**overrides, **{key: None for key in delete_configs}}
-            if not updates and partitions is None:
-                raise click.UsageError("--alter needs --partitions N, --config k=v or --delete-config k")
-            current = manager.describe_topic(topic).config_overrides
-            _check_deletions(delete_configs, current)
-            if partitions is not None:
-                manager.create_partitions(topic, partitions)
-                click.echo(f"Topic {topic} now has {partitions} partitions.")
-            if updates:
-                manager.alter_topic_config(topic, updates)
-                click.echo(f"Completed updating config for topic {topic}.")
+        elif not exists:
+            if not request.if_exists:
+                raise click.ClickException(f"Topic '{topic}' does not exist as expected")  # TopicCommand's message
+        elif action == "alter":
+            _alter_offline(manager, topic, request)
         else:
             manager.delete_topic(topic)
             click.echo(f"Topic {topic} is marked for deletion.")
     finally:
         manager.shutdown()
+
+
+def _alter_offline(manager: LogManager, topic: str, request: TopicsRequest) -> None:
+    """--alter on log dirs: the partitions grown, then the config overrides set and removed."""
+    updates: dict[str, str | None] = {**request.overrides, **{key: None for key in request.delete_configs}}
+    if not updates and request.partitions is None:
+        raise click.UsageError("--alter needs --partitions N, --config k=v or --delete-config k")
+    check_deletions(request.delete_configs, manager.describe_topic(topic).config_overrides)
+    if request.partitions is not None:
+        manager.create_partitions(topic, request.partitions)
+        click.echo(f"Topic {topic} now has {request.partitions} partitions.")
+    if updates:
+        manager.alter_topic_config(topic, updates)
+        click.echo(f"Completed updating config for topic {topic}.")
 
 
 def _check_option_actions(action: str, options: dict[str, tuple[bool, tuple[str, ...]]]) -> None:
@@ -183,14 +207,6 @@ def _check_option_actions(action: str, options: dict[str, tuple[bool, tuple[str,
             raise click.UsageError(
                 f'Option "[{name[2:]}]" can\'t be used with option "[{action}]" (it applies to {allowed})'
             )
-
-
-def _check_deletions(delete_configs: tuple[str, ...], current: dict[str, str]) -> None:
-    """ConfigCommand.alterResourceConfig: deleting a config the topic does not override fails the whole command
-    (nothing is changed) with ``Invalid config(s): a,b``."""
-    invalid = [key for key in delete_configs if key not in current]
-    if invalid:
-        raise click.ClickException(f"Invalid config(s): {','.join(invalid)}")
 
 
 def _refuse_internal(topic: str | None) -> None:
@@ -228,39 +244,18 @@ def _split_configs(configs: tuple[str, ...]) -> tuple[dict[str, str], list[Path]
     return parse_key_values(tuple(c for c in configs if "=" in c), "--config"), files
 
 
-def matching_topics(names: list[str], topic: str, action: str) -> list[str]:
-    """The topics ``--topic`` names. For --list and --describe it is a regular expression, as TopicCommand's
-    IncludeList (',' meaning '|', matched whole); for --alter and --delete only the exact name, so that a '.' in
-    a name never reaches a colliding topic ('a.b' matching 'a_b')."""
-    if action in ("list", "describe"):
-        from .offsets import _include_list
-
-        pattern = _include_list(topic)
-        return [n for n in names if n == topic or pattern.fullmatch(n)]
-    return [n for n in names if n == topic]
-
-
-def _show(
-    log_dirs: tuple[Path, ...],
-    action: str,
-    topic: str | None,
-    if_exists: bool = False,
-    with_overrides: bool = False,
-    exclude_internal: bool = False,
-) -> None:
+def _show(log_dirs: tuple[Path, ...], request: TopicsRequest) -> None:
     """--list and --describe, on the read-only view of the log dirs: no lock taken, nothing written."""
     view = open_readonly(log_dirs)
-    names = [n for n in view.topics() if not (exclude_internal and n in KAFKA_INTERNAL_TOPICS)]
-    if topic:
-        names = matching_topics(names, topic, action)
-        if not names and not if_exists and action == "describe":
-            raise click.ClickException(f"Topic '{topic}' does not exist as expected")  # TopicCommand's message
-    if action == "list":
+    names = request.selected(view.topics())
+    if request.topic and not names and not request.if_exists and request.action == "describe":
+        raise click.ClickException(f"Topic '{request.topic}' does not exist as expected")  # TopicCommand's message
+    if request.action == "list":
         for name in names:
             click.echo(name)
         return
     for name in names:
-        if with_overrides:
+        if request.topics_with_overrides:
             if view.config_overrides(name):
                 _describe(view, name, partitions=False)
             continue

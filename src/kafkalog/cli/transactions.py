@@ -28,6 +28,7 @@ include the partition: no coordinator will ever write its marker, and it holds b
 
 from __future__ import annotations
 
+import functools
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -485,27 +486,37 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-@transactions_command.command("list")
-@_connection_options
-@click.pass_context
-def list_cmd(ctx: click.Context, bootstrap_server: str | None, command_config: Path | None) -> None:
+def _subcommand(name: str) -> Callable[[Callable[..., Callable[[Admin], Any]]], click.Command]:
+    """Registers a transactions sub-command. The decorated function takes the command's own options and returns
+    what to do with the admin client; --bootstrap-server and --command-config (also taken before the command, on
+    the group) are added here, and the client is opened, handed over, closed, and its output printed by
+    :func:`_run`."""
+
+    def register(body_of: Callable[..., Callable[[Admin], Any]]) -> click.Command:
+        @functools.wraps(body_of)
+        @click.pass_context
+        def run(ctx: click.Context, bootstrap_server: str | None, command_config: Path | None, **options: Any) -> None:
+            _run(ctx, bootstrap_server, command_config, body_of(**options))
+
+        return transactions_command.command(name)(_connection_options(run))
+
+    return register
+
+
+@_subcommand("list")
+def list_cmd() -> Callable[[Admin], Any]:
     """List transactions."""
-    _run(ctx, bootstrap_server, command_config, list_command)
+    return list_command
 
 
-@transactions_command.command("describe")
-@_connection_options
+@_subcommand("describe")
 @click.option("--transactional-id", required=True, help="Transactional id.")
-@click.pass_context
-def describe_cmd(
-    ctx: click.Context, bootstrap_server: str | None, command_config: Path | None, transactional_id: str
-) -> None:
+def describe_cmd(transactional_id: str) -> Callable[[Admin], Any]:
     """Describe the state of an active transactional-id."""
-    _run(ctx, bootstrap_server, command_config, lambda admin: describe_command(admin, transactional_id, _now_ms()))
+    return lambda admin: describe_command(admin, transactional_id, _now_ms())
 
 
-@transactions_command.command("describe-producers")
-@_connection_options
+@_subcommand("describe-producers")
 @click.option(
     "--broker-id",
     type=int,
@@ -514,26 +525,12 @@ def describe_cmd(
 )
 @click.option("--topic", required=True, help="Topic name.")
 @click.option("--partition", type=int, required=True, help="Partition number.")
-@click.pass_context
-def describe_producers_cmd(
-    ctx: click.Context,
-    bootstrap_server: str | None,
-    command_config: Path | None,
-    broker_id: int | None,
-    topic: str,
-    partition: int,
-) -> None:
+def describe_producers_cmd(broker_id: int | None, topic: str, partition: int) -> Callable[[Admin], Any]:
     """Describe the states of active producers for a topic partition."""
-    _run(
-        ctx,
-        bootstrap_server,
-        command_config,
-        lambda admin: describe_producers_command(admin, topic, partition, broker_id),
-    )
+    return lambda admin: describe_producers_command(admin, topic, partition, broker_id)
 
 
-@transactions_command.command("abort")
-@_connection_options
+@_subcommand("abort")
 @click.option("--topic", required=True, help="Topic name.")
 @click.option("--partition", type=int, required=True, help="Partition number.")
 @click.option("--start-offset", type=int, default=None, help="Start offset of the transaction to abort (brokers 3.0+).")
@@ -542,32 +539,16 @@ def describe_producers_cmd(
     "--producer-epoch", type=click.IntRange(-32768, 32767), default=None, help="Producer epoch (older brokers)."
 )
 @click.option("--coordinator-epoch", type=int, default=None, help="Coordinator epoch (older brokers).")
-@click.pass_context
-def abort_cmd(
-    ctx: click.Context,
-    bootstrap_server: str | None,
-    command_config: Path | None,
-    topic: str,
-    partition: int,
-    start_offset: int | None,
-    producer_id: int | None,
-    producer_epoch: int | None,
-    coordinator_epoch: int | None,
-) -> None:
+def abort_cmd(**marker: Any) -> Callable[[Admin], Any]:
     """Abort a hanging transaction (requires administrative privileges)."""
-    check_abort_arguments(start_offset, producer_id, producer_epoch, coordinator_epoch)
-    _run(
-        ctx,
-        bootstrap_server,
-        command_config,
-        lambda admin: abort_command(
-            admin, topic, partition, start_offset, producer_id, producer_epoch, coordinator_epoch
-        ),
+    # the options are abort_command's parameters; checked here too, so that a usage error needs no broker
+    check_abort_arguments(
+        marker["start_offset"], marker["producer_id"], marker["producer_epoch"], marker["coordinator_epoch"]
     )
+    return lambda admin: abort_command(admin, **marker)
 
 
-@transactions_command.command("find-hanging")
-@_connection_options
+@_subcommand("find-hanging")
 @click.option("--broker-id", type=int, default=None, help="Broker id to search for hanging transactions.")
 @click.option(
     "--max-transaction-timeout",
@@ -578,21 +559,9 @@ def abort_cmd(
 )
 @click.option("--topic", default=None, help="Topic name to limit search to.")
 @click.option("--partition", type=int, default=None, help="Partition number.")
-@click.pass_context
 def find_hanging_cmd(
-    ctx: click.Context,
-    bootstrap_server: str | None,
-    command_config: Path | None,
-    broker_id: int | None,
-    max_transaction_timeout: int,
-    topic: str | None,
-    partition: int | None,
-) -> None:
+    broker_id: int | None, max_transaction_timeout: int, topic: str | None, partition: int | None
+) -> Callable[[Admin], Any]:
     """Find hanging transactions."""
     check_find_hanging_scope(broker_id, topic, partition)
-    _run(
-        ctx,
-        bootstrap_server,
-        command_config,
-        lambda admin: find_hanging_command(admin, broker_id, topic, partition, max_transaction_timeout, _now_ms),
-    )
+    return lambda admin: find_hanging_command(admin, broker_id, topic, partition, max_transaction_timeout, _now_ms)

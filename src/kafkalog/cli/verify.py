@@ -85,6 +85,21 @@ def _with_progress(target: Path, run: Callable[[ScanOptions], VerifyResult], opt
         return run(options)
 
 
+def _topic_config_option(
+    name: str, minimum: int, default: int, use: str
+) -> Callable[[Callable[..., object]], Callable[..., object]]:
+    """An option that stands for a topic config (``--index-interval-bytes`` for index.interval.bytes) with Kafka's
+    default; its help names the config, then says what the command uses it for (``use``, with its punctuation)."""
+    config = name[2:].replace("-", ".")
+    return click.option(
+        name,
+        type=click.IntRange(min=minimum),
+        default=default,
+        show_default=True,
+        help=f"The topic's {config}{use}",
+    )
+
+
 @click.command("verify")
 @click.argument("path", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option("--compacted", is_flag=True, help="Treat every topic as compacted (offset gaps are expected).")
@@ -93,12 +108,11 @@ def _with_progress(target: Path, run: Callable[[ScanOptions], VerifyResult], opt
     is_flag=True,
     help="PATH is a partial copy of a log dir: checkpoint entries for absent partitions are notes, not problems.",
 )
-@click.option(
+@_topic_config_option(
     "--index-interval-bytes",
-    type=click.IntRange(min=0),
-    default=DEFAULT_INDEX_INTERVAL,
-    show_default=True,
-    help="The topic's index.interval.bytes (decides whether a missing active-segment index is expected).",
+    0,
+    DEFAULT_INDEX_INTERVAL,
+    " (decides whether a missing active-segment index is expected).",
 )
 def verify_command(path: Path, compacted: bool, partial: bool, index_interval_bytes: int) -> None:
     """Check a log dir or partition directory without modifying it; exit 1 on any problem.
@@ -132,19 +146,9 @@ def _describe_segments(report: PartitionReport) -> None:
 @click.command("recover")
 @click.argument("partition_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option("--dry-run", is_flag=True, help="Only report what recovery would change; touch nothing.")
-@click.option(
-    "--index-interval-bytes",
-    type=click.IntRange(min=0),
-    default=DEFAULT_INDEX_INTERVAL,
-    show_default=True,
-    help="The topic's index.interval.bytes, used to rebuild the offset index.",
-)
-@click.option(
-    "--segment-index-bytes",
-    type=click.IntRange(min=12),
-    default=DEFAULT_SEGMENT_INDEX_BYTES,
-    show_default=True,
-    help="The topic's segment.index.bytes (the size indexes are given while they are rebuilt).",
+@_topic_config_option("--index-interval-bytes", 0, DEFAULT_INDEX_INTERVAL, ", used to rebuild the offset index.")
+@_topic_config_option(
+    "--segment-index-bytes", 12, DEFAULT_SEGMENT_INDEX_BYTES, " (the size indexes are given while they are rebuilt)."
 )
 def recover_command(partition_dir: Path, dry_run: bool, index_interval_bytes: int, segment_index_bytes: int) -> None:
     """Run Kafka's log recovery offline on PARTITION_DIR: cut the invalid tail, delete what follows, rebuild indexes.

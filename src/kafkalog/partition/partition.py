@@ -35,6 +35,7 @@ from ..storage.log import (
     consumer_records,
 )
 from ..storage.producer_entry import ProducerStateEntry
+from ..storage.producer_state import AppendOrigin
 from ..storage.segment import FetchDataInfo, TimestampAndOffset
 from ..storage.txn_index import AbortedTxn
 from ..storage.validator import CLIENT, LogAppendInfo
@@ -217,7 +218,9 @@ class Partition:
         return False
 
     # ----- appends ------------------------------------------------------------------------------------
-    def append_records_to_leader(self, records, required_acks: int = -1, origin: str = CLIENT) -> LogAppendInfo:
+    def append_records_to_leader(
+        self, records, required_acks: int = -1, origin: AppendOrigin | str = CLIENT
+    ) -> LogAppendInfo:
         """Append as the leader, stamping the leader epoch (Kafka's appendRecordsToLeader).
 
         ``required_acks`` is the producer's acks: 0, 1 or -1 (all in-sync replicas); anything else raises

@@ -147,9 +147,7 @@ def offset_for_timestamp(directory: str, timestamp: int, log_start: int, latest:
     bases = segment_bases(directory)
     if timestamp == MAX_TIMESTAMP:
         found = _offset_of_max_timestamp(directory, bases)
-    elif timestamp < 0:
-        raise ValueError(f"Invalid timestamp {timestamp} for ListOffsets")
-    else:
+    else:  # any other timestamp, negative ones too, is searched, as Kafka's fetchOffsetByTimestamp does
         found = None
         for i, base in enumerate(bases):
             if _largest_timestamp(directory, base, active=i == len(bases) - 1) >= timestamp:

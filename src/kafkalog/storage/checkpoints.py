@@ -84,7 +84,12 @@ def fsync_directory(path: str | PathLike[str]) -> None:
 
 
 class CheckpointFile(Generic[T]):
-    """A text checkpoint of one version holding a list of entries. The file is created empty if missing."""
+    """A text checkpoint of one version holding a list of entries. The file is created empty if missing.
+
+    Invariant: the file always holds a whole checkpoint, the previous one or the new one, never a mix: a write
+    goes to ``<name>.tmp``, is fsynced, and replaces the file by an atomic rename (then the directory is
+    fsynced), one writer per file at a time.
+    """
 
     def __init__(
         self, path: str | PathLike[str], version: int, formatter: EntryFormatter[T], *, create: bool = True

@@ -343,6 +343,9 @@ class BrokerConfig(_Frozen):
 
     __slots__ = ("__dict__",)
 
+    _originals: dict[str, Any]
+    _values: dict[str, Any]
+    unknown: dict[str, Any]
     log_dirs: tuple[str, ...]
     log_dir: str
     num_partitions: int
@@ -623,6 +626,9 @@ class LogConfig(_Frozen):
 
     __slots__ = ("__dict__",)
 
+    _values: dict[str, Any]
+    _overrides: dict[str, Any]
+    _broker: BrokerConfig | None
     segment_bytes: int
     segment_ms: int
     segment_jitter_ms: int

@@ -78,7 +78,13 @@ class BatchHeader:
 
 
 class FileRecords:
-    """The records file of one segment."""
+    """The records file of one segment.
+
+    Invariants: the logical ``size`` never exceeds the file's length (a preallocated file is longer) nor
+    Int32.MAX; bytes below it are whole batches once an append returns, and a reader never sees bytes past it.
+    An append that fails, or that ``before_commit`` refuses, leaves the size as it was: its bytes are cut off
+    again before anyone can read them.
+    """
 
     def __init__(self, path: Path, fd: int, size: int, mutable: bool) -> None:
         self.path = Path(path)

@@ -37,7 +37,7 @@ import threading
 from abc import ABC, abstractmethod
 from enum import Enum
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, Generic, NamedTuple, Self, TypeVar
 
 from kafkalog.errors import CorruptIndexError, IndexOffsetOverflowError, InvalidOffsetError
 
@@ -85,6 +85,10 @@ class TimestampOffset(NamedTuple):
     offset: int
 
 
+_Entry = TypeVar("_Entry", bound=tuple[int, int])
+"""An index's entry type: (offset, position) or (timestamp, offset)."""
+
+
 class _SearchResult(Enum):
     LARGEST_LOWER_BOUND = 0
     SMALLEST_UPPER_BOUND = 1
@@ -100,13 +104,21 @@ def _round_down(number: int, factor: int) -> int:
     return factor * int(number / factor) if number < 0 else factor * (number // factor)
 
 
-class AbstractIndex(ABC):
-    """What the offset and time indexes share: the mapping, its size, the entry count, search and resizing."""
+class AbstractIndex(ABC, Generic[_Entry]):
+    """What the offset and time indexes share: the mapping, its size, the entry count, search and resizing.
+
+    Invariants: the file holds ``entries`` whole entries followed (while writable) by preallocated zero bytes up
+    to ``max_index_size`` rounded down to a whole entry; entries are sorted by both of their fields; every
+    relative offset fits in ``[0, Int32.MAX]``. Closing or trimming cuts the file to its entries, so a reopened
+    index counts exactly what was written.
+    """
 
     ENTRY_SIZE = 0
     _ENTRY: struct.Struct
 
-    def __init__(self, path: str | os.PathLike[str], base_offset: int, max_index_size: int = -1, writable: bool = True):
+    def __init__(
+        self, path: str | os.PathLike[str], base_offset: int, max_index_size: int = -1, writable: bool = True
+    ) -> None:
         self._path = Path(path)
         self._base_offset = base_offset
         self._max_index_size = max_index_size
@@ -162,9 +174,10 @@ class AbstractIndex(ABC):
         """The live mapping's bytes; only called when at least one entry exists or is being written."""
         if self._closed:
             raise ValueError(f"index {self._path} is closed")
-        if self._mmap is None:
+        view = self._mmap.view if self._mmap is not None else None
+        if view is None:
             raise ValueError(f"index {self._path} has no mapped bytes")
-        return self._mmap.view
+        return view
 
     # ----------------------------------------------------------------- attributes
 
@@ -246,10 +259,10 @@ class AbstractIndex(ABC):
     # ----------------------------------------------------------------- entries and search
 
     @abstractmethod
-    def _parse(self, buf: Any, n: int) -> Any:
+    def _parse(self, buf: Any, n: int) -> _Entry:
         """The entry in slot ``n`` with an absolute offset; each index defines it."""
 
-    def _entry_checked(self, n: int) -> Any:
+    def _entry_checked(self, n: int) -> _Entry:
         with self._lock:
             if not 0 <= n < self._entries:
                 raise IndexError(
@@ -422,7 +435,7 @@ class AbstractIndex(ABC):
         with self._lock:
             self._path = Path(parent_dir) / self._path.name
 
-    def __enter__(self) -> AbstractIndex:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -445,8 +458,12 @@ def _atomic_move_with_fallback(source: Path, target: Path) -> None:
         shutil.move(source, target)
 
 
-class OffsetIndex(AbstractIndex):
-    """The ``.index`` file: relative offset → byte position, one entry every ``index.interval.bytes``."""
+class OffsetIndex(AbstractIndex[OffsetPosition]):
+    """The ``.index`` file: relative offset → byte position, one entry every ``index.interval.bytes``.
+
+    Invariant: offsets strictly increase from entry to entry (an append at or below the last is refused), and
+    each position is the start of a batch in the segment's ``.log`` holding that offset or an earlier one.
+    """
 
     ENTRY_SIZE = 8
     _ENTRY = _OFFSET_ENTRY
@@ -567,8 +584,12 @@ class OffsetIndex(AbstractIndex):
                 )
 
 
-class TimeIndex(AbstractIndex):
-    """The ``.timeindex`` file: the largest timestamp so far → the offset of the batch that carried it."""
+class TimeIndex(AbstractIndex[TimestampOffset]):
+    """The ``.timeindex`` file: the largest timestamp so far → the offset of the batch that carried it.
+
+    Invariants: timestamps strictly increase and offsets never decrease from entry to entry (an equal timestamp
+    is not written); one slot is kept free so that closing or rolling the segment can always add its last entry.
+    """
 
     ENTRY_SIZE = 12
     _ENTRY = _TIME_ENTRY

@@ -11,8 +11,10 @@ from __future__ import annotations
 import logging
 import os
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from ..clock import Time
 from ..errors import (
@@ -39,9 +41,12 @@ from ..layout import (
 )
 from .config import LogConfig
 from .files import delete_if_exists, fsync_dir
+from .leader_epoch import LeaderEpochFileCache
 from .producer_state import ProducerStateManager
 from .segment import LogSegment, update_producer_state
 from .segments import LogSegments
+
+_T = TypeVar("_T")
 
 log = logging.getLogger(__name__)
 
@@ -112,6 +117,17 @@ def remove_temp_files_and_collect_swaps(directory: Path) -> list[Path]:
     return swaps
 
 
+def _swap_range(directory: Path, swap: Path, config: LogConfig, clock: Time, rng: random.Random) -> tuple[int, int]:
+    """The offsets [base, next) a ``.log.swap`` file holds."""
+    segment = open_segment(
+        directory, offset_from_filename(swap.name), config, clock, rng, existing=True, suffix=SWAP_SUFFIX
+    )
+    try:
+        return segment.base_offset, segment.read_next_offset()
+    finally:
+        segment.close_handlers()
+
+
 def complete_swaps(directory: Path, swaps: list[Path], config: LogConfig, clock: Time, rng: random.Random) -> None:
     """Step 2: the swap completes: replaced files in [min swap, max swap) go, each .swap loses its suffix."""
     log_swaps = [s for s in swaps if s.name.endswith(LOG_SUFFIX + SWAP_SUFFIX)]
@@ -119,15 +135,8 @@ def complete_swaps(directory: Path, swaps: list[Path], config: LogConfig, clock:
         for swap in swaps:
             os.rename(swap, swap.with_name(swap.name[: -len(SWAP_SUFFIX)]))
         return
-    low, high = None, None
-    for swap in log_swaps:
-        segment = open_segment(
-            directory, offset_from_filename(swap.name), config, clock, rng, existing=True, suffix=SWAP_SUFFIX
-        )
-        start, end = segment.base_offset, segment.read_next_offset()
-        segment.close_handlers()
-        low = start if low is None else min(low, start)
-        high = end if high is None else max(high, end)
+    ranges = [_swap_range(directory, swap, config, clock, rng) for swap in log_swaps]
+    low, high = min(start for start, _ in ranges), max(end for _, end in ranges)
     for path in directory.iterdir():
         name = path.name
         if name.endswith(SWAP_SUFFIX) or not _is_segment_file(name):
@@ -159,7 +168,9 @@ def _close_all(segments: LogSegments) -> None:
         segment.close_handlers()
 
 
-def _load_segment_files_into(segments, directory: Path, config: LogConfig, clock: Time, rng, log_start_offset: int):
+def _load_segment_files_into(
+    segments: LogSegments, directory: Path, config: LogConfig, clock: Time, rng: random.Random, log_start_offset: int
+) -> None:
     for path in sorted(directory.iterdir()):
         name = path.name
         if not path.is_file():
@@ -193,7 +204,7 @@ def recover_segment(
     config: LogConfig,
     clock: Time,
     log_start_offset: int,
-    leader_epoch_cache=None,
+    leader_epoch_cache: LeaderEpochFileCache | None = None,
 ) -> int:
     """Rebuild one segment's indexes with the producer state as of its base offset; return bytes cut."""
     state = ProducerStateManager(directory, clock=clock)
@@ -230,7 +241,7 @@ def recover_log(
     clock: Time,
     log_start_offset: int,
     recovery_point: int,
-    leader_epoch_cache=None,
+    leader_epoch_cache: LeaderEpochFileCache | None = None,
 ) -> None:
     """Step 4: re-validate every segment from floor(recovery point); a truncation deletes all that follows.
 
@@ -270,7 +281,7 @@ def _recover_torn_tail(
     config: LogConfig,
     clock: Time,
     log_start_offset: int,
-    leader_epoch_cache=None,
+    leader_epoch_cache: LeaderEpochFileCache | None = None,
 ) -> None:
     """Recover the last segment of a log marked cleanly shut down whose tail is not whole.
 
@@ -292,7 +303,14 @@ def _recover_torn_tail(
         last.truncate_to(last.base_offset)
 
 
-def _retry_on_offset_overflow(directory: Path, config: LogConfig, clock: Time, rng: random.Random, segments, action):
+def _retry_on_offset_overflow(
+    directory: Path,
+    config: LogConfig,
+    clock: Time,
+    rng: random.Random,
+    segments: LogSegments | None,
+    action: Callable[[], _T],
+) -> _T:
     """Run a load step; on a segment whose offsets overflow, split it and run the step again (Kafka's
     retryOnOffsetOverflow). ``segments`` is the loaded set, or None when the step loads it afresh."""
     while True:
@@ -307,7 +325,12 @@ def _retry_on_offset_overflow(directory: Path, config: LogConfig, clock: Time, r
 
 
 def split_overflowed_segment(
-    directory: Path, segment: LogSegment, segments: LogSegments | None, config: LogConfig, clock: Time, rng
+    directory: Path,
+    segment: LogSegment,
+    segments: LogSegments | None,
+    config: LogConfig,
+    clock: Time,
+    rng: random.Random,
 ) -> list[LogSegment]:
     """Copy an overflowed segment into ``.cleaned`` segments whose offsets fit, then swap them in
     (LocalLog.splitOverflowedSegment). With ``segments`` None the caller reloads every file afterwards."""
@@ -377,8 +400,8 @@ def load_log(
     log_start_offset: int,
     recovery_point: int,
     had_clean_shutdown: bool,
-    leader_epoch_cache=None,
-):
+    leader_epoch_cache: LeaderEpochFileCache | None = None,
+) -> tuple[LogSegments, LoadedOffsets]:
     """Load (and recover) a partition directory; return its segments and LoadedOffsets.
 
     ``leader_epoch_cache`` (a LeaderEpochFileCache read from the partition's checkpoint) learns the epochs
@@ -418,8 +441,8 @@ def _recover_and_finish(
     log_start_offset: int,
     recovery_point: int,
     had_clean_shutdown: bool,
-    leader_epoch_cache=None,
-):
+    leader_epoch_cache: LeaderEpochFileCache | None = None,
+) -> tuple[LogSegments, LoadedOffsets]:
     """Recovery from the recovery point, then the offsets and producer state of the loaded segments."""
 
     if not had_clean_shutdown and len(segments):
@@ -463,8 +486,10 @@ def _recover_and_finish(
     if leader_epoch_cache is not None:  # issue 25: entries past the log end go, as in Kafka
         leader_epoch_cache.truncate_from_end(next_offset)
         leader_epoch_cache.truncate_from_start(log_start_offset)
-    segments.last().reset_index_sizes()
-    start = max(log_start_offset, segments.first().base_offset)
+    active, oldest = segments.last(), segments.first()
+    assert active is not None and oldest is not None  # an empty log got its segment just above
+    active.reset_index_sizes()
+    start = max(log_start_offset, oldest.base_offset)
     producer_state.remove_stray_snapshots(segments.base_offsets)
     producer_state.truncate_and_reload(start, next_offset, clock.milliseconds())
     before = producer_state.map_end_offset

@@ -13,6 +13,7 @@ import random
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 from ..clock import SYSTEM_TIME, Time
 from ..errors import (
@@ -30,9 +31,11 @@ from ..layout import (
     parse_partition_dir,
     segment_file,
 )
+from ..record.scan import AnyBatch
 from ..record.types import Record
 from .checkpoints import LeaderEpochCheckpointFile
 from .config import LogConfig
+from .file_records import EMPTY_SLICE
 from .files import delete_if_exists, fsync_dir
 from .leader_epoch import LeaderEpochFileCache
 from .loader import LoadedOffsets, load_log, open_segment
@@ -41,7 +44,7 @@ from .log_compaction import CleanerSupport
 from .producer_snapshot import sync_snapshot_if_exists
 from .producer_state import ProducerStateManager
 from .retention import RULE_LOG_START, RULE_SIZE, RULE_TIME, plan_retention
-from .segment import EMPTY_SLICE, FetchDataInfo, LogOffsetMetadata, LogSegment, TimestampAndOffset
+from .segment import FetchDataInfo, LogOffsetMetadata, LogSegment, TimestampAndOffset
 from .segments import LogSegments
 from .txn_index import AbortedTxn
 from .validator import (
@@ -73,7 +76,21 @@ class Scheduler:
 
 
 class Log(LogAppend, CleanerSupport):
-    """A partition log in ``directory`` (named ``<topic>-<partition>``)."""
+    """A partition log in ``directory`` (named ``<topic>-<partition>``): Kafka's UnifiedLog over its LocalLog.
+
+    Invariants, held under ``_lock`` between calls:
+    - there is always at least one segment; the last is the active one, the only one appended to;
+    - segments are ordered by base offset and their offset ranges do not overlap; every offset a segment
+      holds is below the next segment's base offset;
+    - ``log_start_offset <= high_watermark <= log_end_offset`` and ``recovery_point <= log_end_offset``;
+      the log start offset only moves forward, except when a truncation (a follower's, or a full truncation
+      to a new start) takes the log end below it;
+    - every byte below the recovery point has been fsynced; everything from it on is re-validated by
+      recovery after an unclean shutdown;
+    - the producer state's map end offset is the log end offset once an append returns;
+    - a log taken offline by an I/O error refuses every later read and write (``KafkaStorageError``);
+      nothing it holds is changed again until the broker restarts and loads it anew.
+    """
 
     def __init__(
         self,
@@ -120,13 +137,16 @@ class Log(LogAppend, CleanerSupport):
         self._offline_reason: str | None = None
         # Kafka's LogDirFailureChannel: called with (log, error) after an I/O error (the LogManager sets it).
         self.on_io_error: Callable[[Log, Exception], None] | None = None
+        # Kafka's maybeFlushMetadataFile: what makes this partition's own metadata (its topic id) durable, when
+        # its creator deferred that; called before the first append and at close, then dropped.
+        self.metadata_flush: Callable[[], None] | None = None
 
     # ----- opening -------------------------------------------------------------------------
     @classmethod
     def open(
         cls,
         directory: str | Path,
-        config: LogConfig | dict | None = None,
+        config: LogConfig | dict[str, Any] | None = None,
         clock: Time | None = None,
         *,
         log_start_offset: int = 0,
@@ -202,7 +222,10 @@ class Log(LogAppend, CleanerSupport):
 
     @property
     def active_segment(self) -> LogSegment:
-        return self.segments.last()
+        """The last segment, the one appends go to; a log always has one (loading creates it)."""
+        segment = self.segments.last()
+        assert segment is not None, "a log always has an active segment"
+        return segment
 
     @property
     def size(self) -> int:
@@ -230,7 +253,7 @@ class Log(LogAppend, CleanerSupport):
 
     # ----- rolling -------------------------------------------------------------------------
     def _maybe_roll(self, messages_size: int, info: LogAppendInfo, now: int | None = None) -> LogSegment:
-        segment = self.segments.last()
+        segment = self.active_segment
         if self._roll_due(segment, messages_size, info, self.clock.milliseconds() if now is None else now):
             expected = info.first_offset if info.first_offset >= 0 else info.last_offset - INT32_MAX
             return self.roll(expected)
@@ -413,14 +436,14 @@ class Log(LogAppend, CleanerSupport):
             return LogOffsetMetadata(offset, active.base_offset, active.size)
         segment = self.segments.floor(offset)
         found = segment.translate_offset(offset) if segment is not None else None
-        if found is None:
-            following = self.segments.higher(segment.base_offset) if segment is not None else None
-            if following is None:
-                return LogOffsetMetadata(offset, active.base_offset, active.size)
-            return LogOffsetMetadata(offset, following.base_offset, 0)
-        return LogOffsetMetadata(offset, segment.base_offset, found[1])
+        if segment is not None and found is not None:
+            return LogOffsetMetadata(offset, segment.base_offset, found[1])
+        following = self.segments.higher(segment.base_offset) if segment is not None else None
+        if following is None:
+            return LogOffsetMetadata(offset, active.base_offset, active.size)
+        return LogOffsetMetadata(offset, following.base_offset, 0)
 
-    def _add_aborted_transactions(self, start_offset: int, segment: LogSegment, fetch: FetchDataInfo):
+    def _add_aborted_transactions(self, start_offset: int, segment: LogSegment, fetch: FetchDataInfo) -> FetchDataInfo:
         start_position = fetch.fetch_offset_metadata.relative_position_in_segment
         upper = segment.fetch_upper_bound_offset(start_position, fetch.records.size)
         if upper is None:
@@ -441,7 +464,7 @@ class Log(LogAppend, CleanerSupport):
         sees them: control records left out, and with read_committed, aborted transactions too."""
         offset = self._log_start_offset if from_offset is None else from_offset
 
-        def fetch(at: int) -> tuple[list, list[AbortedTxn] | None]:
+        def fetch(at: int) -> tuple[list[AnyBatch], list[AbortedTxn] | None]:
             data = self.read(at, max_bytes, isolation, min_one_message=True)
             try:  # the slice's bytes are read here, outside read(): a failed read takes the dir offline too
                 return list(data.records.batches()), data.aborted_transactions
@@ -452,7 +475,7 @@ class Log(LogAppend, CleanerSupport):
 
     # ----- offsets by time -----------------------------------------------------------------
     def offset_for_timestamp(self, timestamp: int) -> TimestampAndOffset | None:
-        """ListOffsets: -2 earliest, -1 latest, -3 max timestamp, or the first record with ts >= timestamp."""
+        """ListOffsets: -2 (-4) earliest, -1 latest, -3 max timestamp, else the first record with ts >= timestamp."""
         with self._lock:
             if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
                 return TimestampAndOffset(-1, self._log_start_offset)
@@ -460,8 +483,8 @@ class Log(LogAppend, CleanerSupport):
                 return TimestampAndOffset(-1, self._log_end_offset)
             if timestamp == MAX_TIMESTAMP:
                 return self._offset_of_max_timestamp()
-            if timestamp < 0:
-                raise ValueError(f"Invalid timestamp {timestamp} for ListOffsets")
+            # Any other timestamp, negative ones too, is searched (Kafka's fetchOffsetByTimestamp has no check):
+            # below every record's, it finds the first record of the first non-empty segment.
             for segment in self.segments:
                 if segment.largest_timestamp >= timestamp:
                     return segment.find_offset_by_timestamp(timestamp, self._log_start_offset)
@@ -543,7 +566,9 @@ class Log(LogAppend, CleanerSupport):
                 deleted += len(deletable)
             return deleted
 
-    def _delete_segment_files(self, segments: list[LogSegment], *, keep_snapshots_of: frozenset = frozenset()) -> None:
+    def _delete_segment_files(
+        self, segments: list[LogSegment], *, keep_snapshots_of: frozenset[int] = frozenset()
+    ) -> None:
         """Rename to .deleted now, remove after file.delete.delay.ms (LocalLog.deleteSegmentFiles).
 
         A segment of the same base offset may still be waiting (the cleaner replaces the first segment of a log
@@ -630,6 +655,13 @@ class Log(LogAppend, CleanerSupport):
             callback(self, exc)
         return exc
 
+    def flush_metadata(self) -> None:
+        """Run the deferred ``metadata_flush`` if there is one (before any record is written, at close)."""
+        pending = self.metadata_flush
+        if pending is not None:
+            pending()  # raises while the metadata cannot be written: it stays pending
+            self.metadata_flush = None
+
     def close(self) -> None:
         """Flush everything, snapshot the producer state, and close every segment (a clean shutdown)."""
         with self._lock:
@@ -647,6 +679,7 @@ class Log(LogAppend, CleanerSupport):
                 self._closed = True
                 return
             try:
+                self.flush_metadata()
                 self.flush(include_active=True)
                 self.producer_state.take_snapshot()
             except (OSError, KafkaStorageError) as e:
@@ -664,7 +697,7 @@ class Log(LogAppend, CleanerSupport):
     def __enter__(self) -> Log:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def __repr__(self) -> str:
@@ -689,7 +722,7 @@ def _isolation(name: str) -> str:
 
 
 def consumer_records(
-    fetch: Callable[[int], tuple[list, list[AbortedTxn] | None]], offset: int, *, committed: bool
+    fetch: Callable[[int], tuple[list[AnyBatch], list[AbortedTxn] | None]], offset: int, *, committed: bool
 ) -> Iterator[Record]:
     """Records as a consumer sees them, fetch after fetch from ``offset``: control records left out, and with
     ``committed`` the records of aborted transactions too. ``fetch(offset)`` gives the batches read from
@@ -715,12 +748,12 @@ def consumer_records(
         offset = last_next
 
 
-def filter_aborted(batches: list, aborted: list[AbortedTxn]) -> list:
+def filter_aborted(batches: list[AnyBatch], aborted: list[AbortedTxn]) -> list[AnyBatch]:
     """Drop the data batches of aborted transactions, as a read_committed consumer does."""
     pending = [(t.first_offset, t.producer_id) for t in aborted]
     heapq.heapify(pending)
     aborting: set[int] = set()
-    kept = []
+    kept: list[AnyBatch] = []
     for batch in batches:
         while pending and pending[0][0] <= batch.last_offset:
             aborting.add(heapq.heappop(pending)[1])

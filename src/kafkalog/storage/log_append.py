@@ -10,7 +10,8 @@ producer state is not applied, and a failed append leaves nothing behind.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from ..errors import (
     CorruptRecordError,
@@ -20,8 +21,12 @@ from ..errors import (
 )
 from ..record import RecordBatchBuilder, control_batch
 from ..record.batch import RECORDS_OFFSET
-from ..record.types import ControlRecordType, Record
+from ..record.scan import AnyBatch
+from ..record.types import BytesLike, ControlRecordType, Record
+from .log_state import LogState
 from .overlap import OVERLAP_MIN_BYTES, Check, checker
+from .producer_entry import AppendOrigin, append_origin
+from .producer_state import BatchMetadata, CompletedTxn, ProducerAppendInfo
 from .segment import LogSegment
 from .validator import (
     CLIENT,
@@ -40,6 +45,12 @@ from .validator import (
 
 log = logging.getLogger(__name__)
 
+AppendInput = BytesLike | RecordBatchBuilder | Sequence[Record | tuple[Any, ...]]
+"""What ``Log.append`` takes: batch bytes, a builder, or records for one uncompressed batch."""
+
+_PendingProducerState = tuple[list[ProducerAppendInfo], list[CompletedTxn]]
+"""The producer updates of an append, applied after its write: the per-producer infos and completed transactions."""
+
 _PLACEHOLDER_HEADER = bytes(RECORDS_OFFSET)  # what an overlapped append writes until its check passes
 
 
@@ -47,10 +58,12 @@ class _Refused(Exception):
     """An overlapped append whose check failed: cut off and retried on the general path."""
 
 
-class LogAppend:
+class LogAppend(LogState):
     """Appends to a ``Log`` (this class is one of its bases and has no state of its own)."""
 
-    def append(self, records, *, origin: str = CLIENT, leader_epoch: int | None = None) -> LogAppendInfo:
+    def append(
+        self, records: AppendInput, *, origin: AppendOrigin | str = CLIENT, leader_epoch: int | None = None
+    ) -> LogAppendInfo:
         """Append client batches, validated and given offsets as Kafka's leader does.
 
         The batches are stamped with ``leader_epoch`` (default: the latest epoch of the leader epoch cache, 0 for
@@ -59,23 +72,24 @@ class LogAppend:
         ``records`` is batch bytes, a RecordBatchBuilder, or a list of records: ``Record`` objects or
         (key, value[, timestamp[, headers]]) tuples, which go into one uncompressed batch.
         """
-        if type(records) is not bytes:
-            if isinstance(records, RecordBatchBuilder):
-                records = records.build()
-            elif isinstance(records, list | tuple):
-                records = self._build(records)
-            elif not isinstance(records, bytearray | memoryview):
-                raise TypeError(
-                    "records must be batch bytes, a RecordBatchBuilder or a list of records, "
-                    f"not {type(records).__name__}"
-                )
-            records = bytes(records)
+        if isinstance(records, bytes):
+            data = records
+        elif isinstance(records, RecordBatchBuilder):
+            data = records.build()
+        elif isinstance(records, list | tuple):
+            data = self._build(records)
+        elif isinstance(records, bytearray | memoryview):
+            data = bytes(records)
+        else:
+            raise TypeError(
+                f"records must be batch bytes, a RecordBatchBuilder or a list of records, not {type(records).__name__}"
+            )
         if leader_epoch is None:
             latest = self.leader_epoch_cache._latest
             leader_epoch = latest if latest >= 0 else 0
-        return self._append(records, origin=origin, leader_epoch=leader_epoch, assign_offsets=True)
+        return self._append(data, origin=append_origin(origin), leader_epoch=leader_epoch, assign_offsets=True)
 
-    def _build(self, records) -> bytes:
+    def _build(self, records: Sequence[Record | tuple[Any, ...]]) -> bytes:
         builder = RecordBatchBuilder(clock=self.clock)
         for record in records:
             if isinstance(record, Record):
@@ -84,7 +98,7 @@ class LogAppend:
                 builder.append(*record)
         return builder.build()
 
-    def append_as_follower(self, records) -> LogAppendInfo:
+    def append_as_follower(self, records: BytesLike) -> LogAppendInfo:
         """Append batches that keep their own offsets (a replica's fetch, or a copy of another log)."""
         if not isinstance(records, bytes | bytearray | memoryview):
             raise TypeError(f"records must be batch bytes, not {type(records).__name__}")
@@ -105,7 +119,11 @@ class LogAppend:
             leader_epoch = latest if latest >= 0 else 0
         return self._append(batch, origin=COORDINATOR, leader_epoch=leader_epoch, assign_offsets=True)
 
-    def _append(self, records: bytes, *, origin: str, leader_epoch: int, assign_offsets: bool) -> LogAppendInfo:
+    def _append(
+        self, records: bytes, *, origin: AppendOrigin, leader_epoch: int, assign_offsets: bool
+    ) -> LogAppendInfo:
+        if self.metadata_flush is not None:  # UnifiedLog.append: the topic id on disk before any record
+            self.flush_metadata()
         if assign_offsets and origin == CLIENT:
             with self._lock:
                 now = self.clock.milliseconds()
@@ -134,7 +152,7 @@ class LogAppend:
                 records, header, header[MAX_TS_FIELD], self._log_end_offset, leader_epoch
             )
             self._check_open()
-            segment = self.segments.last()
+            segment = self.active_segment
             if size <= self.config.segment_bytes and not self._roll_due(segment, size, info, now):
                 return self._append_overlapped(segment, parts, size, info, now, check, leader_epoch)
             max_ts = check.result()  # Kafka rolls only for a valid batch: check it first
@@ -145,13 +163,20 @@ class LogAppend:
         )
 
     def _append_overlapped(
-        self, segment: LogSegment, parts: list, size: int, info: LogAppendInfo, now: int, check: Check, epoch: int
+        self,
+        segment: LogSegment,
+        parts: list[BytesLike],
+        size: int,
+        info: LogAppendInfo,
+        now: int,
+        check: Check,
+        epoch: int,
     ) -> LogAppendInfo | None:
         """Write a batch under a placeholder header while ``check`` runs; only a batch that passes gets
         its real header and becomes visible. One that fails (or whose header's max timestamp was wrong)
         is cut off and goes to the general path. A crash in between leaves a zero header, which recovery
         truncates, as Kafka's would."""
-        header = parts[0]
+        header = bytes(parts[0])  # already bytes: no copy
 
         def before_commit() -> bytes:
             if check.result() != info.max_timestamp:
@@ -167,7 +192,7 @@ class LogAppend:
 
     def _append_validated(
         self,
-        parts: list,
+        parts: list[BytesLike],
         size: int,
         info: LogAppendInfo,
         now: int,
@@ -214,7 +239,9 @@ class LogAppend:
             self.flush()
         return info
 
-    def _append_general(self, records: bytes, *, origin: str, leader_epoch: int, assign_offsets: bool) -> LogAppendInfo:
+    def _append_general(
+        self, records: bytes, *, origin: AppendOrigin, leader_epoch: int, assign_offsets: bool
+    ) -> LogAppendInfo:
         info, batches = analyze(
             records, origin, self.config.max_message_bytes, leader_epoch, ignore_record_size=not assign_offsets
         )
@@ -235,9 +262,9 @@ class LogAppend:
                 result = validate_and_assign_offsets(
                     batches, self._log_end_offset, now, self.config, origin=origin, leader_epoch=leader_epoch
                 )
-                valid = result.parts
+                parts = result.parts
                 valid_size = result.size
-                validated = result.batches
+                validated: Sequence[AnyBatch] = result.batches
                 info.first_offset = self._log_end_offset
                 info.last_offset = result.next_offset - 1
                 info.max_timestamp = result.max_timestamp
@@ -254,7 +281,7 @@ class LogAppend:
                             )
             else:
                 check_follower_offsets(info, self._log_end_offset)
-                valid = [valid]
+                parts = [valid]
                 valid_size = info.valid_bytes
                 validated = [b for b in batches if b.has_producer_id or b.is_control]
                 info.num_records = sum(b.record_count for b in batches)
@@ -266,7 +293,7 @@ class LogAppend:
             if validated:
                 duplicate, pending = self._analyze_producer_state(validated, origin)
             else:
-                duplicate, pending = None, ((), ())
+                duplicate, pending = None, ([], [])
             if duplicate is not None:
                 info.first_offset = duplicate.first_offset
                 info.last_offset = duplicate.last_offset
@@ -274,7 +301,7 @@ class LogAppend:
                 info.is_duplicate = True
                 return info
             try:
-                segment.append(info.last_offset, info.max_timestamp, info.shallow_offset_of_max_timestamp, valid)
+                segment.append(info.last_offset, info.max_timestamp, info.shallow_offset_of_max_timestamp, parts)
             except (OSError, KafkaStorageError) as e:
                 raise self._io_failure("appending records to", e) from e
             self._log_end_offset = info.last_offset + 1
@@ -284,7 +311,7 @@ class LogAppend:
             )
             return self._complete_append(info)
 
-    def _assign_epochs(self, batches: list, leader_epoch: int | None, info: LogAppendInfo) -> None:
+    def _assign_epochs(self, batches: Sequence[AnyBatch], leader_epoch: int | None, info: LogAppendInfo) -> None:
         """The leader epoch cache after an append (UnifiedLog.append): each v2 batch's partition leader epoch
         starts at its base offset (for a leader's append, the epoch it stamped, at the first offset); a batch
         of an older format clears the cache, as Kafka does, so that truncation falls back to the HW."""
@@ -299,17 +326,19 @@ class LogAppend:
         for batch in batches:
             cache.maybe_assign(batch.partition_leader_epoch, batch.base_offset)
 
-    def _analyze_producer_state(self, validated: list, origin: str):
+    def _analyze_producer_state(
+        self, validated: Sequence[AnyBatch], origin: AppendOrigin
+    ) -> tuple[BatchMetadata | None, _PendingProducerState]:
         """Producer checks before the write: a duplicate batch, or the per-producer updates to apply after."""
-        updates: dict[int, object] = {}
-        completed = []
+        updates: dict[int, ProducerAppendInfo] = {}
+        completed: list[CompletedTxn] = []
         for batch in validated:
             if not batch.has_producer_id:
                 continue
             if origin == CLIENT and batch.magic >= 2:
                 duplicate = self.producer_state.find_duplicate_batch(batch)
                 if duplicate is not None:
-                    return duplicate, None
+                    return duplicate, ([], [])
             info = updates.get(batch.producer_id)
             if info is None:
                 info = self.producer_state.prepare_update(batch.producer_id, origin=origin)
@@ -319,7 +348,7 @@ class LogAppend:
                 completed.append(done)
         return None, (list(updates.values()), completed)
 
-    def _apply_producer_state(self, pending, segment: LogSegment) -> None:
+    def _apply_producer_state(self, pending: _PendingProducerState, segment: LogSegment) -> None:
         infos, completed = pending
         for info in infos:
             self.producer_state.update(info)

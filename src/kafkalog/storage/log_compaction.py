@@ -20,6 +20,7 @@ from ..layout import (
 )
 from .files import delete_if_exists, fsync_dir
 from .loader import open_segment, replay_producer_state
+from .log_state import LogState
 from .producer_entry import ProducerStateEntry
 from .segment import LogSegment
 from .txn_index import AbortedTxn
@@ -27,7 +28,7 @@ from .txn_index import AbortedTxn
 log = logging.getLogger(__name__)
 
 
-class CleanerSupport:
+class CleanerSupport(LogState):
     """The log cleaner's view of a ``Log`` (this class is one of its bases and has no state of its own)."""
 
     def log_segments(self, from_offset: int, to_offset: int) -> list[LogSegment]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,10 +29,14 @@ from ..layout import (
     TXN_INDEX_SUFFIX,
     segment_file,
 )
+from ..record.scan import AnyBatch
+from ..record.types import BytesLike
 from .file_records import EMPTY_SLICE, FileRecords, RecordsSlice
 from .files import delete_if_exists
 from .index import OffsetIndex, TimeIndex, TimestampOffset
-from .txn_index import AbortedTxn, TransactionIndex
+from .leader_epoch import LeaderEpochFileCache
+from .producer_state import AppendOrigin, CompletedTxn, ProducerStateManager
+from .txn_index import AbortedTxn, TransactionIndex, TxnIndexSearchResult
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +88,15 @@ class TimestampAndOffset:
 
 
 class LogSegment:
-    """A segment: records file, offset index, time index, transaction index, all named by ``base_offset``."""
+    """A segment: records file, offset index, time index, transaction index, all named by ``base_offset``.
+
+    Invariants: every batch in the ``.log`` has offsets in ``[base_offset, base_offset + Int32.MAX]``, in
+    increasing order; the offset index holds at most one entry per ``index.interval.bytes`` of records, each
+    naming the position of a batch that starts at or before its offset; the time index's timestamps only grow,
+    and each names the largest timestamp so far with the offset of the batch that carried it; the indexes never
+    point past the ``.log``'s logical size. The ``.txnindex`` lists the aborted transactions completed in this
+    segment, in the order of their ABORT markers.
+    """
 
     def __init__(
         self,
@@ -254,9 +267,9 @@ class LogSegment:
         largest_offset: int,
         largest_timestamp: int,
         shallow_offset_of_max_timestamp: int,
-        records,
+        records: BytesLike | list[BytesLike],
         size: int | None = None,
-        before_commit=None,
+        before_commit: Callable[[], bytes | None] | None = None,
     ) -> None:
         """Append validated batches (bytes, or a list of buffers written in order) whose last offset is
         ``largest_offset`` (LogSegment.append). ``size`` saves recounting when the caller knows it;
@@ -272,7 +285,7 @@ class LogSegment:
         self.log.append(records, size, before_commit)
         self._appended(position, size, largest_offset, largest_timestamp, shallow_offset_of_max_timestamp)
 
-    def append_in_parts(self, records, parts: list[tuple[int, int, int, int]]) -> None:
+    def append_in_parts(self, records: BytesLike, parts: list[tuple[int, int, int, int]]) -> None:
         """Append ``records`` in one write, as if each part were appended on its own (:meth:`append`): ``parts`` are
         (where the part ends in ``records``, its largest offset, largest timestamp, shallow offset of that
         timestamp), in order. The index entries land where those appends would put them: the cleaner appends what
@@ -282,14 +295,14 @@ class LogSegment:
             return
         starts = [0, *(part[0] for part in parts[:-1])]
         # an empty part is no append at all
-        parts = [(start, *part) for start, part in zip(starts, parts, strict=True) if part[0] > start]
-        for _, _, largest_offset, _, _ in parts:
+        spans = [(start, *part) for start, part in zip(starts, parts, strict=True) if part[0] > start]
+        for _, _, largest_offset, _, _ in spans:
             if not 0 <= largest_offset - self.base_offset <= INT32_MAX:
                 self._ensure_offset_in_range(largest_offset)
         position = self.log.size
         self.log.append(records, size)  # an I/O error leaves the segment as it was (FileRecords rolls back)
-        if not self._appended_all(position, parts):
-            for start, end, largest_offset, largest_timestamp, shallow_offset in parts:
+        if not self._appended_all(position, spans):
+            for start, end, largest_offset, largest_timestamp, shallow_offset in spans:
                 self._appended(position + start, end - start, largest_offset, largest_timestamp, shallow_offset)
 
     def _appended_all(self, position: int, parts: list[tuple[int, int, int, int, int]]) -> bool:
@@ -338,7 +351,7 @@ class LogSegment:
             self.bytes_since_last_index_entry = 0
         self.bytes_since_last_index_entry += size
 
-    def update_txn_index(self, completed_txn, last_stable_offset: int) -> None:
+    def update_txn_index(self, completed_txn: CompletedTxn, last_stable_offset: int) -> None:
         """Record a completed transaction in the .txnindex when it was aborted."""
         if completed_txn.is_aborted:
             self.txn_index.append(
@@ -418,7 +431,7 @@ class LogSegment:
                 best = TimestampOffset(header.max_timestamp, header.last_offset)
         return best
 
-    def collect_aborted_txns(self, fetch_offset: int, upper_bound_offset: int):
+    def collect_aborted_txns(self, fetch_offset: int, upper_bound_offset: int) -> TxnIndexSearchResult:
         return self.txn_index.collect_aborted_txns(fetch_offset, upper_bound_offset)
 
     def fetch_upper_bound_offset(self, start_position: int, fetch_size: int) -> int | None:
@@ -426,7 +439,11 @@ class LogSegment:
         return None if found is None else found.offset
 
     # ----- recovery and truncation ---------------------------------------------------------
-    def recover(self, producer_state=None, leader_epoch_cache=None) -> int:
+    def recover(
+        self,
+        producer_state: ProducerStateManager | None = None,
+        leader_epoch_cache: LeaderEpochFileCache | None = None,
+    ) -> int:
         """Rebuild the indexes from the .log, stopping at the first invalid batch; return the bytes cut.
         The leader epoch cache (when given) learns each batch's epoch newer than its latest, as in Kafka."""
         self.offset_index.reset()
@@ -580,10 +597,10 @@ class LogSegment:
         return self.log.last_modified_ms()
 
 
-def update_producer_state(producer_state, batch, segment: LogSegment | None) -> None:
+def update_producer_state(producer_state: ProducerStateManager, batch: AnyBatch, segment: LogSegment | None) -> None:
     """Replay one batch into the producer state (LogSegment.updateProducerState)."""
     if batch.has_producer_id:
-        info = producer_state.prepare_update(batch.producer_id, origin="replication")
+        info = producer_state.prepare_update(batch.producer_id, origin=AppendOrigin.REPLICATION)
         completed = info.append(batch)
         producer_state.update(info)
         if completed is not None:

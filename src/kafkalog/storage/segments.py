@@ -9,7 +9,11 @@ from .segment import LogSegment
 
 
 class LogSegments:
-    """Segments sorted by base offset, with floor/higher lookups."""
+    """Segments sorted by base offset, with floor/higher lookups.
+
+    Invariant: at most one segment per base offset, and the base offsets listed are exactly the keys of the
+    segments held, in increasing order.
+    """
 
     def __init__(self) -> None:
         self._bases: list[int] = []

@@ -93,7 +93,12 @@ class TxnIndexSearchResult(NamedTuple):
 
 
 class TransactionIndex:
-    """A segment's ``.txnindex``: aborted transactions in ABORT-marker order."""
+    """A segment's ``.txnindex``: aborted transactions in ABORT-marker order.
+
+    Invariant: entries are appended only with a last offset above the previous entry's (``TxnOrderError``
+    otherwise), so the file is sorted by the ABORT markers' offsets and a search can stop at the first entry
+    past its range.
+    """
 
     def __init__(self, path: str | os.PathLike[str], base_offset: int) -> None:
         self._path = Path(path)

@@ -46,8 +46,10 @@ from ..record.scan import AnyBatch, iter_batches
 from ..record.types import NO_TIMESTAMP, BytesLike, TimestampType
 from ..record.view import TIMESTAMP_TYPE_MASK
 from .config import LogConfig
+from .producer_entry import AppendOrigin
 
-CLIENT, REPLICATION, COORDINATOR = "client", "replication", "coordinator"
+# The origins an append can have (Kafka's AppendOrigin), as names for the validator's branches.
+CLIENT, REPLICATION, COORDINATOR = AppendOrigin.CLIENT, AppendOrigin.REPLICATION, AppendOrigin.COORDINATOR
 _MAX_TS_OFFSET = 35
 _LEADER_EPOCH_OFFSET = 12
 
@@ -74,7 +76,7 @@ class LogAppendInfo:
 
 def analyze(
     records: bytes,
-    origin: str,
+    origin: AppendOrigin,
     max_message_bytes: int,
     leader_epoch: int | None = None,
     ignore_record_size: bool = False,
@@ -169,7 +171,7 @@ def validate_and_assign_offsets(
     now: int,
     config: LogConfig,
     *,
-    origin: str = CLIENT,
+    origin: AppendOrigin = CLIENT,
     leader_epoch: int = 0,
 ) -> ValidationResult:
     """Kafka's LogValidator.validateMessagesAndAssignOffsets for one append of batches already analysed.
@@ -200,7 +202,7 @@ def validate_and_assign_offsets(
     return _rebuild(batches, first_offset, now, config, origin, leader_epoch, target, log_append)
 
 
-def _validate_batch(batch: AnyBatch, origin: str, target_magic: int = 2) -> None:
+def _validate_batch(batch: AnyBatch, origin: AppendOrigin, target_magic: int = 2) -> None:
     """LogValidator.validateBatch, for client appends of v2 batches."""
     if origin != CLIENT or batch.magic < 2:
         return
@@ -244,7 +246,7 @@ def _summarize(batch: RecordBatch) -> tuple[int, int, int, int]:
 
 
 def _check_records(
-    batch: RecordBatch, config: LogConfig, now: int, origin: str, min_ts: int, max_ts: int, null_keys: int
+    batch: RecordBatch, config: LogConfig, now: int, origin: AppendOrigin, min_ts: int, max_ts: int, null_keys: int
 ) -> None:
     """LogValidator.validateRecord, vectorised: null keys on compacted topics, timestamp range and type."""
     if origin == REPLICATION:
@@ -296,7 +298,7 @@ def _assign_in_place(
     first_offset: int,
     now: int,
     config: LogConfig,
-    origin: str,
+    origin: AppendOrigin,
     leader_epoch: int,
     log_append: bool,
 ) -> ValidationResult:
@@ -341,7 +343,7 @@ def _rebuild(
     first_offset: int,
     now: int,
     config: LogConfig,
-    origin: str,
+    origin: AppendOrigin,
     leader_epoch: int,
     target: int,
     log_append: bool,

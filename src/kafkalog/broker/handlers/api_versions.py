@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 from ..protocol import APIS, NONE, UNSUPPORTED_VERSION, ApiVersionsResponse, Response
 
 
@@ -12,11 +14,16 @@ def _api_keys() -> list:
     ]
 
 
+@functools.cache
+def _encoded(version: int) -> bytes:
+    """The answer at ``version``: the same for every request (ApiVersions is exempt from request quotas, so its
+    throttle time stays 0), so it is encoded once per version rather than for every connection."""
+    response = ApiVersionsResponse(version=version, error_code=NONE, api_keys=_api_keys(), throttle_time_ms=0)
+    return bytes(response.encode(version=version))
+
+
 async def handle(broker, header, request) -> Response:
-    response = ApiVersionsResponse(
-        version=header.api_version, error_code=NONE, api_keys=_api_keys(), throttle_time_ms=0
-    )
-    return Response.of(response, header.api_version)
+    return Response([_encoded(header.api_version)])
 
 
 def unsupported_version_response() -> Response:

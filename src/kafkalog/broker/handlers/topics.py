@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 
 from ...errors import UnknownTopicOrPartitionError
@@ -11,6 +12,7 @@ from ..protocol import (
     INVALID_REPLICATION_FACTOR,
     INVALID_REQUEST,
     NONE,
+    POLICY_VIOLATION,
     TOPIC_AUTHORIZATION_FAILED,
     UNKNOWN_TOPIC_ID,
     CreatePartitionsResponse,
@@ -136,18 +138,63 @@ async def _create_in_cluster(broker, topic, validate_only: bool) -> Created:
     )
 
 
-async def _each_topic(broker, request, local: Callable, clustered: Callable) -> list:
+# Kafka's controller refuses a request that would create more partitions than this (ReplicationControlManager.
+# MAX_PARTITIONS_PER_BATCH, QuorumController's MAX_RECORDS_PER_USER_OP): one request asking for 2^31 partitions
+# must not hold the broker while it creates their logs.
+MAX_PARTITIONS_PER_BATCH = 10_000
+
+
+def _partitions_requested(broker, topics) -> int:
+    """How many partitions a CreateTopics request asks for (Kafka's validateTotalNumberOfPartitions)."""
+    total = 0
+    for topic in topics:
+        if topic.assignments:
+            total += len(topic.assignments)
+        elif topic.num_partitions == -1:
+            total += broker.config.num_partitions
+        elif topic.num_partitions > 0:
+            total += topic.num_partitions
+    return total
+
+
+def _partitions_added(broker, topics) -> int:
+    """How many new partitions a CreatePartitions request asks for (the topics' growth; unknown topics count 0)."""
+    total = 0
+    for topic in topics:
+        if getattr(broker, "cluster", None) is not None:
+            assignment = broker.cluster.view.topics.get(topic.name)
+            current = len(assignment.partitions) if assignment is not None else topic.count
+        else:
+            try:
+                current = len(broker.log_manager.describe_topic(topic.name).partitions)
+            except UnknownTopicOrPartitionError:
+                current = topic.count
+        total += max(0, topic.count - current)
+    return total
+
+
+async def _each_topic(broker, request, local: Callable, clustered: Callable, off_loop: bool = False) -> list:
     """One answer per topic of a CreateTopics or CreatePartitions request: through ZooKeeper on a cluster
-    (``clustered``, awaited), through the log manager on a single node (``local``)."""
+    (``clustered``, awaited), through the log manager on a single node (``local``; in a worker thread with
+    ``off_loop``)."""
     validate_only = bool(request.validate_only)
     if getattr(broker, "cluster", None) is not None:
         return [await clustered(broker, t, validate_only) for t in request.topics]
+    if off_loop:
+        return [await asyncio.to_thread(local, broker, t, validate_only) for t in request.topics]
     return [local(broker, t, validate_only) for t in request.topics]
 
 
 async def handle_create(broker, header, request) -> Response:
     version = header.api_version
-    results = await _each_topic(broker, request, _create_one, _create_in_cluster)
+    if _partitions_requested(broker, request.topics) > MAX_PARTITIONS_PER_BATCH:
+        message = "Excessively large number of partitions per request."
+        results = [_refused(t.name, POLICY_VIOLATION, message) for t in request.topics]
+        return Response.of(CreateTopicsResponse(version=version, throttle_time_ms=0, topics=results), version)
+    # Off the event loop on a single node (Kafka's controller creates topics on a thread of its own): a topic's
+    # directories, files and state take file-system calls and fsyncs, and other clients' requests must not wait
+    # for them. The thread runs in a copy of this request's context, so the ACL checks see its principal.
+    results = await _each_topic(broker, request, _create_one, _create_in_cluster, off_loop=True)
     return Response.of(CreateTopicsResponse(version=version, throttle_time_ms=0, topics=results), version)
 
 
@@ -260,5 +307,10 @@ async def _grow_in_cluster(broker, topic, validate_only: bool):
 
 async def handle_create_partitions(broker, header, request) -> Response:
     version = header.api_version
+    if _partitions_added(broker, request.topics) > MAX_PARTITIONS_PER_BATCH:
+        Result = CreatePartitionsResponse.CreatePartitionsTopicResult
+        message = "Unable to perform excessively large batch operation."
+        results = [Result(name=t.name, error_code=POLICY_VIOLATION, error_message=message) for t in request.topics]
+        return Response.of(CreatePartitionsResponse(version=version, throttle_time_ms=0, results=results), version)
     results = await _each_topic(broker, request, _grow_one, _grow_in_cluster)
     return Response.of(CreatePartitionsResponse(version=version, throttle_time_ms=0, results=results), version)

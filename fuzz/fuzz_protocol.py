@@ -1,0 +1,57 @@
+"""atheris harness: one request frame (any API and version) through a real broker's decoder, router and handlers.
+
+The target and its oracle are ``kafkalog.testing.protocol_fuzz`` (see fuzz/README.md, "The protocol fuzzer").
+``--write-corpus DIR`` writes the starting inputs: a valid request of every API and version the broker
+advertises, as a raw frame and as a structure-aware mutation seed. With ``KAFKALOG_FUZZ_KEEP_GOING=DIR`` in the
+environment, an input that breaks the oracle is saved in DIR (once per distinct report) and the run goes on.
+"""
+
+import importlib.util
+import os
+import sys
+from pathlib import Path
+
+import atheris
+
+# The request path: the broker (header parser, router, handlers), the coordinators and the partition layer it
+# drives, and kafka-python's schema decoders. The rest (storage, records, the numba kernels, the CLI) is left
+# uninstrumented: the file fuzzers cover it, and instrumenting it would slow this harness down. atheris takes
+# whole top-level packages and excludes exact module names, so the exclusions are listed from the files.
+INSTRUMENTED = ("kafkalog.broker", "kafkalog.coordinator", "kafkalog.partition", "kafka.protocol")
+
+
+def _modules_outside(package: str) -> list[str]:
+    root = Path(importlib.util.find_spec(package).origin).parent  # type: ignore[arg-type, union-attr]
+    names = []
+    for path in root.rglob("*.py"):
+        parts = [package, *path.relative_to(root).with_suffix("").parts]
+        if parts[-1] == "__init__":
+            parts.pop()
+        name = ".".join(parts)
+        if name != package and not name.startswith(INSTRUMENTED) and not any(p.startswith(name) for p in INSTRUMENTED):
+            names.append(name)
+    return names
+
+
+with atheris.instrument_imports(
+    include=["kafkalog", "kafka"], exclude=_modules_outside("kafkalog") + _modules_outside("kafka")
+):
+    from kafkalog.testing.protocol_fuzz import atheris_entry, corpus
+
+
+def main() -> None:
+    if len(sys.argv) == 3 and sys.argv[1] == "--write-corpus":
+        out = Path(sys.argv[2])
+        out.mkdir(parents=True, exist_ok=True)
+        seeds = corpus()
+        for name, data in seeds.items():
+            (out / name).write_bytes(data)
+        print(f"wrote {len(seeds)} seed inputs to {out}")
+        return
+    keep_going = os.environ.get("KAFKALOG_FUZZ_KEEP_GOING")
+    atheris.Setup(sys.argv, atheris_entry(keep_going=Path(keep_going) if keep_going else None))
+    atheris.Fuzz()
+
+
+if __name__ == "__main__":
+    main()
