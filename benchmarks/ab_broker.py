@@ -12,6 +12,10 @@ its own process.
 ``--partitions`` partitions are created one after another (CreateTopics from librdkafka's admin client),
 another connection sends ApiVersions back to back; the figures are those round trips' p99 and maximum, and
 the creations' total time.
+``--cleaner-stall`` measures what the log cleaner's first clean costs other clients on a cold numba cache
+(a fresh ``NUMBA_CACHE_DIR`` per round, the record kernels compiled into it before the broker starts): a compacted
+topic gets ``--keyed`` keyed records over small segments, then ApiVersions round trips run for ``--window`` s
+while the cleaner compiles its kernels and cleans.
 ``--a-producer``/``--b-producer`` (JSON) give each side's paced producer more arguments, to A/B the harness
 itself on one tree: ``python -m benchmarks.ab_broker HEAD HEAD --latency --a-producer '{"pacing": "spin"}'``.
 """
@@ -156,6 +160,79 @@ def _create_stall_round(tree: Path, work: Path, args: argparse.Namespace) -> dic
     }
 
 
+def _pings(bootstrap: str, seconds: float) -> list[float]:
+    """ApiVersions round trips on one connection, back to back (1 ms apart), for ``seconds``: each in seconds."""
+    import time
+
+    from kafka.protocol.metadata import ApiVersionsRequest
+
+    import tests.brokertools as brokertools
+
+    rtts = []
+    request = ApiVersionsRequest(version=3, client_software_name="ab", client_software_version="1")
+    with brokertools.RawClient(bootstrap, timeout=300) as client:
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            sent = time.perf_counter()
+            client.call(request, 3)
+            rtts.append(time.perf_counter() - sent)
+            time.sleep(0.001)
+    return sorted(rtts)
+
+
+def _cleaner_stall_round(tree: Path, work: Path, args: argparse.Namespace) -> dict[str, float]:
+    """One broker from ``tree`` on a cold numba cache: ApiVersions round trips while its first clean runs."""
+    import os
+
+    from kafka.protocol.producer import ProduceRequest
+
+    import tests.brokertools as brokertools
+
+    from .bench_broker import _create_topic
+
+    cache = work / "numba-cache"
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(cache), "PYTHONPATH": str(tree / "src")}
+    warm = "from kafkalog.storage.validator import warm_up; warm_up()"  # the append path's kernels: not measured
+    subprocess.run([sys.executable, "-c", warm], env=env, check=True, timeout=900)
+    os.environ["NUMBA_CACHE_DIR"] = str(cache)
+    brokertools.REPO = tree
+    try:
+        with brokertools.BrokerProcess(work / "logs", {"log.cleaner.backoff.ms": "200"}) as server:
+            from confluent_kafka.admin import AdminClient, NewTopic
+
+            config = {"cleanup.policy": "compact", "segment.bytes": "16384", "min.cleanable.dirty.ratio": "0.01"}
+            admin = AdminClient({"bootstrap.servers": server.bootstrap, "log_level": 4})
+            for future in admin.create_topics([NewTopic("compacted", 1, 1, config=config)]).values():
+                future.result(60)
+            _create_topic(server.bootstrap, "warm", 1)
+            from kafkalog.record import RecordBatchBuilder
+
+            P = ProduceRequest.TopicProduceData
+            with brokertools.RawClient(server.bootstrap, timeout=300) as client:
+                for i in range(args.keyed // 100):
+                    builder = RecordBatchBuilder()
+                    for j in range(100):
+                        builder.append(b"key-%d" % (j % 50), b"v" * 100)
+                    part = P.PartitionProduceData(index=0, records=builder.build())
+                    request = ProduceRequest(transactional_id=None, acks=1, timeout_ms=30000,
+                                             topic_data=[P(name="compacted", partition_data=[part])])  # fmt: skip
+                    client.call(request, 7, correlation_id=i + 1)
+            rtts = _pings(server.bootstrap, args.window)
+            checkpoint = work / "logs" / "cleaner-offset-checkpoint"  # "topic partition offset" lines after 2
+            lines = checkpoint.read_text().splitlines()[2:] if checkpoint.exists() else []
+            cleaned = any(line.split()[:2] == ["compacted", "0"] and int(line.split()[2]) > 0 for line in lines)
+    finally:
+        os.environ.pop("NUMBA_CACHE_DIR", None)
+    return {
+        "ping p50 ms": rtts[len(rtts) // 2] * 1e3,
+        "ping p99 ms": rtts[min(len(rtts) - 1, int(len(rtts) * 0.99))] * 1e3,
+        "ping p99.9 ms": rtts[min(len(rtts) - 1, int(len(rtts) * 0.999))] * 1e3,
+        "ping max ms": rtts[-1] * 1e3,
+        "pings": float(len(rtts)),
+        "cleaned in window": float(cleaned),
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.ab_broker", description=__doc__.splitlines()[0])
     parser.add_argument("old", help="commit A")
@@ -170,6 +247,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--create-stall", action="store_true", help="only: other clients' delay while topics are made")
     parser.add_argument("--topics", type=int, default=5, help="--create-stall: topics created")
     parser.add_argument("--partitions", type=int, default=50, help="--create-stall: partitions per topic")
+    parser.add_argument("--cleaner-stall", action="store_true", help="only: other clients' delay at the first clean")
+    parser.add_argument("--keyed", type=int, default=20_000, help="--cleaner-stall: keyed records produced")
+    parser.add_argument("--window", type=float, default=60.0, help="--cleaner-stall: seconds of round trips")
     parser.add_argument("--a-producer", type=json.loads, default={}, help="--latency: paced producer args of A")
     parser.add_argument("--b-producer", type=json.loads, default={}, help="--latency: paced producer args of B")
     args = parser.parse_args(argv)
@@ -181,7 +261,9 @@ def main(argv: list[str] | None = None) -> int:
         for i in range(args.rounds):
             for side, tree in (("A", a_tree), ("B", b_tree)) if i % 2 == 0 else (("B", b_tree), ("A", a_tree)):
                 work = scratch.root / f"{side}{i}"
-                if args.create_stall:
+                if args.cleaner_stall:
+                    figures[side].append(_cleaner_stall_round(tree, work, args))
+                elif args.create_stall:
                     figures[side].append(_create_stall_round(tree, work, args))
                 elif args.latency:
                     producer = args.a_producer if side == "A" else args.b_producer

@@ -21,6 +21,7 @@ BENCHMARKS = {
     "cleaner": "benchmarks.bench_cleaner",
     "spark": "benchmarks.bench_spark",
     "broker": "benchmarks.bench_broker",
+    "scale": "benchmarks.bench_scale",
 }
 DEFAULT_RESULTS = Path(__file__).resolve().parent / "results"
 

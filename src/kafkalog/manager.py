@@ -634,6 +634,15 @@ class LogManager:
             raise UnknownTopicOrPartitionError(f"Topic '{topic}' does not exist.")
         return partitions
 
+    def topic_id_and_partitions(self, name: str) -> tuple[str, list[TopicPartition]]:
+        """A topic's id and its partitions in order, reading no log: what a Metadata answer needs of every topic
+        (describe_topic also sizes every log and copies the config; for 10,000 partitions that was most of the
+        time of an all-topics Metadata answer)."""
+        state = self._store.get(name)
+        if state is None:
+            raise UnknownTopicOrPartitionError(f"Topic '{name}' does not exist.")
+        return state.topic_id, self._partitions_of(name)
+
     def describe_topic(self, name: str) -> TopicDescription:
         state = self._store.get(name)
         if state is None:

@@ -95,6 +95,10 @@ class ReplicaManager:
             raise UnknownTopicOrPartitionError(f"Partition {topic}-{partition} does not exist.")
         return found
 
+    def partition(self, tp: TopicPartition) -> Partition | None:
+        """The partition, or None; no TopicPartition built (Metadata looks up every partition of the broker)."""
+        return self._partitions.get(tp)
+
     @property
     def partitions(self) -> dict[TopicPartition, Partition]:
         with self._lock:

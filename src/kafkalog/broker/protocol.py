@@ -436,21 +436,28 @@ def decode_request(spec: ApiSpec, header: RequestHeader, frame: memoryview):
     return request
 
 
-_PLAIN, _STRUCT, _STRUCT_ARRAY = 0, 1, 2
+_PLAIN, _STRUCT, _STRUCT_ARRAY, _STRING_ARRAY = 0, 1, 2, 3
 
 
 @functools.cache
 def _null_plan(container_class: type, version: int) -> tuple[tuple[str, bool, int], ...]:
     """What ``_null_where_not_nullable`` checks in a ``container_class`` at ``version``: each untagged field of
-    that version as (name, whether null is allowed, plain/struct/struct array). Worked out once per class and
-    version from the generated schema (no public accessor), rather than for every request."""
+    that version as (name, whether null is allowed, plain/struct/struct array/string array). Worked out once per
+    class and version from the generated schema (no public accessor), rather than for every request."""
     plan = []
     for schema_field in container_class._struct._fields:  # type: ignore[attr-defined]
         if not schema_field.for_version_q(version) or schema_field._tag is not None:
             continue
         # kafka-python reads the zero UUID as None; a uuid field is never null on the wire.
         null_allowed = schema_field.type_str == "uuid" or bool(schema_field.nullable_for_version_q(version))
-        kind = _STRUCT_ARRAY if schema_field.is_struct_array() else _STRUCT if schema_field.is_struct() else _PLAIN
+        if schema_field.is_struct_array():
+            kind = _STRUCT_ARRAY
+        elif schema_field.is_struct():
+            kind = _STRUCT
+        elif schema_field.is_array() and schema_field.array_of.type_str in ("string", "bytes"):
+            kind = _STRING_ARRAY  # its elements are never nullable (Kafka's readers refuse a null element)
+        else:
+            kind = _PLAIN
         plan.append((schema_field.name, null_allowed, kind))
     return tuple(plan)
 
@@ -471,6 +478,8 @@ def _null_where_not_nullable(container, version: int) -> str | None:
             problem = _null_where_not_nullable(value, version)
             if problem is not None:
                 return f"{name}.{problem}"
+        elif kind == _STRING_ARRAY and None in value:
+            return f"{name} element"
     return None
 
 

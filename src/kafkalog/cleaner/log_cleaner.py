@@ -22,6 +22,7 @@ from .manager import LogCleanerManager
 from .offset_map import SkimpyOffsetMap
 from .policy import LogToClean
 from .stats import CleanerStats, Throttler
+from .warm import compile_in_child
 
 log = logging.getLogger(__name__)
 
@@ -234,6 +235,7 @@ class LogCleaner:
             while not self._stop.is_set():
                 cleanable = self.grab_filthiest_compacted_log()
                 if cleanable is not None:
+                    compile_in_child(self._stop)  # a process's first clean: kernels from numba's cache (warm.py)
                     self._clean_log(self._cleaner(index), cleanable)
                 self._delete_old_segments_of_compacted_logs()
                 if cleanable is None:

@@ -15,6 +15,7 @@ from abc import ABC, abstractmethod
 from typing import Any, ClassVar
 
 from ..errors import UnknownTopicOrPartitionError
+from .errors import Errors
 
 
 def java_string_hash(text: str) -> int:
@@ -40,6 +41,13 @@ class Coordination(enum.Enum):
     ELSEWHERE = "elsewhere"
 
 
+_COORDINATION_ERRORS = {
+    Coordination.HERE: Errors.NONE,
+    Coordination.LOADING: Errors.COORDINATOR_LOAD_IN_PROGRESS,
+    Coordination.ELSEWHERE: Errors.NOT_COORDINATOR,
+}
+
+
 class InternalTopicMixin(ABC):
     """A coordinator's internal topic and the partitions of it this broker coordinates.
 
@@ -53,8 +61,8 @@ class InternalTopicMixin(ABC):
     - The topic is created at most once, on first use, and only when one replica is asked for: on a single node
       a replication factor above 1 cannot be met, and the coordinator answers COORDINATOR_NOT_AVAILABLE.
 
-    The class using it sets the ClassVars and ``log_manager``, ``owned``, ``loading`` and
-    ``cluster_partition_count``, and answers ``_internal_topic_settings``.
+    The class using it sets the ClassVars, and answers ``_internal_topic_settings``, ``_load_partition`` and
+    ``_drop_partition``.
     """
 
     TOPIC: ClassVar[str]
@@ -62,14 +70,34 @@ class InternalTopicMixin(ABC):
     REPLICATION_FACTOR_CONFIG: ClassVar[str]
     LOG: ClassVar[logging.Logger]
 
-    log_manager: Any
-    owned: set[int] | None
-    loading: set[int]
-    cluster_partition_count: int | None
+    def __init__(self, log_manager: Any, config: Any, clock: Any, scheduler: Any) -> None:
+        self.log_manager = log_manager
+        self.replica_manager = log_manager.replica_manager
+        self.config = config
+        self.clock = clock
+        self.scheduler = scheduler
+        self._active = False  # between startup and shutdown: timers run only then
+        # The partitions this broker coordinates: None = all of them (a single node); in a cluster, those whose
+        # leader it is (on_election / on_resignation), minus those still loading.
+        self.owned: set[int] | None = None
+        self.loading: set[int] = set()
+        # In a cluster, the topic's partition count as ZooKeeper has it (this broker may host few of them).
+        self.cluster_partition_count: int | None = None
+
+    def now(self) -> int:
+        return int(self.clock.milliseconds())
 
     @abstractmethod
     def _internal_topic_settings(self) -> tuple[int, int, dict[str, str]]:
         """The configured partition count, replication factor and topic configs of the internal topic."""
+
+    @abstractmethod
+    def _load_partition(self, partition: int) -> None:
+        """Replay ``partition`` of the topic into memory (its keys are coordinated here afterwards)."""
+
+    @abstractmethod
+    def _drop_partition(self, partition: int) -> None:
+        """Forget the keys of ``partition`` (another broker coordinates them, or they are about to be reloaded)."""
 
     def internal_topic_partitions(self) -> list[int] | None:
         """The partitions of the internal topic present here, None when the topic does not exist."""
@@ -125,6 +153,35 @@ class InternalTopicMixin(ABC):
         if partition not in self.owned:
             return Coordination.ELSEWHERE
         return Coordination.HERE
+
+    def coordination_error(self, key: str) -> Errors:
+        """Kafka's validateGroupStatus / getTransactionState errors: NOT_COORDINATOR when another broker leads the
+        key's partition, COORDINATOR_LOAD_IN_PROGRESS while this one loads it (both send the client to
+        FindCoordinator again, or make it retry), NONE when it is coordinated here."""
+        return _COORDINATION_ERRORS[self.coordination(key)]
+
+    def _take_over(self, partition: int) -> None:
+        """Kafka's onElection in a cluster: reload the keys of ``partition`` from its log and coordinate them from
+        now on (COORDINATOR_LOAD_IN_PROGRESS until then)."""
+        if self.owned is None:
+            return
+        self._drop_partition(partition)
+        try:
+            self._load_partition(partition)
+        finally:
+            self.loading.discard(partition)
+        self.owned.add(partition)
+
+    def on_resignation(self, partition: int) -> None:
+        """Kafka's onResignation: another broker leads ``partition`` now; its keys leave this coordinator
+        (NOT_COORDINATOR from now on, so the clients find the new coordinator)."""
+        if self.owned is None:
+            return
+        self.loading.discard(partition)
+        if partition in self.owned:
+            self.owned.discard(partition)
+            self._drop_partition(partition)
+            self.LOG.info("Resigned as the coordinator of %s-%d", self.TOPIC, partition)
 
     def begin_loading(self, partition: int) -> None:
         """This broker became the leader of ``partition``: its keys answer COORDINATOR_LOAD_IN_PROGRESS until

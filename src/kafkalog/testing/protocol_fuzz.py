@@ -49,6 +49,7 @@ from .fuzz import UnexpectedOutcome, mutate
 from .protocol_messages import (
     DOOMED_TOPIC,
     FUZZ_TOPIC,
+    FUZZ_TXN,
     Choices,
     encode_frame,
     mutate_message,
@@ -66,6 +67,7 @@ MAX_PARKED = 32  # more parked cases than this: start a fresh broker (cancelling
 BROKER_CONFIG = {
     "listeners": "PLAINTEXT://127.0.0.1:0",
     "group.initial.rebalance.delay.ms": "0",
+    "group.min.session.timeout.ms": "100",  # the seeds' joins settle within their 1 s session timeout
     "offsets.topic.num.partitions": "1",
     "transaction.state.log.num.partitions": "1",
     "log.segment.bytes": "1048576",
@@ -126,6 +128,18 @@ def _follow_ups() -> tuple[bytes, ...]:
     return tuple(encode_frame(APIS[key], v, valid_request(APIS[key], v), 7) for key, v in ((3, 12), (18, 3)))
 
 
+@functools.cache
+def _setup_frames() -> tuple[bytes, ...]:
+    """What a client does first, so that the cases meet a broker with state: FindCoordinator for fuzz-group
+    (creates __consumer_offsets) and for fuzz-txn (creates __transaction_state), InitProducerId of fuzz-txn,
+    and an offset commit of fuzz-group."""
+    find_txn = valid_request(APIS[10], 4)
+    find_txn.key_type, find_txn.coordinator_keys = 1, [FUZZ_TXN]
+    messages = [(10, valid_request(APIS[10], 4)), (10, find_txn), (22, valid_request(APIS[22], 4))]
+    messages.append((8, valid_request(APIS[8], 9)))
+    return tuple(encode_frame(APIS[key], message.version, message) for key, message in messages)
+
+
 def _connection(index: int) -> Connection:
     """A plaintext connection whose socket ends are never used (the router reads only its principal and state)."""
     return Connection(None, SimpleNamespace(get_extra_info=lambda name: None), index)  # type: ignore[arg-type]
@@ -150,7 +164,8 @@ def _error_plan(container_class: type) -> tuple[tuple[str, bool], ...]:
 def _unknown_server_errors(container: Any, path: str = "") -> list[str]:
     """Paths of the error codes of -1 (UNKNOWN_SERVER_ERROR) anywhere in a decoded response."""
     found = []
-    for name, is_code in _error_plan(type(container)):
+    message_class: type = type(container)
+    for name, is_code in _error_plan(message_class):
         value = getattr(container, name, None)
         if is_code:
             if value == -1:
@@ -247,11 +262,10 @@ class ProtocolFuzzer:
         server.log_manager.create_topic(DOOMED_TOPIC, 1)
         for i in range(6):
             server.log_manager.produce(FUZZ_TOPIC, b"value-%d" % i, key=b"k", partition=i % 2)
-        for key, version in ((22, 4), (8, 9)):  # InitProducerId of fuzz-txn, an offset commit of fuzz-group
-            frame = encode_frame(APIS[key], version, valid_request(APIS[key], version))
+        for frame in _setup_frames():
             outcome = self._run(frame)
             if outcome != "answered":
-                raise UnexpectedOutcome(f"setting up the fuzz broker: {APIS[key].name} {outcome}")
+                raise UnexpectedOutcome(f"setting up the fuzz broker: {frame[:40]!r} {outcome}")
         self.errors.records.clear()
 
     def _stop(self) -> None:
@@ -345,6 +359,12 @@ class ProtocolFuzzer:
             raise
         self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
         return outcome
+
+    def settle(self, timeout: float = 60.0) -> None:
+        """Run the loop until every parked case has completed (or ``timeout`` passed); raise what they broke."""
+        if self.parked:
+            self.loop.run_until_complete(asyncio.wait(set(self.parked), timeout=timeout))
+        self._raise_late_failures(b"")
 
     def _raise_late_failures(self, frame: bytes) -> None:
         if self.late:

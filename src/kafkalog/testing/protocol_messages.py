@@ -61,7 +61,7 @@ FIELD_HINTS: dict[str, Any] = {
     "retention_time_ms": -1,
     "duration_filter": -1,
     "session_epoch": -1,
-    "session_timeout_ms": 10_000,
+    "session_timeout_ms": 1000,
     "timeout_ms": 100,
     "timestamp": -1,
     "transaction_timeout_ms": 60_000,

@@ -2,10 +2,13 @@
 
 - ``zkdata``: the znode paths and JSON shapes Kafka's ``kafka.zk.ZkData`` writes, so a ZooKeeper tool (or
   ``zookeeper-shell``) reads a kafkalog cluster as a Kafka one.
-- ``node``: this broker's membership: registration, controller election on the ephemeral ``/controller`` node and
-  the controller's election pass (leaders from the ISR), and the broker side: applying each partition's leader and
-  ISR, ISR shrink and expansion, the wait of ``acks=-1`` produces, controlled shutdown, the group coordinator's
-  partitions of ``__consumer_offsets`` (loaded on election, unloaded on resignation).
+- ``node``: this broker's membership: lifecycle, the reconcile pass, controller election on the ephemeral
+  ``/controller`` node and the controller's election pass (leaders from the ISR), controlled shutdown. It is built on
+  ``zk_node`` (the ZooKeeper session, registration, reads of the view; ``state`` holds the settings and the view),
+  ``leadership`` (the broker side: applying each partition's leader and ISR, ISR shrink and expansion, the wait of
+  ``acks=-1`` produces, the coordinators' partitions loaded on election, unloaded on resignation) and
+  ``topic_admin`` (CreateTopics, CreatePartitions, DeleteTopics, the coordinators' internal topics).
+- ``txn``: the transaction coordinator on a cluster (its state topic, WriteTxnMarkers to other brokers).
 - ``fetcher``: the replica fetchers (truncation by OffsetForLeaderEpoch, then Fetch with a replica id).
 - ``controller``: what the controller does on request or on a timer: controlled shutdown (ControlledShutdown from
   a stopping broker), preferred and unclean elections (ElectLeaders, the auto-leader-rebalance task), and topic

@@ -88,23 +88,29 @@ class _Reloader:
                 self._again = False
 
 
+def _attach(store: Any, zk: Any, paths: tuple[str, ...], change_paths: tuple[str, ...]) -> None:
+    """Back a file store (AclStore, CredentialStore: their fields, no file) by ZooKeeper: create ``paths``, load
+    the store, and reload it whenever a change notification appears under one of ``change_paths``."""
+    store.zk = zk
+    store.path = None
+    store._lock = threading.Lock()
+    for path in paths:
+        zk.ensure_path(path)
+    store.reload()
+    reloader = _Reloader(store.reload, f"{type(store).__name__}-reload")
+    for path in change_paths:
+        zk.ChildrenWatch(path, reloader)
+
+
 class ZkAclStore(AclStore):
     """The cluster's ACLs. Invariant: ``bindings`` is what ZooKeeper held at the last reload, and a change made
     here is in ZooKeeper (and notified) before it returns."""
 
     def __init__(self, zk: Any) -> None:  # no file: AclStore's fields only
-        self.zk = zk
-        self.path = None  # type: ignore[assignment]
-        self._lock = threading.Lock()
         self.bindings = frozenset()
         self._literal = {}
         self._prefixed = {}
-        for path in (*ACL_PATHS.values(), LITERAL_CHANGES, EXTENDED_CHANGES):
-            zk.ensure_path(path)
-        self.reload()
-        reloader = _Reloader(self.reload, "acl-reload")
-        zk.ChildrenWatch(LITERAL_CHANGES, reloader)
-        zk.ChildrenWatch(EXTENDED_CHANGES, reloader)
+        _attach(self, zk, (*ACL_PATHS.values(), LITERAL_CHANGES, EXTENDED_CHANGES), (LITERAL_CHANGES, EXTENDED_CHANGES))
 
     @staticmethod
     def _resource_path(pattern_type: str, resource_type: str, name: str) -> str:
@@ -223,14 +229,8 @@ class ZkCredentialStore(CredentialStore):
     here is in ZooKeeper (and notified) before it returns."""
 
     def __init__(self, zk: Any) -> None:  # no file: CredentialStore's fields only
-        self.zk = zk
-        self.path = None  # type: ignore[assignment]
-        self._lock = threading.Lock()
         self._users = {}
-        zk.ensure_path(USERS)
-        zk.ensure_path(CONFIG_CHANGES)
-        self.reload()
-        zk.ChildrenWatch(CONFIG_CHANGES, _Reloader(self.reload, "scram-reload"))
+        _attach(self, zk, (USERS, CONFIG_CHANGES), (CONFIG_CHANGES,))
 
     def reload(self) -> None:
         from kazoo.exceptions import NoNodeError

@@ -11,32 +11,31 @@
   record is replicated; NOT_LEADER_OR_FOLLOWER and the like are retried after a fresh look at ZooKeeper. The
   transaction stays PrepareCommit/PrepareAbort (CONCURRENT_TRANSACTIONS to its producer) until every marker is in.
 * A coordinator answers its clients once the state partition's in-sync replicas have the write (Kafka appends
-  transaction state with acks=-1): ``wait_replicated``.
+  transaction state with acks=-1): the node's ``wait_for_replication``.
 
-Everything runs on the broker's event loop. ``ensure_internal_topic`` is written for any coordinator topic.
+Everything runs on the broker's event loop. The state topic is created by the node's ``ensure_internal_topic``, as
+``__consumer_offsets`` is.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import struct
-import time
 from typing import Any
 
 from ...coordinator.transaction import TRANSACTION_STATE_TOPIC_NAME
 from ...coordinator.transaction.coordinator import MarkerSend
 from ...errors import (
-    CoordinatorNotAvailableError,
     NotLeaderOrFollowerError,
     RequestTimedOutError,
-    TopicExistsError,
     UnknownTopicOrPartitionError,
 )
 from ...manager import TopicPartition
+from ...record.varint import read_unsigned_varint
 from . import zkdata as zk
 from .fetcher import BrokerConnection
+from .state import int_property
 
 log = logging.getLogger("kafka.coordinator.transaction.TransactionMarkerChannelManager")
 
@@ -55,32 +54,6 @@ TRANSACTION_COORDINATOR_FENCED = 52
 DROPPED = {INVALID_PRODUCER_EPOCH, TRANSACTION_COORDINATOR_FENCED, UNSUPPORTED_FOR_MESSAGE_FORMAT}
 
 
-def _prop_int(props: dict[str, Any], key: str, default: int) -> int:
-    raw = props.get(key)
-    return default if raw is None else int(str(raw).strip())
-
-
-async def ensure_internal_topic(
-    node, name: str, partitions: int, replication_factor: int, config: dict[str, str], rf_config: str, what: str
-) -> None:
-    """Create a coordinator's internal topic in ZooKeeper on first use (Kafka's AutoTopicCreationManager for
-    FindCoordinator): refused with CoordinatorNotAvailableError while fewer brokers are alive than its replication
-    factor (Kafka's message); returns once every partition has a leader state."""
-    if name in node.view.topics:
-        return
-    brokers = await asyncio.to_thread(node.zk.get_children, zk.BROKER_IDS)
-    if len(brokers) < replication_factor:
-        raise CoordinatorNotAvailableError(
-            f"Number of alive brokers '{len(brokers)}' does not meet the required replication factor "
-            f"'{replication_factor}' for the {what} topic (configured via '{rf_config}'). This error can be ignored "
-            "if the cluster is starting up and not all brokers are up yet."
-        )
-    with contextlib.suppress(TopicExistsError):
-        await node.create_topic(name, partitions, replication_factor, config, False)
-        log.info("[Broker %d] created internal topic %s with %d partitions", node.broker_id, name, partitions)
-    await node.wait_for_topic(name)
-
-
 class TransactionCluster:
     """The transaction coordinator's ties to the cluster: the state topic, ownership of its partitions, replication
     waits, and the marker channel. Invariant: the coordinator owns exactly the state partitions this broker leads
@@ -92,9 +65,9 @@ class TransactionCluster:
         config = coordinator.config
         self.num_partitions = config.transaction_state_log_num_partitions
         # Kafka's defaults (3 and 2): on a cluster they can be met; a single node lowers them to 1.
-        self.replication_factor = _prop_int(props, "transaction.state.log.replication.factor", 3)
-        self.min_isr = _prop_int(props, "transaction.state.log.min.isr", 2)
-        self.request_timeout_ms = _prop_int(props, "request.timeout.ms", 30000)
+        self.replication_factor = int_property(props, "transaction.state.log.replication.factor", 3)
+        self.min_isr = int_property(props, "transaction.state.log.min.isr", 2)
+        self.request_timeout_ms = int_property(props, "request.timeout.ms", 30000)
         self.topic_config = {
             "cleanup.policy": "compact",
             "compression.type": "uncompressed",
@@ -107,8 +80,7 @@ class TransactionCluster:
 
     # ----- the state topic and who coordinates an id -----------------------------------------------------
     async def ensure_state_topic(self) -> None:
-        await ensure_internal_topic(
-            self.node,
+        await self.node.ensure_internal_topic(
             TRANSACTION_STATE_TOPIC_NAME,
             self.num_partitions,
             self.replication_factor,
@@ -204,33 +176,6 @@ class TransactionCluster:
         self.coordinator.on_resignation(tp.partition)
 
     # ----- acks=-1 for the coordinator's writes ----------------------------------------------------------------
-    async def wait_replicated(self, tp: TopicPartition, end_offset: int, timeout_ms: int) -> BaseException | None:
-        """Wait until the high watermark of ``tp`` (led here) reaches ``end_offset``: None when it did,
-        NotLeaderOrFollowerError if leadership moved, RequestTimedOutError after ``timeout_ms``."""
-        deadline = time.monotonic() + timeout_ms / 1000.0
-        purgatory = self.node.server.purgatory
-        purgatory.notify(tp)  # the followers' long-polling fetches wait for the coordinator's new records too
-        while True:
-            try:
-                partition = self.node.replica_manager.get_partition(tp.topic, tp.partition)
-            except UnknownTopicOrPartitionError as e:
-                return e
-            if not partition.is_leader:
-                return NotLeaderOrFollowerError(f"Leadership of {tp} moved while waiting for the replicas")
-            if partition.high_watermark >= end_offset:
-                return None
-            remaining = deadline - time.monotonic()
-            if remaining <= 0 or self.node.server.stopping:
-                return RequestTimedOutError(f"Timed out waiting for the in-sync replicas of {tp}")
-            event = purgatory.watch([tp])
-            try:
-                if partition.high_watermark >= end_offset or not partition.is_leader:
-                    continue
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(event.wait(), min(remaining, 0.5))
-            finally:
-                purgatory.unwatch([tp], event)
-
     async def replicated_answer(self, transactional_id: str, error: int) -> int:
         """What to answer a client after a successful coordinator call: NONE once the id's state partition is
         replicated up to its log end; NOT_COORDINATOR if leadership moved meanwhile, COORDINATOR_NOT_AVAILABLE if
@@ -242,7 +187,7 @@ class TransactionCluster:
             end = self.node.replica_manager.get_partition(tp.topic, tp.partition).log_end_offset
         except UnknownTopicOrPartitionError:
             return error
-        failed = await self.wait_replicated(tp, end, self.request_timeout_ms)
+        failed = await self.node.wait_for_replication(tp, end, self.request_timeout_ms)
         if failed is None:
             return error
         log.warning("Transaction state of %s not replicated: %s", transactional_id, failed)
@@ -288,7 +233,9 @@ class TransactionMarkerChannel:
         coordinator = self.owner.coordinator
         state_tp = TopicPartition(TRANSACTION_STATE_TOPIC_NAME, entry.state_partition)
         while True:
-            failed = await self.owner.wait_replicated(state_tp, entry.state_end_offset, self.owner.request_timeout_ms)
+            failed = await self.node.wait_for_replication(
+                state_tp, entry.state_end_offset, self.owner.request_timeout_ms
+            )
             if failed is None:
                 break
             if not isinstance(failed, RequestTimedOutError):
@@ -399,20 +346,9 @@ class FlexibleConnection(BrokerConnection):
         if correlation != self._correlation:
             raise ConnectionError(f"Correlation id {correlation} does not match the request's {self._correlation}")
         pos = 4
-        count, pos = _uvarint(payload, pos)
+        count, pos = read_unsigned_varint(payload, pos)
         for _ in range(count):  # tagged fields of the response header: skipped
-            _, pos = _uvarint(payload, pos)
-            size_, pos = _uvarint(payload, pos)
+            _, pos = read_unsigned_varint(payload, pos)
+            size_, pos = read_unsigned_varint(payload, pos)
             pos += size_
         return payload[pos:]
-
-
-def _uvarint(data: bytes, pos: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        byte = data[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return value, pos
-        shift += 7

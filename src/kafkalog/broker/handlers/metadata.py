@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import uuid
 
 from ...errors import InvalidTopicError, TopicExistsError, UnknownTopicOrPartitionError
@@ -33,6 +34,24 @@ def topic_uuid(text: str | None) -> uuid.UUID:
     return uuid.UUID(bytes=parse_uuid(text)) if text else ZERO_UUID
 
 
+@functools.lru_cache(maxsize=1 << 16)
+def _partition_answer(node: int, index: int, leader_epoch: int, isr: tuple[int, ...], offline: bool) -> Partition:
+    """One partition's answer. The same few values repeat across requests: an all-topics answer of a broker with
+    10,000 partitions builds each message object once, not per request (they are only read by the encoder).
+
+    A replica in a log dir that failed is offline, and with it the partition's only leader: Kafka's controller
+    then answers LEADER_NOT_AVAILABLE with no leader and the replica in offline_replicas, until a restart."""
+    return Partition(
+        error_code=LEADER_NOT_AVAILABLE if offline else NONE,
+        partition_index=index,
+        leader_id=-1 if offline else node,
+        leader_epoch=leader_epoch,
+        replica_nodes=[node],
+        isr_nodes=list(isr),
+        offline_replicas=[node] if offline else [],
+    )
+
+
 def _topic(name: str, topic_id: str | None, partitions: list) -> Topic:
     """A topic's metadata answer, from its stored id (text) and its partitions' answers."""
     return Topic(
@@ -46,26 +65,25 @@ def _topic(name: str, topic_id: str | None, partitions: list) -> Topic:
 
 def describe(broker, name: str) -> Topic:
     """One topic's metadata: every partition led by this node, with itself as the only replica."""
-    description = broker.log_manager.describe_topic(name)
+    topic_id, tps = broker.log_manager.topic_id_and_partitions(name)
     node = broker.node_id
+    get = broker.replica_manager.partition
     partitions = []
-    for p in description.partitions:
-        view = broker.replica_manager.get_partition(name, p.partition)
-        # A replica in a log dir that failed is offline, and with it the partition's only leader: Kafka's controller
-        # then answers LEADER_NOT_AVAILABLE with no leader and the replica in offline_replicas, until a restart.
-        offline = view.log.is_offline
+    for tp in tps:
+        view = get(tp)
+        if view is None:
+            raise UnknownTopicOrPartitionError(f"Partition {tp.topic}-{tp.partition} does not exist.")
+        isr = view.isr
         partitions.append(
-            Partition(
-                error_code=LEADER_NOT_AVAILABLE if offline else NONE,
-                partition_index=p.partition,
-                leader_id=-1 if offline else node,
-                leader_epoch=view.leader_epoch,
-                replica_nodes=[node],
-                isr_nodes=sorted(view.isr),
-                offline_replicas=[node] if offline else [],
+            _partition_answer(
+                node,
+                tp.partition,
+                view.leader_epoch,
+                (node,) if isr == {node} else tuple(sorted(isr)),
+                view.log.is_offline,
             )
         )
-    return _topic(name, description.topic_id, partitions)
+    return _topic(name, topic_id, partitions)
 
 
 def _topic_by_id(broker, topic_id) -> Topic:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import re
+from dataclasses import dataclass
 
 from ...errors import UnknownTopicOrPartitionError
 from ...logdir import parse_uuid
@@ -32,6 +33,7 @@ from .consumer_group import (
     new_member_id,
 )
 from .errors import Errors
+from .metadata_manager import GroupMetadataManager
 
 MEMBER_STATE_BYTES = {  # Kafka's MemberState values, as ConsumerGroupCurrentMemberAssignmentValue stores them
     MemberState.STABLE: 0,
@@ -47,11 +49,41 @@ def _subset(a: TopicPartitions, b: TopicPartitions) -> bool:
     return all(ps <= b.get(t, set()) for t, ps in a.items())
 
 
-class ConsumerProtocolMixin:
+@dataclass(frozen=True)
+class ConsumerHeartbeat:
+    """One ConsumerGroupHeartbeat request's member fields (None: not sent, i.e. unchanged)."""
+
+    member_id: str
+    member_epoch: int
+    instance_id: str | None
+    rack_id: str | None
+    rebalance_timeout_ms: int
+    topic_names: list[str] | None
+    regex: str | None
+    assignor: str | None
+    owned: TopicPartitions | None
+    client_id: str
+    client_host: str
+
+    @property
+    def is_full(self) -> bool:
+        """Kafka's rule for sending the assignment even when unchanged: a join, or a client resending everything
+        after an error (rebalance timeout, subscription and owned partitions all set)."""
+        return self.member_epoch == 0 or (
+            self.rebalance_timeout_ms is not None
+            and self.rebalance_timeout_ms != -1
+            and self.topic_names is not None
+            and self.owned is not None
+        )
+
+    def fail(self, code: int, message: str | None = None) -> HeartbeatResult:
+        """The answer refusing this request: the member id and epoch it sent, back."""
+        return HeartbeatResult(int(code), message, self.member_id or None, self.member_epoch)
+
+
+class ConsumerProtocolMixin(GroupMetadataManager):
     """The KIP-848 half of the coordinator. Invariant: a group id is either a classic group with members or a
     consumer group, never both; a consumer group's committed offsets live with the classic offsets store."""
-
-    consumer_groups: dict[str, ConsumerGroup]
 
     # ----- the heartbeat ----------------------------------------------------------------------------------
     def consumer_group_heartbeat(
@@ -70,80 +102,7 @@ class ConsumerProtocolMixin:
         client_host: str = "",
         version: int = 1,
     ) -> HeartbeatResult:
-        def fail(code: int, message: str | None = None) -> HeartbeatResult:
-            return HeartbeatResult(int(code), message, member_id or None, member_epoch)
-
-        if not group_id:
-            return fail(Errors.INVALID_REQUEST, "GroupId can't be empty.")
-        if (status := self.group_status(group_id)) is not Errors.NONE:  # type: ignore[attr-defined]
-            return fail(status)
-        if version >= 1 and not member_id:
-            return fail(Errors.INVALID_REQUEST, "MemberId can't be empty.")
-        if member_epoch < LEAVE_GROUP_STATIC_EPOCH:
-            return fail(Errors.INVALID_REQUEST, f"MemberEpoch {member_epoch} is invalid.")
-        if member_epoch == 0 and subscribed_topic_names is None and subscribed_topic_regex is None:
-            return fail(
-                Errors.INVALID_REQUEST, "SubscribedTopicNames or SubscribedTopicRegex must be set in first request."
-            )
-        if server_assignor is not None and server_assignor not in ASSIGNORS:
-            return fail(
-                UNSUPPORTED_ASSIGNOR,
-                f"ServerAssignor {server_assignor} is not supported. Supported assignors: {', '.join(ASSIGNORS)}.",
-            )
-        if subscribed_topic_regex is not None:
-            try:
-                re.compile(subscribed_topic_regex)
-            except re.error as e:
-                return fail(
-                    INVALID_REGULAR_EXPRESSION, f"SubscribedTopicRegex {subscribed_topic_regex} is invalid: {e}"
-                )
-        if self.offsets_topic_partitions() is None:  # type: ignore[attr-defined]
-            return fail(Errors.COORDINATOR_NOT_AVAILABLE)
-        classic = self.groups.get(group_id)  # type: ignore[attr-defined]
-        if classic is not None and classic.members:
-            return fail(Errors.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group.")
-        group = self.consumer_groups.get(group_id)
-        if group is None:
-            if member_epoch != 0:
-                return fail(Errors.UNKNOWN_MEMBER_ID, f"Group {group_id} not found.")
-            group = self.consumer_groups[group_id] = ConsumerGroup(group_id)
-        if member_epoch in (LEAVE_GROUP_EPOCH, LEAVE_GROUP_STATIC_EPOCH):
-            result = self._consumer_leave(group, member_id, instance_id, member_epoch)
-        else:
-            result = self._heartbeat_member(
-                group,
-                member_id,
-                member_epoch,
-                instance_id,
-                rack_id,
-                rebalance_timeout_ms,
-                subscribed_topic_names,
-                subscribed_topic_regex,
-                server_assignor,
-                owned,
-                client_id,
-                client_host,
-            )
-        self._persist_consumer_group(group)
-        return result
-
-    def _heartbeat_member(
-        self,
-        group: ConsumerGroup,
-        member_id: str,
-        member_epoch: int,
-        instance_id: str | None,
-        rack_id: str | None,
-        rebalance_timeout_ms: int,
-        subscribed_topic_names: list[str] | None,
-        subscribed_topic_regex: str | None,
-        server_assignor: str | None,
-        owned: TopicPartitions | None,
-        client_id: str,
-        client_host: str,
-    ) -> HeartbeatResult:
-        return self._consumer_heartbeat(
-            group,
+        request = ConsumerHeartbeat(
             member_id,
             member_epoch,
             instance_id,
@@ -156,6 +115,53 @@ class ConsumerProtocolMixin:
             client_id,
             client_host,
         )
+        error = self._invalid_heartbeat(group_id, request, version)
+        if error is not None:
+            return error
+        group = self.consumer_groups.get(group_id)
+        if group is None:
+            if member_epoch != 0:
+                return request.fail(Errors.UNKNOWN_MEMBER_ID, f"Group {group_id} not found.")
+            group = self.consumer_groups[group_id] = ConsumerGroup(group_id)
+        if member_epoch in (LEAVE_GROUP_EPOCH, LEAVE_GROUP_STATIC_EPOCH):
+            result = self._consumer_leave(group, member_id, instance_id, member_epoch)
+        else:
+            result = self._consumer_heartbeat(group, request)
+        self._persist_consumer_group(group)
+        return result
+
+    def _invalid_heartbeat(self, group_id: str, request: ConsumerHeartbeat, version: int) -> HeartbeatResult | None:
+        """Kafka's throwIfConsumerGroupHeartbeatRequestIsInvalid, then whether the group may be heartbeated here
+        (coordinated here, the offsets topic present, not a classic group with members); None when it may."""
+        fail = request.fail
+        if not group_id:
+            return fail(Errors.INVALID_REQUEST, "GroupId can't be empty.")
+        if (status := self.group_status(group_id)) is not Errors.NONE:
+            return fail(status)
+        if version >= 1 and not request.member_id:
+            return fail(Errors.INVALID_REQUEST, "MemberId can't be empty.")
+        if request.member_epoch < LEAVE_GROUP_STATIC_EPOCH:
+            return fail(Errors.INVALID_REQUEST, f"MemberEpoch {request.member_epoch} is invalid.")
+        if request.member_epoch == 0 and request.topic_names is None and request.regex is None:
+            return fail(
+                Errors.INVALID_REQUEST, "SubscribedTopicNames or SubscribedTopicRegex must be set in first request."
+            )
+        if request.assignor is not None and request.assignor not in ASSIGNORS:
+            return fail(
+                UNSUPPORTED_ASSIGNOR,
+                f"ServerAssignor {request.assignor} is not supported. Supported assignors: {', '.join(ASSIGNORS)}.",
+            )
+        if request.regex is not None:
+            try:
+                re.compile(request.regex)
+            except re.error as e:
+                return fail(INVALID_REGULAR_EXPRESSION, f"SubscribedTopicRegex {request.regex} is invalid: {e}")
+        if self.offsets_topic_partitions() is None:
+            return fail(Errors.COORDINATOR_NOT_AVAILABLE)
+        classic = self.groups.get(group_id)
+        if classic is not None and classic.members:
+            return fail(Errors.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group.")
+        return None
 
     def _consumer_leave(
         self, group: ConsumerGroup, member_id: str, instance_id: str | None, epoch: int
@@ -174,114 +180,119 @@ class ConsumerProtocolMixin:
         self._remove_consumer_member(group, member)
         return HeartbeatResult(int(Errors.NONE), None, member_id, epoch, 0)
 
-    def _consumer_heartbeat(
-        self,
-        group,
-        member_id,
-        member_epoch,
-        instance_id,
-        rack_id,
-        rebalance_timeout_ms,
-        topic_names,
-        regex,
-        assignor,
-        owned,
-        client_id,
-        client_host,
-    ) -> HeartbeatResult:
-        member = group.members.get(member_id) if member_id else None
-        bump = False
-        if member_epoch == 0:
-            if not member_id:
-                member_id = new_member_id()  # v0: the coordinator names the member
-            if instance_id is not None:
-                holder = group.static_members.get(instance_id)
-                if holder is not None and holder != member_id:
-                    return HeartbeatResult(
-                        int(UNRELEASED_INSTANCE_ID),
-                        f"Static member {holder} with instance id {instance_id} is still in group {group.group_id}.",
-                        member_id,
-                        member_epoch,
-                    )
-            if member is None:
-                member = ConsumerMember(member_id, instance_id, rack_id, client_id, client_host, rebalance_timeout_ms)
-                group.members[member_id] = member
-                if instance_id is not None:
-                    group.static_members[instance_id] = member_id
-                log.info("[GroupId %s] Member %s joined the consumer group.", group.group_id, member_id)
-            else:  # a known member starting over (it was fenced or restarted): it owns nothing now
-                member.assigned, member.pending_revocation = {}, {}
-                member.member_epoch, member.previous_member_epoch, member.state = 0, -1, MemberState.STABLE
-            bump = True
-        else:
-            if member is None:
-                return HeartbeatResult(
-                    int(Errors.UNKNOWN_MEMBER_ID),
-                    f"Member {member_id} is not a member of group {group.group_id}.",
-                    member_id,
-                    member_epoch,
-                )
-            if member_epoch > member.member_epoch or (
-                member_epoch < member.member_epoch
-                and (
-                    member_epoch != member.previous_member_epoch
-                    or (owned is not None and not _subset(owned, member.assigned))
-                )
-            ):
-                relation = "greater" if member_epoch > member.member_epoch else "smaller"
-                message = (
-                    f"The consumer group member has a {relation} member epoch ({member_epoch}) than the one known "
-                    f"by the group coordinator ({member.member_epoch})."
-                )
-                return HeartbeatResult(int(FENCED_MEMBER_EPOCH), message, member_id, member_epoch)
-        # What may change with any heartbeat.
-        if rebalance_timeout_ms is not None and rebalance_timeout_ms >= 0:
-            member.rebalance_timeout_ms = rebalance_timeout_ms
-        if rack_id is not None:
-            member.rack_id = rack_id
-        member.client_id, member.client_host = client_id or member.client_id, client_host or member.client_host
-        if topic_names is not None and sorted(topic_names) != sorted(member.subscribed_topics):
-            member.subscribed_topics, bump = list(topic_names), True
-        if regex is not None and regex != (member.subscribed_regex or ""):
-            member.subscribed_regex, bump = regex or None, True
-        if assignor is not None and assignor != member.server_assignor:
-            member.server_assignor, bump = assignor, True
+    def _consumer_heartbeat(self, group: ConsumerGroup, request: ConsumerHeartbeat) -> HeartbeatResult:
+        """A member's heartbeat (not a leave): join or check its epoch, take what it sends, bump the group epoch
+        when the subscriptions or the partition counts changed, then reconcile it towards the target assignment."""
+        joining = request.member_epoch == 0
+        found = self._join_consumer(group, request) if joining else self._known_member(group, request)
+        if isinstance(found, HeartbeatResult):
+            return found
+        member = found
+        bump = self._update_consumer(member, request) or joining
         counts = self._partition_counts(group)
-        if counts != group.partition_counts:
-            bump = True
-        if bump:
+        if bump or counts != group.partition_counts:
             group.group_epoch += 1
         if group.assignment_epoch < group.group_epoch:
             self._compute_target(group, counts)
         before = (member.member_epoch, {t: set(p) for t, p in member.assigned.items()})
-        self._reconcile(group, member, owned)
+        self._reconcile(group, member, request.owned)
         self._schedule_session(group, member)
         changed = before != (member.member_epoch, member.assigned)
-        # Kafka's rule: the assignment goes out on a full request (a join, or a client resending everything after
-        # an error: rebalance timeout, subscription and owned partitions all set) or when it changed.
-        full = member_epoch == 0 or (
-            rebalance_timeout_ms is not None
-            and rebalance_timeout_ms != -1
-            and topic_names is not None
-            and owned is not None
-        )
-        send = changed or full
+        send = changed or request.is_full
         return HeartbeatResult(
             int(Errors.NONE),
             None,
-            member_id,
+            member.member_id,
             member.member_epoch,
-            self.config.consumer_heartbeat_interval_ms,  # type: ignore[attr-defined]
+            self.config.consumer_heartbeat_interval_ms,
             {t: set(p) for t, p in member.assigned.items()} if send else None,
         )
 
+    @staticmethod
+    def _join_consumer(group: ConsumerGroup, request: ConsumerHeartbeat) -> ConsumerMember | HeartbeatResult:
+        """Member epoch 0: a new member joins (v0: the coordinator names it), or a known one starts over owning
+        nothing; a static member's instance id must be free (UNRELEASED_INSTANCE_ID)."""
+        member_id = request.member_id or new_member_id()
+        instance_id = request.instance_id
+        if instance_id is not None:
+            holder = group.static_members.get(instance_id)
+            if holder is not None and holder != member_id:
+                return HeartbeatResult(
+                    int(UNRELEASED_INSTANCE_ID),
+                    f"Static member {holder} with instance id {instance_id} is still in group {group.group_id}.",
+                    member_id,
+                    request.member_epoch,
+                )
+        member = group.members.get(request.member_id) if request.member_id else None
+        if member is None:
+            member = ConsumerMember(
+                member_id,
+                instance_id,
+                request.rack_id,
+                request.client_id,
+                request.client_host,
+                request.rebalance_timeout_ms,
+            )
+            group.members[member_id] = member
+            if instance_id is not None:
+                group.static_members[instance_id] = member_id
+            log.info("[GroupId %s] Member %s joined the consumer group.", group.group_id, member_id)
+        else:  # a known member starting over (it was fenced or restarted): it owns nothing now
+            member.assigned, member.pending_revocation = {}, {}
+            member.member_epoch, member.previous_member_epoch, member.state = 0, -1, MemberState.STABLE
+        return member
+
+    @staticmethod
+    def _known_member(group: ConsumerGroup, request: ConsumerHeartbeat) -> ConsumerMember | HeartbeatResult:
+        """A member heartbeating at its epoch: UNKNOWN_MEMBER_ID when it is not in the group; FENCED_MEMBER_EPOCH for
+        a newer epoch, or an older one that is not its previous epoch (or with owned partitions it was not given)."""
+        member_id, epoch, owned = request.member_id, request.member_epoch, request.owned
+        member = group.members.get(member_id) if member_id else None
+        if member is None:
+            return HeartbeatResult(
+                int(Errors.UNKNOWN_MEMBER_ID),
+                f"Member {member_id} is not a member of group {group.group_id}.",
+                member_id,
+                epoch,
+            )
+        if epoch > member.member_epoch or (
+            epoch < member.member_epoch
+            and (epoch != member.previous_member_epoch or (owned is not None and not _subset(owned, member.assigned)))
+        ):
+            relation = "greater" if epoch > member.member_epoch else "smaller"
+            message = (
+                f"The consumer group member has a {relation} member epoch ({epoch}) than the one known "
+                f"by the group coordinator ({member.member_epoch})."
+            )
+            return HeartbeatResult(int(FENCED_MEMBER_EPOCH), message, member_id, epoch)
+        return member
+
+    @staticmethod
+    def _update_consumer(member: ConsumerMember, request: ConsumerHeartbeat) -> bool:
+        """What may change with any heartbeat; True when the subscription or the assignor changed (a new group
+        epoch)."""
+        if request.rebalance_timeout_ms is not None and request.rebalance_timeout_ms >= 0:
+            member.rebalance_timeout_ms = request.rebalance_timeout_ms
+        if request.rack_id is not None:
+            member.rack_id = request.rack_id
+        member.client_id = request.client_id or member.client_id
+        member.client_host = request.client_host or member.client_host
+        bump = False
+        if request.topic_names is not None and sorted(request.topic_names) != sorted(member.subscribed_topics):
+            member.subscribed_topics, bump = list(request.topic_names), True
+        if request.regex is not None and request.regex != (member.subscribed_regex or ""):
+            member.subscribed_regex, bump = request.regex or None, True
+        if request.assignor is not None and request.assignor != member.server_assignor:
+            member.server_assignor, bump = request.assignor, True
+        return bump
+
     # ----- assignment -----------------------------------------------------------------------------------------
     def _partition_counts(self, group: ConsumerGroup) -> dict[str, int]:
-        topics = self.log_manager.topics()  # type: ignore[attr-defined]
+        topics = self.log_manager.topics()
         counts = {}
         for topic in group.subscribed_topics(topics):
             try:
-                counts[topic] = len(self.log_manager.describe_topic(topic).partitions)  # type: ignore[attr-defined]
+                counts[topic] = len(self.log_manager.describe_topic(topic).partitions)
             except UnknownTopicOrPartitionError:
                 continue
         return counts
@@ -314,7 +325,7 @@ class ConsumerProtocolMixin:
             if owned is None or _intersect(owned, member.pending_revocation):
                 return  # still revoking
             member.pending_revocation = {}
-            self._cancel(member.revocation_task)  # type: ignore[attr-defined]
+            self._cancel(member.revocation_task)
             member.revocation_task = None
             member.state = MemberState.STABLE
         if member.member_epoch != group.assignment_epoch:
@@ -332,8 +343,8 @@ class ConsumerProtocolMixin:
         member.state = MemberState.UNRELEASED_PARTITIONS if unreleased else MemberState.STABLE
 
     def _remove_consumer_member(self, group: ConsumerGroup, member: ConsumerMember) -> None:
-        self._cancel(member.session_task)  # type: ignore[attr-defined]
-        self._cancel(member.revocation_task)  # type: ignore[attr-defined]
+        self._cancel(member.session_task)
+        self._cancel(member.revocation_task)
         group.members.pop(member.member_id, None)
         if member.instance_id is not None and group.static_members.get(member.instance_id) == member.member_id:
             del group.static_members[member.instance_id]
@@ -342,16 +353,16 @@ class ConsumerProtocolMixin:
 
     # ----- timers ---------------------------------------------------------------------------------------------
     def _schedule_session(self, group: ConsumerGroup, member: ConsumerMember) -> None:
-        self._cancel(member.session_task)  # type: ignore[attr-defined]
-        member.session_task = self.scheduler.schedule_once(  # type: ignore[attr-defined]
+        self._cancel(member.session_task)
+        member.session_task = self.scheduler.schedule_once(
             f"consumer-session-{group.group_id}-{member.member_id}",
             lambda: self._on_consumer_expired(group.group_id, member.member_id, "session timeout"),
-            self.config.consumer_session_timeout_ms,  # type: ignore[attr-defined]
+            self.config.consumer_session_timeout_ms,
         )
 
     def _schedule_revocation(self, group: ConsumerGroup, member: ConsumerMember) -> None:
-        self._cancel(member.revocation_task)  # type: ignore[attr-defined]
-        member.revocation_task = self.scheduler.schedule_once(  # type: ignore[attr-defined]
+        self._cancel(member.revocation_task)
+        member.revocation_task = self.scheduler.schedule_once(
             f"consumer-revocation-{group.group_id}-{member.member_id}",
             lambda: self._on_consumer_expired(group.group_id, member.member_id, "rebalance timeout"),
             max(member.rebalance_timeout_ms, 0),
@@ -368,24 +379,20 @@ class ConsumerProtocolMixin:
 
     def _drop_consumer_group(self, group_id: str) -> None:
         """Forget a KIP-848 group whose partition this broker no longer coordinates (its timers cancelled)."""
-        group = self.consumer_groups.pop(group_id)
-        for member in group.members.values():
-            self._cancel(member.session_task)  # type: ignore[attr-defined]
-            self._cancel(member.revocation_task)  # type: ignore[attr-defined]
+        self._stop_consumer_timers(self.consumer_groups.pop(group_id))
 
-    def _shutdown_consumer_groups(self) -> None:
-        for group in self.consumer_groups.values():
-            for member in group.members.values():
-                self._cancel(member.session_task)  # type: ignore[attr-defined]
-                self._cancel(member.revocation_task)  # type: ignore[attr-defined]
+    def _stop_consumer_timers(self, group: ConsumerGroup) -> None:
+        for member in group.members.values():
+            self._cancel(member.session_task)
+            self._cancel(member.revocation_task)
 
     # ----- persistence (Kafka's ConsumerGroup* records in __consumer_offsets) -----------------------------------
     def _topic_ids(self) -> dict[str, bytes]:
         """Every topic's id (16 raw bytes): KIP-848's records name topics by id, as Kafka's."""
         out = {}
-        for name in self.log_manager.topics():  # type: ignore[attr-defined]
+        for name in self.log_manager.topics():
             try:
-                out[name] = parse_uuid(self.log_manager.describe_topic(name).topic_id)  # type: ignore[attr-defined]
+                out[name] = parse_uuid(self.log_manager.describe_topic(name).topic_id)
             except (UnknownTopicOrPartitionError, ValueError):
                 continue
         return out
@@ -435,7 +442,7 @@ class ConsumerProtocolMixin:
         previous = group.persisted
         entries: list[tuple[bytes, bytes | None]] = [(k, v) for k, v in records.items() if previous.get(k) != v]
         entries += [(k, None) for k in previous if k not in records]
-        error = self._append(group.group_id, entries, for_offsets=False)  # type: ignore[attr-defined]
+        error = self._append(group.group_id, entries, for_offsets=False)
         if error is Errors.NONE:
             group.persisted = records
         else:
@@ -509,12 +516,12 @@ class ConsumerProtocolMixin:
     def describe_consumer_group(self, group_id: str) -> tuple[Errors, str | None, ConsumerGroup | None]:
         """ConsumerGroupDescribe of one group (Kafka's GroupMetadataManager.consumerGroupDescribe): the group, or
         GROUP_ID_NOT_FOUND with Kafka's message when there is no group or it is a classic group."""
-        if (status := self.group_status(group_id)) is not Errors.NONE:  # type: ignore[attr-defined]
+        if (status := self.group_status(group_id)) is not Errors.NONE:
             return status, None, None
         group = self.consumer_groups.get(group_id)
         if group is not None:
             return Errors.NONE, None, group
-        if group_id in self.groups:  # type: ignore[attr-defined]
+        if group_id in self.groups:
             return Errors.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group.", None
         return Errors.GROUP_ID_NOT_FOUND, f"Group {group_id} not found.", None
 

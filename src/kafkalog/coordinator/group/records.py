@@ -28,6 +28,8 @@ import struct
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
+from ..messages import MessageReader, encode_unsigned_varint
+
 OFFSET_COMMIT_KEY_TYPE = 1
 GROUP_METADATA_KEY_TYPE = 2
 OFFSET_COMMIT_VALUE_VERSION = 3
@@ -57,45 +59,27 @@ class UnknownRecordType(Exception):
 
 
 # ----------------------------------------------------------------------------------------------- reading
-class _Reader:
+class _Reader(MessageReader):
     """Kafka's generated-message reader over big-endian bytes; flexible versions use compact fields."""
 
     def __init__(self, data: bytes, flexible: bool = False) -> None:
-        self.data = data
-        self.pos = 0
+        super().__init__(data)
         self.flexible = flexible
 
-    def _take(self, n: int) -> bytes:
-        if n < 0 or self.pos + n > len(self.data):
-            raise ValueError(f"Tried to read {n} bytes at position {self.pos}, only {len(self.data) - self.pos} left")
-        out = self.data[self.pos : self.pos + n]
-        self.pos += n
-        return bytes(out)
+    def int8(self) -> int:
+        return int(self.unpack(">b"))
 
     def int16(self) -> int:
-        return struct.unpack(">h", self._take(2))[0]
-
-    def int8(self) -> int:
-        return struct.unpack(">b", self._take(1))[0]
+        return int(self.unpack(">h"))
 
     def int32(self) -> int:
-        return struct.unpack(">i", self._take(4))[0]
-
-    def uuid(self) -> str:
-        return _uuid_text(self._take(16))
+        return int(self.unpack(">i"))
 
     def int64(self) -> int:
-        return struct.unpack(">q", self._take(8))[0]
+        return int(self.unpack(">q"))
 
-    def uvarint(self) -> int:
-        value = shift = 0
-        for _ in range(5):
-            b = self._take(1)[0]
-            value |= (b & 0x7F) << shift
-            if not b & 0x80:
-                return value
-            shift += 7
-        raise ValueError("Varint is too long")
+    def uuid(self) -> str:
+        return _uuid_text(self.take(16))
 
     def _length(self, wide: bool = False) -> int:
         if self.flexible:
@@ -104,24 +88,18 @@ class _Reader:
 
     def string(self) -> str | None:
         n = self._length()
-        return None if n < 0 else self._take(n).decode("utf-8", "replace")
+        return None if n < 0 else self.take(n).decode("utf-8", "replace")
 
     def bytes_(self) -> bytes | None:
         n = self._length(wide=True)
-        return None if n < 0 else self._take(n)
+        return None if n < 0 else self.take(n)
 
     def array(self, read: Callable[[], object]) -> list | None:
         n = self._length(wide=True)
         return None if n < 0 else [read() for _ in range(n)]
 
     def tagged_fields(self) -> dict[int, bytes]:
-        if not self.flexible:
-            return {}
-        tags = {}
-        for _ in range(self.uvarint()):
-            tag = self.uvarint()
-            tags[tag] = self._take(self.uvarint())
-        return tags
+        return self.raw_tagged_fields() if self.flexible else {}
 
 
 def b64(data: bytes | None) -> str | None:
@@ -132,14 +110,46 @@ def _uuid_text(raw: bytes) -> str:
     return base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")
 
 
+# A schema's fields in order: (JSON name, _Reader method, first version, last version or None), as Kafka's JSON
+# schemas give "versions": "3+" or "1".
+Fields = tuple[tuple[str, str, int, int | None], ...]
+OFFSET_COMMIT_VALUE_FIELDS: Fields = (
+    ("offset", "int64", 0, None),
+    ("leaderEpoch", "int32", 3, None),
+    ("metadata", "string", 0, None),
+    ("commitTimestamp", "int64", 0, None),
+    ("expireTimestamp", "int64", 1, 1),
+)
+GROUP_METADATA_VALUE_FIELDS: Fields = (
+    ("protocolType", "string", 0, None),
+    ("generation", "int32", 0, None),
+    ("protocol", "string", 0, None),
+    ("leader", "string", 0, None),
+    ("currentStateTimestamp", "int64", 2, None),
+)
+MEMBER_METADATA_FIELDS: Fields = (
+    ("memberId", "string", 0, None),
+    ("groupInstanceId", "string", 3, None),
+    ("clientId", "string", 0, None),
+    ("clientHost", "string", 0, None),
+    ("rebalanceTimeout", "int32", 1, None),
+    ("sessionTimeout", "int32", 0, None),
+    ("subscription", "bytes_", 0, None),
+    ("assignment", "bytes_", 0, None),
+)
+
+
+def _read_fields(r: _Reader, version: int, fields: Fields) -> dict:
+    """The fields of ``version`` of a schema, read in order."""
+    return {
+        name: getattr(r, kind)()
+        for name, kind, first, last in fields
+        if first <= version and (last is None or version <= last)
+    }
+
+
 def _offset_commit_value(r: _Reader, version: int) -> dict:
-    out: dict = {"offset": r.int64()}
-    if version >= 3:
-        out["leaderEpoch"] = r.int32()
-    out["metadata"] = r.string()
-    out["commitTimestamp"] = r.int64()
-    if version == 1:
-        out["expireTimestamp"] = r.int64()
+    out = _read_fields(r, version, OFFSET_COMMIT_VALUE_FIELDS)
     tags = r.tagged_fields()
     if 0 in tags and len(tags[0]) == 16:
         out["topicId"] = _uuid_text(tags[0])
@@ -147,24 +157,13 @@ def _offset_commit_value(r: _Reader, version: int) -> dict:
 
 
 def _group_member(r: _Reader, version: int) -> dict:
-    out: dict = {"memberId": r.string()}
-    if version >= 3:
-        out["groupInstanceId"] = r.string()
-    out["clientId"] = r.string()
-    out["clientHost"] = r.string()
-    if version >= 1:
-        out["rebalanceTimeout"] = r.int32()
-    out["sessionTimeout"] = r.int32()
-    out["subscription"] = r.bytes_()
-    out["assignment"] = r.bytes_()
+    out = _read_fields(r, version, MEMBER_METADATA_FIELDS)
     r.tagged_fields()
     return out
 
 
 def _group_metadata_value(r: _Reader, version: int) -> dict:
-    out: dict = {"protocolType": r.string(), "generation": r.int32(), "protocol": r.string(), "leader": r.string()}
-    if version >= 2:
-        out["currentStateTimestamp"] = r.int64()
+    out = _read_fields(r, version, GROUP_METADATA_VALUE_FIELDS)
     out["members"] = r.array(lambda: _group_member(r, version)) or []
     r.tagged_fields()
     return out
@@ -408,24 +407,15 @@ def group_metadata_value(
 
 
 # ----- KIP-848 records (flexible values: compact strings and arrays, raw 16-byte uuids, tagged fields) ------------
-def _uvarint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
 def _cstring(text: str | None) -> bytes:
     if text is None:
         return b"\x00"
     raw = text.encode("utf-8")
-    return _uvarint(len(raw) + 1) + raw
+    return encode_unsigned_varint(len(raw) + 1) + raw
 
 
 def _carray(items: list[bytes]) -> bytes:
-    return _uvarint(len(items) + 1) + b"".join(items)
+    return encode_unsigned_varint(len(items) + 1) + b"".join(items)
 
 
 NO_TAGS = b"\x00"

@@ -2,8 +2,9 @@
 
 ``state`` holds the transaction states, ``records`` the topic's key and value schemas (written and decoded in one
 place: ``kafkalog dump --transaction-log-decoder`` uses them too), ``metadata`` one transactional id's state and
-its transitions, ``coordinator`` the coordinator itself (InitProducerId, AddPartitionsToTxn, EndTxn, markers,
-timeouts, loading).
+its transitions; the coordinator is built in layers, as Kafka's: ``state_manager`` (the ids, their writes to the
+topic, loading) <- ``markers`` (COMMIT/ABORT markers, then the Complete state) <- ``coordinator`` (InitProducerId,
+AddPartitionsToTxn, EndTxn, timeouts, expiry, Describe/ListTransactions); ``config`` holds its broker configs.
 """
 
 from .coordinator import (

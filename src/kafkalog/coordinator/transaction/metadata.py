@@ -8,7 +8,7 @@ before it is on disk, so the state in memory is never ahead of the log.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from .records import NO_PRODUCER_EPOCH, TransactionLogValue, value_from_state
 from .state import TransactionState
@@ -105,14 +105,12 @@ class TransactionMetadata:
     def _prepare(
         self,
         state: TransactionState,
-        producer_id: int,
-        producer_epoch: int,
-        last_producer_epoch: int,
-        txn_timeout_ms: int,
         topic_partitions: frozenset[TopicPartitionKey],
-        txn_start_timestamp: int,
         update_timestamp: int,
+        **changes: int,
     ) -> TxnTransit:
+        """Mark the transition to ``state`` pending and return its target: the current state with the partitions,
+        the update time and ``changes`` (TxnTransit field -> value: a new producer id, epoch, timeout, start)."""
         if self.pending_state is not None:
             raise IllegalTransitionError(
                 f"Preparing transaction state transition to {state.state_name} while it already has a pending state "
@@ -124,17 +122,12 @@ class TransactionMetadata:
                 f"{state.state_name} is not a valid previous state of the current state {self.state.state_name}"
             )
         self.pending_state = state
-        last_producer_id = self.producer_id if producer_id != self.producer_id else self.last_producer_id
+        producer_id = changes.get("producer_id", self.producer_id)
+        target = {name: getattr(self, name) for name in _KEPT_FIELDS}
+        target.update(changes)
+        target["last_producer_id"] = self.producer_id if producer_id != self.producer_id else self.last_producer_id
         return TxnTransit(
-            producer_id,
-            last_producer_id,
-            producer_epoch,
-            last_producer_epoch,
-            txn_timeout_ms,
-            state,
-            topic_partitions,
-            txn_start_timestamp,
-            update_timestamp,
+            **target, state=state, topic_partitions=topic_partitions, txn_last_update_timestamp=update_timestamp
         )
 
     def prepare_fence_producer_epoch(self) -> TxnTransit:
@@ -146,13 +139,10 @@ class TransactionMetadata:
         bumped = self.producer_epoch if self.has_failed_epoch_fence else self.producer_epoch + 1
         return self._prepare(
             TransactionState.PREPARE_EPOCH_FENCE,
-            self.producer_id,
-            bumped,
-            NO_PRODUCER_EPOCH,
-            self.txn_timeout_ms,
             frozenset(self.topic_partitions),
-            self.txn_start_timestamp,
             self.txn_last_update_timestamp,
+            producer_epoch=bumped,
+            last_producer_epoch=NO_PRODUCER_EPOCH,
         )
 
     def prepare_increment_producer_epoch(
@@ -171,42 +161,38 @@ class TransactionMetadata:
         else:
             return None
         return self._prepare(
-            TransactionState.EMPTY, self.producer_id, next_epoch, last_epoch, new_timeout_ms, frozenset(), -1, now
+            TransactionState.EMPTY,
+            frozenset(),
+            now,
+            producer_epoch=next_epoch,
+            last_producer_epoch=last_epoch,
+            txn_timeout_ms=new_timeout_ms,
+            txn_start_timestamp=-1,
         )
 
     def prepare_producer_id_rotation(
         self, new_producer_id: int, new_timeout_ms: int, now: int, record_last_epoch: bool
     ) -> TxnTransit:
         """A new producer id at epoch 0 once the epochs of the current one are exhausted."""
-        last_epoch = self.producer_epoch if record_last_epoch else NO_PRODUCER_EPOCH
         return self._prepare(
-            TransactionState.EMPTY, new_producer_id, 0, last_epoch, new_timeout_ms, frozenset(), -1, now
+            TransactionState.EMPTY,
+            frozenset(),
+            now,
+            producer_id=new_producer_id,
+            producer_epoch=0,
+            last_producer_epoch=self.producer_epoch if record_last_epoch else NO_PRODUCER_EPOCH,
+            txn_timeout_ms=new_timeout_ms,
+            txn_start_timestamp=-1,
         )
 
     def prepare_add_partitions(self, added: set[TopicPartitionKey], now: int) -> TxnTransit:
         start = now if self.state in _IDLE else self.txn_start_timestamp
         return self._prepare(
-            TransactionState.ONGOING,
-            self.producer_id,
-            self.producer_epoch,
-            self.last_producer_epoch,
-            self.txn_timeout_ms,
-            frozenset(self.topic_partitions | added),
-            start,
-            now,
+            TransactionState.ONGOING, frozenset(self.topic_partitions | added), now, txn_start_timestamp=start
         )
 
     def prepare_abort_or_commit(self, state: TransactionState, now: int) -> TxnTransit:
-        return self._prepare(
-            state,
-            self.producer_id,
-            self.producer_epoch,
-            self.last_producer_epoch,
-            self.txn_timeout_ms,
-            frozenset(self.topic_partitions),
-            self.txn_start_timestamp,
-            now,
-        )
+        return self._prepare(state, frozenset(self.topic_partitions), now)
 
     def prepare_complete(self, now: int) -> TxnTransit:
         state = (
@@ -215,28 +201,10 @@ class TransactionMetadata:
             else TransactionState.COMPLETE_ABORT
         )
         self.has_failed_epoch_fence = False
-        return self._prepare(
-            state,
-            self.producer_id,
-            self.producer_epoch,
-            self.last_producer_epoch,
-            self.txn_timeout_ms,
-            frozenset(),
-            self.txn_start_timestamp,
-            now,
-        )
+        return self._prepare(state, frozenset(), now)
 
     def prepare_dead(self) -> TxnTransit:
-        return self._prepare(
-            TransactionState.DEAD,
-            self.producer_id,
-            self.producer_epoch,
-            self.last_producer_epoch,
-            self.txn_timeout_ms,
-            frozenset(),
-            self.txn_start_timestamp,
-            self.txn_last_update_timestamp,
-        )
+        return self._prepare(TransactionState.DEAD, frozenset(), self.txn_last_update_timestamp)
 
     # ----- completing ----------------------------------------------------------------------------------------
     def complete_transition(self, transit: TxnTransit) -> None:
@@ -246,15 +214,9 @@ class TransactionMetadata:
                 f"Completing transaction state transition to {transit.state.state_name} while its pending state is "
                 f"{self.pending_state.state_name if self.pending_state else None}"
             )
-        self.producer_id = transit.producer_id
-        self.last_producer_id = transit.last_producer_id
-        self.producer_epoch = transit.producer_epoch
-        self.last_producer_epoch = transit.last_producer_epoch
-        self.txn_timeout_ms = transit.txn_timeout_ms
-        self.state = transit.state
+        for f in fields(TxnTransit):
+            setattr(self, f.name, getattr(transit, f.name))
         self.topic_partitions = set(transit.topic_partitions)
-        self.txn_start_timestamp = transit.txn_start_timestamp
-        self.txn_last_update_timestamp = transit.txn_last_update_timestamp
         self.pending_state = None
 
     def abort_transition(self) -> None:
@@ -262,4 +224,6 @@ class TransactionMetadata:
         self.pending_state = None
 
 
+# The TxnTransit fields a transition keeps unless it changes them (``_prepare``'s ``changes``).
+_KEPT_FIELDS = ("producer_id", "producer_epoch", "last_producer_epoch", "txn_timeout_ms", "txn_start_timestamp")
 _IDLE = frozenset({TransactionState.EMPTY, TransactionState.COMPLETE_COMMIT, TransactionState.COMPLETE_ABORT})

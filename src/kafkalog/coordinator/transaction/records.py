@@ -25,6 +25,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..messages import MessageReader, encode_unsigned_varint
 from .state import TransactionState
 
 TRANSACTION_LOG_KEY_TYPE = 0
@@ -97,19 +98,10 @@ def group_partitions(topic_partitions: Iterable[tuple[str, int]]) -> tuple[tuple
 
 
 # ----------------------------------------------------------------------------------------------- writing
-def _uvarint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
 def _string(text: str, flexible: bool) -> bytes:
     raw = text.encode("utf-8")
     if flexible:
-        return _uvarint(len(raw) + 1) + raw
+        return encode_unsigned_varint(len(raw) + 1) + raw
     if len(raw) > 0x7FFF:
         raise ValueError(f"String of {len(raw)} bytes is longer than the int16 length allows")
     return struct.pack(">h", len(raw)) + raw
@@ -117,7 +109,7 @@ def _string(text: str, flexible: bool) -> bytes:
 
 def _array_length(n: int | None, flexible: bool) -> bytes:
     if flexible:
-        return _uvarint(0 if n is None else n + 1)
+        return encode_unsigned_varint(0 if n is None else n + 1)
     return struct.pack(">i", -1 if n is None else n)
 
 
@@ -172,41 +164,15 @@ def _tagged_fields(value: TransactionLogValue) -> bytes:
         tags[TAG_CLIENT_TRANSACTION_VERSION] = struct.pack(">h", value.client_transaction_version)
     if value.next_producer_epoch != NO_PRODUCER_EPOCH:
         tags[TAG_NEXT_PRODUCER_EPOCH] = struct.pack(">h", value.next_producer_epoch)
-    out = [_uvarint(len(tags))]
+    out = [encode_unsigned_varint(len(tags))]
     for tag in sorted(tags):
-        out += [_uvarint(tag), _uvarint(len(tags[tag])), tags[tag]]
+        out += [encode_unsigned_varint(tag), encode_unsigned_varint(len(tags[tag])), tags[tag]]
     return b"".join(out)
 
 
 # ----------------------------------------------------------------------------------------------- reading
-class _Reader:
-    """Kafka's generated-message reader over big-endian bytes; ValueError when the bytes run out."""
-
-    def __init__(self, data: bytes) -> None:
-        self.data = bytes(data)
-        self.pos = 0
-
-    def take(self, n: int) -> bytes:
-        if n < 0 or self.pos + n > len(self.data):
-            raise ValueError(f"Tried to read {n} bytes at position {self.pos}, only {len(self.data) - self.pos} left")
-        out = self.data[self.pos : self.pos + n]
-        self.pos += n
-        return out
-
-    def unpack(self, fmt: str) -> Any:
-        size = struct.calcsize(fmt)
-        values = struct.unpack(fmt, self.take(size))
-        return values[0] if len(values) == 1 else values
-
-    def uvarint(self) -> int:
-        value = shift = 0
-        for _ in range(5):
-            b = self.take(1)[0]
-            value |= (b & 0x7F) << shift
-            if not b & 0x80:
-                return value
-            shift += 7
-        raise ValueError("Varint is too long")
+class _Reader(MessageReader):
+    """Kafka's generated-message reader for the transaction log's schemas (non-nullable strings)."""
 
     def string(self, flexible: bool) -> str:
         n = self.uvarint() - 1 if flexible else self.unpack(">h")
@@ -218,11 +184,7 @@ class _Reader:
         return int(self.uvarint() - 1 if flexible else self.unpack(">i"))
 
     def tagged_fields(self) -> dict[int, bytes]:
-        tags: dict[int, bytes] = {}
-        for _ in range(self.uvarint()):
-            tag = self.uvarint()
-            tags[tag] = self.take(self.uvarint())
-        return tags
+        return self.raw_tagged_fields()
 
 
 def decode_key(key: bytes) -> str:
