@@ -32,6 +32,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         "manager",
         (
             "kafkalog.manager",
+            "kafkalog.manager_results",
             "kafkalog.log_loading",
             "kafkalog.dir_checkpoints",
             "kafkalog.logdir",

@@ -34,6 +34,7 @@ from .errors import (
     InconsistentBrokerMetadataError,
     InconsistentClusterIdError,
     InvalidTopicError,
+    KafkaLogError,
     KafkaStorageError,
 )
 from .layout import (
@@ -425,6 +426,26 @@ def new_directory_id(taken: set[str] | frozenset[str] = frozenset()) -> str:
             return candidate
 
 
+_AGREED_FIELDS: tuple[tuple[str, str, type[KafkaLogError], str], ...] = (
+    (
+        "cluster_id",
+        "cluster.id was not specified in the v1 file: {path}",
+        InconsistentClusterIdError,
+        "Invalid cluster.id in: {path}. Expected {expected}, but read {read}",
+    ),
+    (
+        "node_id",
+        "node.id was not specified in {path}",
+        InconsistentBrokerIdError,
+        "Stored node id {read} doesn't match previous node id {expected} in {path}. If you moved your data, make "
+        "sure your configured node id matches. If you intend to create a new node, you should remove all data in "
+        "your data directories.",
+    ),
+)
+"""The fields every log dir's meta.properties must agree on: (attribute, Kafka's message when a version-1 file
+lacks it, the error and message when one differs from the value found first)."""
+
+
 def verify_meta_properties(metas: dict[Path, MetaProperties], expected_node_id: int | None = None) -> None:
     """Kafka's MetaPropertiesEnsemble.verify over the ``meta.properties`` of one broker's log dirs.
 
@@ -433,31 +454,21 @@ def verify_meta_properties(metas: dict[Path, MetaProperties], expected_node_id: 
     InconsistentBrokerMetadataError with Kafka's messages: the dirs of two brokers, or of two clusters, are not
     served together.
     """
-    expected_cluster: str | None = None
-    expected_node = expected_node_id if expected_node_id is not None and expected_node_id >= 0 else None
+    expected: dict[str, object] = {"cluster_id": None, "node_id": None}
+    if expected_node_id is not None and expected_node_id >= 0:
+        expected["node_id"] = expected_node_id
     seen: dict[str, Path] = {}
     for directory, meta in metas.items():
         path = MetaProperties.path(directory)
-        if meta.cluster_id is None:
-            if meta.version != 0:
-                raise InconsistentBrokerMetadataError(f"cluster.id was not specified in the v1 file: {path}")
-        elif expected_cluster is None:
-            expected_cluster = meta.cluster_id
-        elif meta.cluster_id != expected_cluster:
-            raise InconsistentClusterIdError(
-                f"Invalid cluster.id in: {path}. Expected {expected_cluster}, but read {meta.cluster_id}"
-            )
-        if meta.node_id is None:
-            if meta.version != 0:
-                raise InconsistentBrokerMetadataError(f"node.id was not specified in {path}")
-        elif expected_node is None:
-            expected_node = meta.node_id
-        elif meta.node_id != expected_node:
-            raise InconsistentBrokerIdError(
-                f"Stored node id {meta.node_id} doesn't match previous node id {expected_node} in {path}. "
-                "If you moved your data, make sure your configured node id matches. If you intend to create a "
-                "new node, you should remove all data in your data directories."
-            )
+        for name, missing, mismatch_error, mismatch in _AGREED_FIELDS:
+            value = getattr(meta, name)
+            if value is None:
+                if meta.version != 0:  # only a ZooKeeper-era file may lack it
+                    raise InconsistentBrokerMetadataError(missing.format(path=path))
+            elif expected[name] is None:
+                expected[name] = value
+            elif value != expected[name]:
+                raise mismatch_error(mismatch.format(path=path, expected=expected[name], read=value))
         if meta.directory_id is not None:
             if is_reserved_directory_id(meta.directory_id):
                 raise InconsistentBrokerMetadataError(

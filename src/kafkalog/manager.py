@@ -20,7 +20,6 @@ import logging
 import shutil
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from .cleaner.explain import CompactionExplanation, explain_compaction
@@ -52,9 +51,9 @@ from .logdir import (
     unify_collision_chars,
     validate_topic_name,
 )
+from .manager_results import ConsumerRecord, PartitionDescription, TopicDescription
 from .partition.topic_partition import TopicPartition
 from .record import RecordBatchBuilder, default_partition
-from .record.types import Header
 from .replica_manager import ReplicaManager
 from .retention import RetentionExplanation, explain_retention
 from .scheduler import KafkaScheduler
@@ -66,39 +65,6 @@ from .topic_origins import INTERNAL_TOPIC_CONFIGS, internal_topic_configs, read_
 from .topic_store import ORIGIN_KAFKALOG, ORIGIN_UNKNOWN, TopicConfigStore, TopicState
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class ConsumerRecord:
-    """A record as ``consume`` yields it: where it lives, and the record itself."""
-
-    topic: str
-    partition: int
-    offset: int
-    timestamp: int
-    key: bytes | None
-    value: bytes | None
-    headers: tuple[Header, ...] = ()
-
-
-@dataclass(frozen=True)
-class PartitionDescription:
-    partition: int
-    log_dir: str
-    log_start_offset: int
-    log_end_offset: int
-    high_watermark: int
-    size_bytes: int
-    segments: int
-
-
-@dataclass(frozen=True)
-class TopicDescription:
-    name: str
-    topic_id: str
-    partitions: list[PartitionDescription]
-    config_overrides: dict[str, str] = field(default_factory=dict)
-    config: dict[str, object] = field(default_factory=dict)
 
 
 class LogManager:

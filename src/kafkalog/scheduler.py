@@ -59,10 +59,8 @@ class ScheduledTask:
     def is_cancelled(self) -> bool:
         return self._cancelled
 
-    @property
-    def cancelled(self) -> bool:
-        """Alias of ``is_cancelled``, the attribute name MockScheduler's tasks use."""
-        return self._cancelled
+    cancelled = is_cancelled
+    """Alias of ``is_cancelled``, the attribute name MockScheduler's tasks use."""
 
     @property
     def is_done(self) -> bool:

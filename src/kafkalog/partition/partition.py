@@ -14,8 +14,10 @@ holds becomes visible as soon as the partition is made leader.
 from __future__ import annotations
 
 import logging
+import operator
 import threading
 from collections.abc import Callable, Iterator
+from typing import Any
 
 from ..errors import (
     FencedLeaderEpochError,
@@ -48,6 +50,13 @@ READ_COMMITTED = "read_committed"
 LOG_END = "log_end"
 
 HighWatermarkListener = Callable[["Partition", int], None]
+
+
+def _of_log(name: str) -> Any:
+    """A read-only attribute of a Partition that is its log's attribute ``name``: the offsets a partition reports
+    (high watermark, last stable offset, log start and end) are its log's, read when asked. A property whose
+    getter is an ``operator.attrgetter``, called without a Python frame."""
+    return property(operator.attrgetter(f"log.{name}"), doc=f"The log's ``{name}``.")
 
 
 class Partition:
@@ -85,21 +94,10 @@ class Partition:
     def is_leader(self) -> bool:
         return self.leader_replica_id == self.local_broker_id
 
-    @property
-    def high_watermark(self) -> int:
-        return self.log.high_watermark
-
-    @property
-    def last_stable_offset(self) -> int:
-        return self.log.last_stable_offset
-
-    @property
-    def log_start_offset(self) -> int:
-        return self.log.log_start_offset
-
-    @property
-    def log_end_offset(self) -> int:
-        return self.log.log_end_offset
+    high_watermark: int = _of_log("high_watermark")
+    last_stable_offset: int = _of_log("last_stable_offset")
+    log_start_offset: int = _of_log("log_start_offset")
+    log_end_offset: int = _of_log("log_end_offset")
 
     @property
     def min_insync_replicas(self) -> int:

@@ -9,7 +9,6 @@ overlapping segments (a cleaned segment beside the one it replaced) give each re
 from __future__ import annotations
 
 import bisect
-import contextlib
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -28,9 +27,9 @@ from .segment_files import (
     complete_headers,
     data_loss_message,
     open_segment,
+    scan_from,
     segment_bases,
     segment_last_offset,
-    start_position,
 )
 
 # ----- Kafka's read path ---------------------------------------------------------------------------------
@@ -156,20 +155,13 @@ def path_batches(
                     path=directory,
                 )
             continue
-        try:
-            position = start_position(directory, run.base, read_from) if run.base <= read_from else 0
-            for batch in complete_batches(records, position):
-                if batch.last_offset < read_from:
-                    continue
-                if batch.magic == 2 and batch.base_offset >= end:
-                    return
-                if aborted is None or aborted.keep(batch):
-                    yield records, batch
-                if batch.last_offset + 1 >= end:
-                    return
-        finally:
-            with contextlib.suppress(OSError):
-                records.close()
+        for batch in scan_from(complete_batches, records, directory, run.base, read_from):
+            if batch.magic == 2 and batch.base_offset >= end:
+                return
+            if aborted is None or aborted.keep(batch):
+                yield records, batch
+            if batch.last_offset + 1 >= end:
+                return
 
 
 def read_range(
@@ -238,17 +230,10 @@ def _headers_between(directory: str, bases: list[int], start: int, end: int) -> 
         records = open_segment(directory, run.base)
         if records is None:
             continue
-        try:
-            position = start_position(directory, run.base, read_from) if run.base <= read_from else 0
-            for header in complete_headers(records, position):
-                if header.last_offset < read_from:
-                    continue
-                if header.base_offset >= end:
-                    return
-                yield header
-        finally:
-            with contextlib.suppress(OSError):
-                records.close()
+        for header in scan_from(complete_headers, records, directory, run.base, read_from):
+            if header.base_offset >= end:
+                return
+            yield header
 
 
 def _open_transactions_at(directory: str, first_base: int, upper: int) -> tuple[dict[int, int], int]:

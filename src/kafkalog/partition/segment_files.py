@@ -15,10 +15,12 @@ same time:
 from __future__ import annotations
 
 import bisect
+import contextlib
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -204,11 +206,28 @@ def complete_batches(records: FileRecords, start: int) -> Iterator:
 
 
 def complete_headers(records: FileRecords, start: int) -> Iterator:
+    """The headers of the complete batches from ``start``; a preallocated zero tail ends the walk."""
     try:
         yield from records.batch_headers(start)
     except CorruptRecordError as e:
         if not is_zero_fill(records, e.position):
             raise
+
+
+def scan_from(
+    scan: Callable[[FileRecords, int], Iterator[Any]], records: FileRecords, directory: str, base: int, read_from: int
+) -> Iterator[Any]:
+    """``scan`` (``complete_batches`` or ``complete_headers``) of segment ``base`` from offset ``read_from``: started
+    at the index position at or before it, without the batches that end before it. ``records`` is closed (quietly:
+    a read-only file) once the walk ends, is abandoned or fails."""
+    try:
+        position = start_position(directory, base, read_from) if base <= read_from else 0
+        for item in scan(records, position):
+            if item.last_offset >= read_from:
+                yield item
+    finally:
+        with contextlib.suppress(OSError):
+            records.close()
 
 
 def _last_offset_of(records: FileRecords, directory: str, base: int) -> int | None:
@@ -234,18 +253,24 @@ def _last_offset_of(records: FileRecords, directory: str, base: int) -> int | No
     return None
 
 
+def _read_last_offset(directory: str, base: int) -> int | None:
+    """The last offset of a segment's last complete batch, read from its files now (None when it holds none or is
+    gone)."""
+    records = open_segment(directory, base)
+    if records is None:
+        return None
+    try:
+        return _last_offset_of(records, directory, base)
+    finally:
+        records.close()
+
+
 def log_end_offset(directory: str, bases: list[int]) -> int | None:
     """One past the last offset of the last complete batch of the last segment (its base when it is empty)."""
     if not bases:
         return None
     base = bases[-1]
-    records = open_segment(directory, base)
-    if records is None:
-        return base
-    try:
-        last = _last_offset_of(records, directory, base)
-    finally:
-        records.close()
+    last = _read_last_offset(directory, base)
     return base if last is None else max(base, last + 1)
 
 
@@ -326,13 +351,9 @@ def segment_last_offset(directory: str, base: int) -> int | None:
     cached = _LAST_OFFSETS.get(path)
     if cached is not None and cached[:2] == (st.st_size, st.st_mtime_ns):
         return cached[2]
-    records = open_segment(directory, base)
-    if records is None:
-        return None
-    try:
-        last = _last_offset_of(records, directory, base)
-    finally:
-        records.close()
+    last = _read_last_offset(directory, base)
+    if last is None and not os.path.exists(path):
+        return None  # deleted since the stat: nothing to remember
     if len(_LAST_OFFSETS) > 65536:
         _LAST_OFFSETS.clear()
     _LAST_OFFSETS[path] = (st.st_size, st.st_mtime_ns, last)

@@ -2,24 +2,21 @@
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import (
-    UnknownTopicOrPartitionError,
-)
+from ..errors import UnknownTopicOrPartitionError
 from ..storage.config import LogConfig
 from ..topic_store import TopicConfigStore
 from . import logfiles
-
-log = logging.getLogger(__name__)
 
 # ----- topics -----------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class TopicInfo:
+    """One topic as the sink writes it: its partition count, each partition's directory, its configs."""
+
     name: str
     partitions: int
     dirs: dict[int, logfiles.PartitionDir]

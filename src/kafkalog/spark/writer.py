@@ -216,6 +216,7 @@ def _update_root_checkpoints(log_dir: str, key: tuple[str, int], offset: int, ti
         os.close(fd)  # closing drops the flock
 
 
+@dataclass(eq=False)  # identity: one appender per opened partition
 class PartitionAppender:
     """One partition opened for appending: its write lock held, its ``Log`` loaded from the files on disk.
 
@@ -224,22 +225,15 @@ class PartitionAppender:
     as well as it can and records nothing, so the next writer recovers the partition.
     """
 
-    def __init__(
-        self,
-        part: logfiles.PartitionDir,
-        config: LogConfig,
-        max_block_ms: int = DEFAULT_MAX_BLOCK_MS,
-        acks: int = -1,
-    ):
-        self.part = part
-        self.config = config
-        self.max_block_ms = max_block_ms
-        self.acks = acks
-        self.log: Log | None = None
-        self.partition: Partition | None = None
-        self.opened_clean = False
-        self._fd: int | None = None
-        self._committed = False
+    part: logfiles.PartitionDir
+    config: LogConfig
+    max_block_ms: int = DEFAULT_MAX_BLOCK_MS
+    acks: int = -1
+    log: Log | None = field(default=None, init=False)
+    partition: Partition | None = field(default=None, init=False)
+    opened_clean: bool = field(default=False, init=False)
+    _fd: int | None = field(default=None, init=False, repr=False)
+    _committed: bool = field(default=False, init=False, repr=False)
 
     def __enter__(self) -> PartitionAppender:
         part = self.part

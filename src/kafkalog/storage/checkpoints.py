@@ -17,6 +17,7 @@ import contextlib
 import os
 import re
 import threading
+from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping
 from os import PathLike
 from pathlib import Path
@@ -67,6 +68,26 @@ def parse_java_int(text: str, lo: int = INT32_MIN, hi: int = INT32_MAX) -> int |
         return None
     value = int(text)
     return value if lo <= value <= hi else None
+
+
+INT32 = (INT32_MIN, INT32_MAX)
+INT64 = (INT64_MIN, INT64_MAX)
+
+
+def parse_fields(line: str, ranges: tuple[tuple[int, int] | None, ...]) -> list[str | int] | None:
+    """The whitespace-separated fields of an entry line, one per item of ``ranges``: a Java int within the
+    (lo, hi) given, or the text itself for None. None when the line has another number of fields or an int
+    does not parse (the line is malformed)."""
+    parts = split_whitespace(line)
+    if len(parts) != len(ranges):
+        return None
+    fields: list[str | int] = []
+    for part, bounds in zip(parts, ranges, strict=True):
+        value = part if bounds is None else parse_java_int(part, *bounds)
+        if value is None:
+            return None
+        fields.append(value)
+    return fields
 
 
 def split_whitespace(line: str) -> list[str]:
@@ -195,28 +216,36 @@ class OffsetFormatter:
         return f"{topic} {partition} {offset}"
 
     def from_line(self, line: str) -> tuple[TopicPartition, int] | None:
-        parts = split_whitespace(line)
-        if len(parts) != 3:
+        fields = parse_fields(line, (None, INT32, INT64))
+        if fields is None:
             return None
-        partition, offset = parse_java_int(parts[1]), parse_java_int(parts[2], INT64_MIN, INT64_MAX)
-        if partition is None or offset is None:
-            return None
-        return (parts[0], partition), offset
+        topic, partition, offset = fields
+        return (str(topic), int(partition)), int(offset)
 
 
-class OffsetCheckpointFile:
-    """A map of (topic, partition) → offset, checkpoint version 0."""
+class TypedCheckpointFile(ABC, Generic[T]):
+    """A checkpoint file of one kind of entry: a CheckpointFile of version ``VERSION`` read and written with the
+    subclass's formatter (as Kafka's OffsetCheckpointFile and LeaderEpochCheckpointFile each wrap one)."""
 
     VERSION = 0
 
     def __init__(self, path: str | PathLike[str], *, create: bool = True) -> None:
-        self.checkpoint: CheckpointFile[tuple[TopicPartition, int]] = CheckpointFile(
-            path, self.VERSION, OffsetFormatter(), create=create
-        )
+        self.checkpoint: CheckpointFile[T] = CheckpointFile(path, self.VERSION, self.formatter(), create=create)
+
+    @abstractmethod
+    def formatter(self) -> EntryFormatter[T]:
+        """The line format of the entries."""
 
     @property
     def path(self) -> Path:
         return self.checkpoint.path
+
+
+class OffsetCheckpointFile(TypedCheckpointFile[tuple[TopicPartition, int]]):
+    """A map of (topic, partition) → offset, checkpoint version 0."""
+
+    def formatter(self) -> OffsetFormatter:
+        return OffsetFormatter()
 
     def write(self, offsets: Mapping[TopicPartition, int], sync: bool = True) -> None:
         """Replace the checkpoint with ``offsets``, in the mapping's order."""
@@ -247,29 +276,20 @@ class EpochFormatter:
         return f"{epoch} {start_offset}"
 
     def from_line(self, line: str) -> EpochEntry | None:
-        parts = split_whitespace(line)
-        if len(parts) != 2:
+        fields = parse_fields(line, (INT32, INT64))
+        if fields is None:
             return None
-        epoch, start_offset = parse_java_int(parts[0]), parse_java_int(parts[1], INT64_MIN, INT64_MAX)
-        if epoch is None or start_offset is None:
-            return None
-        return EpochEntry(epoch, start_offset)
+        epoch, start_offset = fields
+        return EpochEntry(int(epoch), int(start_offset))
 
 
-class LeaderEpochCheckpointFile:
+class LeaderEpochCheckpointFile(TypedCheckpointFile[tuple[int, int]]):
     """A partition's list of (epoch, start offset) entries, checkpoint version 0."""
 
-    VERSION = 0
     FILE_NAME = LEADER_EPOCH_CHECKPOINT
 
-    def __init__(self, path: str | PathLike[str], *, create: bool = True) -> None:
-        self.checkpoint: CheckpointFile[tuple[int, int]] = CheckpointFile(
-            path, self.VERSION, EpochFormatter(), create=create
-        )
-
-    @property
-    def path(self) -> Path:
-        return self.checkpoint.path
+    def formatter(self) -> EpochFormatter:
+        return EpochFormatter()
 
     def write(self, entries: Iterable[tuple[int, int]], sync: bool = True) -> None:
         """Replace the checkpoint with ``entries`` in the given order."""
@@ -287,5 +307,6 @@ __all__ = [
     "EpochEntry",
     "LeaderEpochCheckpointFile",
     "OffsetCheckpointFile",
+    "TypedCheckpointFile",
     "fsync_directory",
 ]

@@ -9,22 +9,21 @@ import os
 from pathlib import Path
 
 
-def fsync_dir(directory: Path) -> None:
-    """fsync a directory so that renames and creations in it are durable."""
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def fsync_file(path: Path) -> None:
-    """fsync a file already written (and closed) through another descriptor."""
+def fsync_path(path: Path) -> None:
+    """fsync ``path`` through a read-only descriptor of its own: a directory, so that renames and creations in it
+    are durable, or a file already written (and closed) through another descriptor."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+fsync_dir = fsync_path
+"""fsync a directory so that renames and creations in it are durable."""
+
+fsync_file = fsync_path
+"""fsync a file already written (and closed) through another descriptor."""
 
 
 def atomic_write(path: Path, data: bytes, mode: int = 0o666) -> None:

@@ -31,19 +31,18 @@ from __future__ import annotations
 import errno
 import itertools
 import os
-import shutil
 import struct
-import threading
-from abc import ABC, abstractmethod
+from abc import abstractmethod
+from collections.abc import Callable
 from enum import Enum
-from pathlib import Path
-from typing import Any, Generic, NamedTuple, Self, TypeVar
+from typing import Any, Generic, NamedTuple, TypeVar
 
-from kafkalog.errors import CorruptIndexError, IndexOffsetOverflowError, InvalidOffsetError
+from kafkalog.errors import CorruptIndexError, IndexOffsetOverflowError, InvalidOffsetError, KafkaLogError
 
 from ..layout import INT32_MAX
 from .fileio import file_io
 from .files import delete_if_exists
+from .index_file import SegmentIndexFile
 from .mapped_file import FileCopy, FileMapping
 
 __all__ = [
@@ -104,8 +103,10 @@ def _round_down(number: int, factor: int) -> int:
     return factor * int(number / factor) if number < 0 else factor * (number // factor)
 
 
-class AbstractIndex(ABC, Generic[_Entry]):
-    """What the offset and time indexes share: the mapping, its size, the entry count, search and resizing.
+class AbstractIndex(SegmentIndexFile, Generic[_Entry]):
+    """What the offset and time indexes share: the mapping, its size, the entry count, search, lookups,
+    truncation and resizing. Entries are ``_Entry`` pairs whose first field is the searched key (offset or
+    timestamp); the field holding the entry's offset is ``_OFFSET_FIELD``.
 
     Invariants: the file holds ``entries`` whole entries followed (while writable) by preallocated zero bytes up
     to ``max_index_size`` rounded down to a whole entry; entries are sorted by both of their fields; every
@@ -115,21 +116,23 @@ class AbstractIndex(ABC, Generic[_Entry]):
 
     ENTRY_SIZE = 0
     _ENTRY: struct.Struct
+    _OFFSET_FIELD: _SearchOn
+    _NAME = ""
+    """How the length check names the file ("Index", "Time index"), as Kafka's messages do."""
 
     def __init__(
         self, path: str | os.PathLike[str], base_offset: int, max_index_size: int = -1, writable: bool = True
     ) -> None:
-        self._path = Path(path)
-        self._base_offset = base_offset
+        super().__init__(path, base_offset)
         self._max_index_size = max_index_size
         self._writable = writable
-        self._lock = threading.RLock()
         self._mmap: FileMapping | FileCopy | None = None
         self._closed = False
         self._length = 0
         self._open_and_map()
         self._max_entries = self._length // self.ENTRY_SIZE
         self._entries = self._max_entries if self._existed else 0
+        self._refresh_last()
 
     # ----------------------------------------------------------------- opening and mapping
 
@@ -182,21 +185,6 @@ class AbstractIndex(ABC, Generic[_Entry]):
     # ----------------------------------------------------------------- attributes
 
     @property
-    def path(self) -> Path:
-        """Where the index file is now (follows ``rename_to``)."""
-        return self._path
-
-    @property
-    def file(self) -> Path:
-        """Alias of :attr:`path` (Kafka's ``file()``)."""
-        return self._path
-
-    @property
-    def base_offset(self) -> int:
-        """The segment's base offset; stored offsets are relative to it."""
-        return self._base_offset
-
-    @property
     def max_index_size(self) -> int:
         """The size in bytes a new or reset index is given."""
         return self._max_index_size
@@ -245,12 +233,13 @@ class AbstractIndex(ABC, Generic[_Entry]):
         """``offset - base_offset``; IndexOffsetOverflowError unless it lies in [0, Int32.MAX]."""
         relative = self._to_relative(offset)
         if relative is None:
-            raise IndexOffsetOverflowError(
-                f"Integer overflow for offset: {offset} (base offset {self._base_offset})",
-                offset=offset,
-                path=str(self._path),
-            )
+            message = f"Integer overflow for offset: {offset} (base offset {self._base_offset})"
+            raise self._error(IndexOffsetOverflowError, message, offset)
         return relative
+
+    def _error(self, error: type[KafkaLogError], message: str, offset: int) -> KafkaLogError:
+        """``error`` for an append of ``offset`` that this index refuses, naming its file."""
+        return error(message, offset=offset, path=str(self._path))
 
     def can_append_offset(self, offset: int) -> bool:
         """Whether ``offset`` fits this index's 4-byte relative offset."""
@@ -262,7 +251,18 @@ class AbstractIndex(ABC, Generic[_Entry]):
     def _parse(self, buf: Any, n: int) -> _Entry:
         """The entry in slot ``n`` with an absolute offset; each index defines it."""
 
-    def _entry_checked(self, n: int) -> _Entry:
+    @abstractmethod
+    def _empty_entry(self) -> _Entry:
+        """What a lookup below every entry answers, and the last entry of an empty index."""
+
+    def _last_in_mapping(self) -> _Entry:
+        """The last valid entry as the mapping holds it, or the empty entry."""
+        if self._entries == 0:
+            return self._empty_entry()
+        return self._parse(self._buffer(), self._entries - 1)
+
+    def entry(self, n: int) -> _Entry:
+        """The entry in slot ``n`` (IndexError unless 0 <= n < entries)."""
         with self._lock:
             if not 0 <= n < self._entries:
                 raise IndexError(
@@ -274,6 +274,15 @@ class AbstractIndex(ABC, Generic[_Entry]):
         entry = self._parse(buf, n)
         value = entry[0] if on is _SearchOn.KEY else entry[1]
         return (value > target) - (value < target)
+
+    def lookup(self, target: int) -> _Entry:
+        """The entry with the largest key (offset, or timestamp) <= ``target``, else the empty entry:
+        ``(base_offset, 0)`` in the offset index, ``(-1, base_offset)`` in the time index."""
+        with self._lock:
+            slot = self._largest_lower_bound_slot(target, _SearchOn.KEY)
+            if slot == -1:
+                return self._empty_entry()
+            return self._parse(self._buffer(), slot)
 
     def _index_slot_range_for(self, target: int, on: _SearchOn, result: _SearchResult) -> int:
         """Kafka's ``indexSlotRangeFor``: search the warm tail first, then the cold head (spec 3.1)."""
@@ -317,6 +326,22 @@ class AbstractIndex(ABC, Generic[_Entry]):
         entry_offset = self._parse(self._buffer(), slot)[0 if on is _SearchOn.KEY else 1]
         return slot if entry_offset == offset else slot + 1
 
+    def _append_all(self, entries: list[tuple[int, int]], append_one: Callable[[int, int], None]) -> None:
+        """``append_one`` of every entry in order; written at once when ``plan_all`` can plan them, else one by one,
+        raising where that call would."""
+        with self._lock:
+            plan = self.plan_all(entries)
+            if plan is None:
+                for first, second in entries:
+                    append_one(first, second)
+                return
+            self.write_plan(plan)
+
+    @abstractmethod
+    def plan_all(self, entries: list[tuple[int, int]]) -> tuple[list[tuple[int, int]], Any] | None:
+        """What appending every entry in order would write, for :meth:`write_plan`; None when one append would
+        raise."""
+
     def _truncate_to_entries(self, entries: int) -> None:
         """Set the entry count (the bytes after it stay until overwritten or trimmed)."""
         with self._lock:
@@ -354,13 +379,27 @@ class AbstractIndex(ABC, Generic[_Entry]):
         """Remove every entry (the file keeps its size)."""
         self._truncate_to_entries(0)
 
-    @abstractmethod
     def truncate_to(self, offset: int) -> None:
-        """Remove every entry whose offset is >= ``offset``."""
+        """Remove every entry whose offset is >= ``offset`` (searched by the entries' offset field)."""
+        with self._lock:
+            self._truncate_to_entries(self._truncate_slot_count(offset, self._OFFSET_FIELD))
+
+    def sanity_check(self) -> None:
+        """Raise CorruptIndexError on obvious damage: the checks of the entries (each index's), then a length
+        that is not whole entries."""
+        with self._lock:
+            if self._entries != 0:
+                self._check_entries()
+            if self._length % self.ENTRY_SIZE != 0:
+                raise CorruptIndexError(
+                    f"{self._NAME} file is corrupt, found {self._length} bytes which is neither positive nor a "
+                    f"multiple of {self.ENTRY_SIZE}",
+                    path=str(self._path),
+                )
 
     @abstractmethod
-    def sanity_check(self) -> None:
-        """Raise CorruptIndexError on obvious damage."""
+    def _check_entries(self) -> None:
+        """CorruptIndexError when the (non-empty) entries cannot be right."""
 
     def resize(self, new_size: int) -> bool:
         """Set the file and mapping to ``new_size`` rounded down to whole entries; True if the size changed."""
@@ -421,41 +460,11 @@ class AbstractIndex(ABC, Generic[_Entry]):
             self.close_handler()
             return delete_if_exists(self._path)
 
-    def rename_to(self, new_path: str | os.PathLike[str]) -> None:
-        """Move the file; the mapping stays valid. The new path is adopted even if the move fails."""
-        with self._lock:
-            target = Path(new_path)
-            try:
-                _atomic_move_with_fallback(self._path, target)
-            finally:
-                self._path = target
-
-    def update_parent_dir(self, parent_dir: str | os.PathLike[str]) -> None:
-        """Point at the same file name in another directory (after the directory itself was renamed)."""
-        with self._lock:
-            self._path = Path(parent_dir) / self._path.name
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
     def __repr__(self) -> str:
         return (
             f"{type(self).__name__}(path={str(self._path)!r}, base_offset={self._base_offset}, "
             f"entries={self._entries}, max_entries={self._max_entries})"
         )
-
-
-def _atomic_move_with_fallback(source: Path, target: Path) -> None:
-    """Kafka's ``Utils.atomicMoveWithFallback``: an atomic rename, or a plain move across file systems."""
-    try:
-        os.replace(source, target)
-    except OSError as exc:
-        if exc.errno != errno.EXDEV:
-            raise
-        shutil.move(source, target)
 
 
 class OffsetIndex(AbstractIndex[OffsetPosition]):
@@ -467,40 +476,24 @@ class OffsetIndex(AbstractIndex[OffsetPosition]):
 
     ENTRY_SIZE = 8
     _ENTRY = _OFFSET_ENTRY
-
-    def __init__(self, path: str | os.PathLike[str], base_offset: int, max_index_size: int = -1, writable: bool = True):
-        self._last_offset = base_offset
-        super().__init__(path, base_offset, max_index_size, writable)
-        self._refresh_last()
+    _OFFSET_FIELD = _SearchOn.KEY
+    _NAME = "Index"
+    _last_offset: int  # the last entry's offset, or the base offset when empty (kept by _refresh_last)
 
     def _parse(self, buf: Any, n: int) -> OffsetPosition:
         relative, position = _OFFSET_ENTRY.unpack_from(buf, n * 8)
         return OffsetPosition(self._base_offset + relative, position)
 
-    def _last_entry(self) -> OffsetPosition:
-        if self._entries == 0:
-            return OffsetPosition(self._base_offset, 0)
-        return self._parse(self._buffer(), self._entries - 1)
+    def _empty_entry(self) -> OffsetPosition:
+        return OffsetPosition(self._base_offset, 0)
 
     def _refresh_last(self) -> None:
-        self._last_offset = self._last_entry().offset
+        self._last_offset = self._last_in_mapping().offset
 
     @property
     def last_offset(self) -> int:
         """The last entry's absolute offset, or the base offset when empty."""
         return self._last_offset
-
-    def entry(self, n: int) -> OffsetPosition:
-        """The entry in slot ``n`` (IndexError unless 0 <= n < entries)."""
-        return self._entry_checked(n)
-
-    def lookup(self, target_offset: int) -> OffsetPosition:
-        """The entry with the largest offset <= ``target_offset``, else ``(base_offset, 0)``."""
-        with self._lock:
-            slot = self._largest_lower_bound_slot(target_offset, _SearchOn.KEY)
-            if slot == -1:
-                return OffsetPosition(self._base_offset, 0)
-            return self._parse(self._buffer(), slot)
 
     def fetch_upper_bound_offset(self, start_position: int | OffsetPosition, fetch_size: int) -> OffsetPosition | None:
         """The first entry whose position is >= ``start_position + fetch_size`` (Kafka's search), or None.
@@ -521,16 +514,13 @@ class OffsetIndex(AbstractIndex[OffsetPosition]):
         """Add ``(offset, position)``; the offset must be above the last one unless the index is empty."""
         with self._lock:
             if self.is_full():
-                raise IndexFullError(
-                    f"Attempt to append to a full index (size = {self._entries})", offset=offset, path=str(self._path)
-                )
+                raise self._error(IndexFullError, f"Attempt to append to a full index (size = {self._entries})", offset)
             if self._entries != 0 and offset <= self._last_offset:
-                raise InvalidOffsetError(
+                message = (
                     f"Attempt to append an offset {offset} to position {self._entries} no larger than the last "
-                    f"offset appended ({self._last_offset})",
-                    offset=offset,
-                    path=str(self._path),
+                    f"offset appended ({self._last_offset})"
                 )
+                raise self._error(InvalidOffsetError, message, offset)
             self._write_entry(self.relative_offset(offset), position)
             self._last_offset = offset
 
@@ -551,37 +541,19 @@ class OffsetIndex(AbstractIndex[OffsetPosition]):
 
     def append_all(self, entries: list[tuple[int, int]]) -> None:
         """:meth:`append` of every ``(offset, position)`` in order; written at once when :meth:`plan_all` can."""
-        with self._lock:
-            plan = self.plan_all(entries)
-            if plan is None:
-                for offset, position in entries:
-                    self.append(offset, position)  # raising where that append would
-                return
-            self.write_plan(plan)
+        self._append_all(entries, self.append)
 
     def _set_last(self, last: int) -> None:
         self._last_offset = last
 
-    def truncate_to(self, offset: int) -> None:
-        """Remove every entry with offset >= ``offset``."""
-        with self._lock:
-            self._truncate_to_entries(self._truncate_slot_count(offset, _SearchOn.KEY))
-
-    def sanity_check(self) -> None:
-        """CorruptIndexError if the last offset is below the base offset or the length is not whole entries."""
-        with self._lock:
-            if self._entries != 0 and self._last_offset < self._base_offset:
-                raise CorruptIndexError(
-                    f"Corrupt index found, index file has non-zero size but the last offset is {self._last_offset} "
-                    f"which is less than the base offset {self._base_offset}",
-                    path=str(self._path),
-                )
-            if self._length % self.ENTRY_SIZE != 0:
-                raise CorruptIndexError(
-                    f"Index file is corrupt, found {self._length} bytes which is neither positive nor a multiple of "
-                    f"{self.ENTRY_SIZE}",
-                    path=str(self._path),
-                )
+    def _check_entries(self) -> None:
+        """The last offset must not be below the base offset."""
+        if self._last_offset < self._base_offset:
+            raise CorruptIndexError(
+                f"Corrupt index found, index file has non-zero size but the last offset is {self._last_offset} "
+                f"which is less than the base offset {self._base_offset}",
+                path=str(self._path),
+            )
 
 
 class TimeIndex(AbstractIndex[TimestampOffset]):
@@ -593,21 +565,19 @@ class TimeIndex(AbstractIndex[TimestampOffset]):
 
     ENTRY_SIZE = 12
     _ENTRY = _TIME_ENTRY
-
-    def __init__(self, path: str | os.PathLike[str], base_offset: int, max_index_size: int = -1, writable: bool = True):
-        self._last_entry = TimestampOffset(NO_TIMESTAMP, base_offset)
-        super().__init__(path, base_offset, max_index_size, writable)
-        self._refresh_last()
+    _OFFSET_FIELD = _SearchOn.VALUE
+    _NAME = "Time index"
+    _last_entry: TimestampOffset  # the last entry, or (-1, base offset) when empty (kept by _refresh_last)
 
     def _parse(self, buf: Any, n: int) -> TimestampOffset:
         timestamp, relative = _TIME_ENTRY.unpack_from(buf, n * 12)
         return TimestampOffset(timestamp, self._base_offset + relative)
 
+    def _empty_entry(self) -> TimestampOffset:
+        return TimestampOffset(NO_TIMESTAMP, self._base_offset)
+
     def _refresh_last(self) -> None:
-        if self._entries == 0:
-            self._last_entry = TimestampOffset(NO_TIMESTAMP, self._base_offset)
-        else:
-            self._last_entry = self._parse(self._buffer(), self._entries - 1)
+        self._last_entry = self._last_in_mapping()
 
     def is_full(self) -> bool:
         """True one slot early: the last slot is kept for the entry written on roll or close."""
@@ -618,18 +588,6 @@ class TimeIndex(AbstractIndex[TimestampOffset]):
         """The last entry, or ``(-1, base_offset)`` when empty."""
         return self._last_entry
 
-    def entry(self, n: int) -> TimestampOffset:
-        """The entry in slot ``n`` (IndexError unless 0 <= n < entries)."""
-        return self._entry_checked(n)
-
-    def lookup(self, target_timestamp: int) -> TimestampOffset:
-        """The entry with the largest timestamp <= ``target_timestamp``, else ``(-1, base_offset)``."""
-        with self._lock:
-            slot = self._largest_lower_bound_slot(target_timestamp, _SearchOn.KEY)
-            if slot == -1:
-                return TimestampOffset(NO_TIMESTAMP, self._base_offset)
-            return self._parse(self._buffer(), slot)
-
     def maybe_append(self, timestamp: int, offset: int, skip_full_check: bool = False) -> None:
         """Add ``(timestamp, offset)`` if the timestamp is above the last one; an equal timestamp is dropped.
 
@@ -639,35 +597,30 @@ class TimeIndex(AbstractIndex[TimestampOffset]):
         """
         with self._lock:
             if not skip_full_check and self.is_full():
-                raise IndexFullError(
-                    f"Attempt to append to a full time index (size = {self._entries})",
-                    offset=offset,
-                    path=str(self._path),
-                )
+                message = f"Attempt to append to a full time index (size = {self._entries})"
+                raise self._error(IndexFullError, message, offset)
             last = self._last_entry
-            if self._entries != 0 and offset < last.offset:
-                raise InvalidOffsetError(
-                    f"Attempt to append an offset ({offset}) to slot {self._entries} no larger than the last offset "
-                    f"appended ({last.offset})",
-                    offset=offset,
-                    path=str(self._path),
-                )
-            if self._entries != 0 and timestamp < last.timestamp:
-                raise InvalidOffsetError(
-                    f"Attempt to append a timestamp ({timestamp}) to slot {self._entries} no larger than the last "
-                    f"timestamp appended ({last.timestamp}): timestamps in a time index must not go backwards",
-                    offset=offset,
-                    path=str(self._path),
-                )
+            if self._entries != 0 and (offset < last.offset or timestamp < last.timestamp):
+                raise self._error(InvalidOffsetError, self._backwards_message(timestamp, offset), offset)
             if timestamp > last.timestamp:
                 if self._entries >= self._max_entries:  # no byte left even for the reserved slot
-                    raise IndexFullError(
-                        f"Attempt to append past the end of a full time index (size = {self._entries})",
-                        offset=offset,
-                        path=str(self._path),
-                    )
+                    message = f"Attempt to append past the end of a full time index (size = {self._entries})"
+                    raise self._error(IndexFullError, message, offset)
                 self._write_entry(timestamp, self.relative_offset(offset))
                 self._last_entry = TimestampOffset(timestamp, offset)
+
+    def _backwards_message(self, timestamp: int, offset: int) -> str:
+        """Why an entry going back from the last one is refused: its offset first, then its timestamp."""
+        last = self._last_entry
+        if offset < last.offset:
+            return (
+                f"Attempt to append an offset ({offset}) to slot {self._entries} no larger than the last offset "
+                f"appended ({last.offset})"
+            )
+        return (
+            f"Attempt to append a timestamp ({timestamp}) to slot {self._entries} no larger than the last "
+            f"timestamp appended ({last.timestamp}): timestamps in a time index must not go backwards"
+        )
 
     def plan_all(self, entries: list[tuple[int, int]]) -> tuple[list[tuple[int, int]], TimestampOffset] | None:
         """What :meth:`maybe_append` of every ``(timestamp, offset)`` in order would write, for :meth:`write_plan`;
@@ -691,44 +644,24 @@ class TimeIndex(AbstractIndex[TimestampOffset]):
 
     def maybe_append_all(self, entries: list[tuple[int, int]]) -> None:
         """:meth:`maybe_append` of every ``(timestamp, offset)`` in order; written at once when none would raise."""
-        with self._lock:
-            plan = self.plan_all(entries)
-            if plan is None:
-                for timestamp, offset in entries:
-                    self.maybe_append(timestamp, offset)  # raising where that call would
-                return
-            self.write_plan(plan)
+        self._append_all(entries, self.maybe_append)
 
     def _set_last(self, last: TimestampOffset) -> None:
         self._last_entry = last
 
-    def truncate_to(self, offset: int) -> None:
-        """Remove every entry with offset >= ``offset`` (searched by the offset field)."""
-        with self._lock:
-            self._truncate_to_entries(self._truncate_slot_count(offset, _SearchOn.VALUE))
-
-    def sanity_check(self) -> None:
-        """CorruptIndexError if timestamps end below where they start, the last offset is below the base
-        offset, or the length is not whole entries."""
-        with self._lock:
-            last = self._last_entry
-            if self._entries != 0:
-                first_timestamp = _INT64.unpack_from(self._buffer(), 0)[0]
-                if last.timestamp < first_timestamp:
-                    raise CorruptIndexError(
-                        f"Corrupt time index found, time index file has non-zero size but the last timestamp is "
-                        f"{last.timestamp} which is less than the first timestamp {first_timestamp}",
-                        path=str(self._path),
-                    )
-                if last.offset < self._base_offset:
-                    raise CorruptIndexError(
-                        f"Corrupt time index found, time index file has non-zero size but the last offset is "
-                        f"{last.offset} which is less than the first offset {self._base_offset}",
-                        path=str(self._path),
-                    )
-            if self._length % self.ENTRY_SIZE != 0:
-                raise CorruptIndexError(
-                    f"Time index file is corrupt, found {self._length} bytes which is neither positive nor a multiple "
-                    f"of {self.ENTRY_SIZE}",
-                    path=str(self._path),
-                )
+    def _check_entries(self) -> None:
+        """Timestamps must not end below where they start, nor the last offset lie below the base offset."""
+        last = self._last_entry
+        first_timestamp = _INT64.unpack_from(self._buffer(), 0)[0]
+        if last.timestamp < first_timestamp:
+            raise CorruptIndexError(
+                f"Corrupt time index found, time index file has non-zero size but the last timestamp is "
+                f"{last.timestamp} which is less than the first timestamp {first_timestamp}",
+                path=str(self._path),
+            )
+        if last.offset < self._base_offset:
+            raise CorruptIndexError(
+                f"Corrupt time index found, time index file has non-zero size but the last offset is "
+                f"{last.offset} which is less than the first offset {self._base_offset}",
+                path=str(self._path),
+            )

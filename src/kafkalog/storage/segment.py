@@ -67,18 +67,6 @@ class FetchDataInfo:
 
 
 @dataclass(frozen=True)
-class RollParams:
-    """The inputs of LogSegment.shouldRoll."""
-
-    max_segment_ms: int
-    max_segment_bytes: int
-    max_timestamp_in_messages: int
-    max_offset_in_messages: int
-    messages_size: int
-    now: int
-
-
-@dataclass(frozen=True)
 class TimestampAndOffset:
     """A ListOffsets answer: a record's timestamp and offset (and the leader epoch when known)."""
 
@@ -215,17 +203,6 @@ class LogSegment:
             return message_timestamp - ts
         return now - self.created_ms
 
-    def should_roll(self, params: RollParams) -> bool:
-        """Kafka's five roll conditions, in Kafka's order."""
-        return self.should_roll_for(
-            params.max_segment_ms,
-            params.max_segment_bytes,
-            params.max_timestamp_in_messages,
-            params.max_offset_in_messages,
-            params.messages_size,
-            params.now,
-        )
-
     def should_roll_for(
         self,
         max_segment_ms: int,
@@ -235,7 +212,8 @@ class LogSegment:
         messages_size: int,
         now: int,
     ) -> bool:
-        """``should_roll`` with its parameters spelled out (the append path calls this one)."""
+        """Kafka's five roll conditions (LogSegment.shouldRoll), in Kafka's order: the segment is too big for the
+        messages, too old, its indexes are full, or the messages' last offset does not fit a relative offset."""
         size = self.log.size
         if size > max_segment_bytes - messages_size:
             return True
@@ -546,20 +524,21 @@ class LogSegment:
             self.time_index.maybe_append(
                 self.max_timestamp_so_far, self.shallow_offset_of_max_timestamp_so_far, skip_full_check=True
             )
-        if self._offset_index is not None:
-            self._offset_index.close()
-        if self._time_index is not None:
-            self._time_index.close()
+        for index in self._opened_indexes():
+            index.close()
         self.log.close()
         self.txn_index.close()
 
     def close_handlers(self) -> None:
-        if self._offset_index is not None:
-            self._offset_index.close_handler()
-        if self._time_index is not None:
-            self._time_index.close_handler()
+        """Close the files without trimming the indexes (Kafka's closeHandlers)."""
+        for index in self._opened_indexes():
+            index.close_handler()
         self.log.close_handlers()
         self.txn_index.close()
+
+    def _opened_indexes(self) -> list[OffsetIndex | TimeIndex]:
+        """The offset and time indexes opened so far (both open lazily)."""
+        return [index for index in (self._offset_index, self._time_index) if index is not None]
 
     def _files(self) -> list[Path]:
         return [self.log.path, self.offset_index_path(), self.time_index_path(), self.txn_index.path]

@@ -31,17 +31,15 @@ from __future__ import annotations
 
 import os
 import struct
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import NamedTuple
 
 from kafkalog.errors import CorruptIndexError, InvalidOffsetError, KafkaLogError
-from kafkalog.storage.index import _atomic_move_with_fallback
 
 from .fileio import file_io
 from .files import delete_if_exists
+from .index_file import SegmentIndexFile
 
 __all__ = ["ABORTED_TXN_SIZE", "AbortedTxn", "TransactionIndex", "TxnIndexSearchResult", "TxnOrderError"]
 
@@ -92,37 +90,23 @@ class TxnIndexSearchResult(NamedTuple):
     is_complete: bool
 
 
-class TransactionIndex:
-    """A segment's ``.txnindex``: aborted transactions in ABORT-marker order.
+class TransactionIndex(SegmentIndexFile):
+    """A segment's ``.txnindex``: aborted transactions in ABORT-marker order. The file is created on the first
+    append (``CREATED_LAZILY``); ``_fd`` is its open descriptor, if any.
 
     Invariant: entries are appended only with a last offset above the previous entry's (``TxnOrderError``
     otherwise), so the file is sorted by the ABORT markers' offsets and a search can stop at the first entry
     past its range.
     """
 
+    CREATED_LAZILY = True
+
     def __init__(self, path: str | os.PathLike[str], base_offset: int) -> None:
-        self._path = Path(path)
-        self._base_offset = base_offset
+        super().__init__(path, base_offset)
         self._last_offset: int | None = None
         self._fd: int | None = None
-        self._lock = threading.RLock()
 
-    # ----------------------------------------------------------------- attributes and file handling
-
-    @property
-    def path(self) -> Path:
-        """Where the index file is, or will be once something is appended."""
-        return self._path
-
-    @property
-    def file(self) -> Path:
-        """Alias of :attr:`path` (Kafka's ``file()``)."""
-        return self._path
-
-    @property
-    def base_offset(self) -> int:
-        """The segment's base offset (Kafka's ``startOffset``)."""
-        return self._base_offset
+    # ----------------------------------------------------------------- file handling
 
     def _channel(self) -> int:
         """The open descriptor, opening (and creating) the file if needed."""
@@ -208,21 +192,6 @@ class TransactionIndex:
             self.close()
             return delete_if_exists(self._path)
 
-    def rename_to(self, new_path: str | os.PathLike[str]) -> None:
-        """Move the file if it exists; the new path is adopted even if the move fails."""
-        with self._lock:
-            target = Path(new_path)
-            try:
-                if self._path.exists():
-                    _atomic_move_with_fallback(self._path, target)
-            finally:
-                self._path = target
-
-    def update_parent_dir(self, parent_dir: str | os.PathLike[str]) -> None:
-        """Point at the same file name in another directory."""
-        with self._lock:
-            self._path = Path(parent_dir) / self._path.name
-
     # ----------------------------------------------------------------- reading
 
     def all_aborted_txns(self) -> list[AbortedTxn]:
@@ -262,12 +231,6 @@ class TransactionIndex:
                         position=position,
                         path=str(self._path),
                     )
-
-    def __enter__(self) -> TransactionIndex:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return f"TransactionIndex(path={str(self._path)!r}, base_offset={self._base_offset})"
