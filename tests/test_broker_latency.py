@@ -14,8 +14,9 @@ import struct
 import threading
 import weakref
 
+import pytest
 from kafka.protocol.admin import CreateTopicsRequest
-from kafka.protocol.metadata import MetadataRequest
+from kafka.protocol.metadata import FindCoordinatorRequest, MetadataRequest
 from kafka.protocol.producer import ProduceRequest
 
 from brokertools import RawClient, encode_request
@@ -85,9 +86,22 @@ def _produce_request(topic: str) -> ProduceRequest:
     return ProduceRequest(transactional_id=None, acks=-1, timeout_ms=30000, topic_data=data)
 
 
-def test_other_clients_are_answered_while_a_topic_is_being_created(tmp_path, monkeypatch):
-    """CreateTopics runs off the event loop: while one client's topic creation is held (a slow disk), another
-    client's Metadata and Produce are answered; the creation then completes and is answered too."""
+def _find_coordinator_request() -> FindCoordinatorRequest:
+    return FindCoordinatorRequest(version=1, key="latency-group", key_type=0)
+
+
+HELD_REQUESTS = {  # a request whose topic creation gets held: (request, version)
+    "CreateTopics": (_create_request("slow"), 5),
+    "FindCoordinator creating __consumer_offsets": (_find_coordinator_request(), 1),
+}
+
+
+@pytest.mark.parametrize("held", sorted(HELD_REQUESTS))
+def test_other_clients_are_answered_while_a_topic_is_being_created(tmp_path, monkeypatch, held):
+    """CreateTopics, and the first FindCoordinator (which creates __consumer_offsets), run their topic creation off
+    the event loop: while it is held (a slow disk), another client's Metadata and Produce are answered; the held
+    request then completes and is answered too."""
+    request, version = HELD_REQUESTS[held]
     loop = asyncio.new_event_loop()
     server = KafkaServer(_config(tmp_path))
     loop.run_until_complete(server.startup())
@@ -106,8 +120,8 @@ def test_other_clients_are_answered_while_a_topic_is_being_created(tmp_path, mon
         monkeypatch.setattr(server.log_manager, "create_topic", slow_create_topic)
         host, port = server.bound_addresses[0]
         with RawClient(f"{host}:{port}", timeout=60) as creating, RawClient(f"{host}:{port}", timeout=60) as other:
-            creating.send(encode_request(_create_request("slow"), 5, correlation_id=7))
-            assert entered.wait(60), "the CreateTopics request never reached the log manager"
+            creating.send(encode_request(request, version, correlation_id=7))
+            assert entered.wait(60), "the held request never reached the log manager"
             metadata = other.call(MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name="existing")]), 9)
             assert [(t.name, t.error_code) for t in metadata.topics] == [("existing", 0)]
             produced = other.call(_produce_request("existing"), 9, correlation_id=2)
@@ -118,9 +132,14 @@ def test_other_clients_are_answered_while_a_topic_is_being_created(tmp_path, mon
             release.set()
             body = creating.receive()
             assert struct.unpack_from(">i", body)[0] == 7
-            created = APIS[19].response[5].decode(body[5:])  # v5 is flexible: a tagged-field byte after the id
-            assert [(t.name, t.error_code, t.num_partitions) for t in created.topics] == [("slow", 0, 3)]
-        assert server.log_manager.describe_topic("slow").topic_id
+            spec = APIS[request.API_KEY]
+            answer = spec.response[version].decode(body[5 if spec.flexible(version) else 4 :])
+            if request.API_KEY == 19:
+                assert [(t.name, t.error_code, t.num_partitions) for t in answer.topics] == [("slow", 0, 3)]
+                assert server.log_manager.describe_topic("slow").topic_id
+            else:
+                assert (answer.error_code, answer.node_id, answer.port) == (0, 0, port)
+                assert len(server.log_manager.describe_topic("__consumer_offsets").partitions) == 50
     finally:
         release.set()
         asyncio.run_coroutine_threadsafe(server.shutdown(), loop).result(120)

@@ -205,3 +205,56 @@ def test_create_partitions_runs_off_the_event_loop(broker) -> None:
     response = decode_response(37, 3, b"".join(grown[1].parts))
     assert [r.error_code for r in response.results] == [0]
     assert len(broker._server.log_manager.describe_topic(DOOMED_TOPIC_FOR_GROWTH).partitions) == 400
+
+
+# ----- the atheris harness's inputs -----------------------------------------------------------------------
+
+
+def test_the_atheris_corpus_starts_from_every_valid_request() -> None:
+    from kafkalog.testing.protocol_fuzz import corpus, frame_for
+
+    seeds = {frame for _, _, frame in seed_requests()}
+    inputs = corpus()
+    assert len(inputs) == 2 * len(seeds)
+    assert {frame_for(data) for name, data in inputs.items() if name.endswith("-raw")} == seeds
+    structured = [frame_for(data) for name, data in inputs.items() if name.endswith("-fields")]
+    assert all(struct.unpack_from(">h", f)[0] in APIS for f in structured)
+    assert frame_for(inputs["Metadata-v12-fields"]) == frame_for(inputs["Metadata-v12-fields"])  # deterministic
+
+
+def test_keep_going_saves_each_distinct_failure_once(tmp_path, monkeypatch) -> None:
+    from kafkalog.testing.protocol_fuzz import atheris_entry
+
+    async def broken(server, header, request):
+        raise TypeError("a handler bug")
+
+    one_input = atheris_entry(keep_going=tmp_path)
+    monkeypatch.setitem(apis.HANDLERS, 60, broken)
+    frame = encode_frame(APIS[60], 1, valid_request(APIS[60], 1))
+    one_input(b"\0" + frame)
+    one_input(b"\0" + encode_frame(APIS[60], 1, valid_request(APIS[60], 1), 99))  # the same failure: not saved
+    saved = sorted(p.name for p in tmp_path.iterdir())
+    assert len(saved) == 2 and saved[1] == saved[0] + ".txt"
+    assert "TypeError: a handler bug" in (tmp_path / saved[1]).read_text()
+    assert (tmp_path / saved[0]).read_bytes() == b"\0" + frame
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("producer_byte_rate", float("nan"), "quotas must be positive"),
+        ("consumer_byte_rate", float("inf"), "quotas must be positive"),
+        ("producer_byte_rate", 1.5, "Configuration producer_byte_rate must be a Long value"),
+    ],
+)
+def test_alter_client_quotas_refuses_values_the_throttle_cannot_use(broker, key, value, message) -> None:
+    """The fuzzer set producer_byte_rate = NaN for the default client: every later Produce failed with
+    ValueError (NaN to int) in the throttle. Kafka refuses a byte rate that is not a whole number (LONG)."""
+    request = valid_request(APIS[49], 1)
+    entry = request.entries[0]
+    entry.entity[0].entity_name = None  # the default client id: the quota every client gets
+    entry.ops[0].key, entry.ops[0].value = key, value
+    response = decode_response(49, 1, _answer(broker, encode_frame(APIS[49], 1, request, 19)))
+    assert [(e.error_code, message in e.error_message) for e in response.entries] == [(42, True)]
+    produce = seed_requests()[[k for k, _, _ in seed_requests()].index(0)][2]  # a valid Produce v3
+    assert broker.check(produce) == "answered"

@@ -113,7 +113,8 @@ from kafka.protocol.sasl import (
     SaslHandshakeResponse,
 )
 
-from ..record.varint import encode_unsigned_varint
+from ..errors import InvalidRecordError
+from ..record.varint import encode_unsigned_varint, read_unsigned_varint
 from ..storage.file_records import RecordsSlice
 from .messages import (
     ConsumerGroupDescribeRequest,
@@ -356,17 +357,22 @@ class RequestHeader:
 _HEAD = struct.Struct(">hhih")
 
 
-def _read_uvarint(data: memoryview, pos: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        if pos >= len(data) or shift > 28:
-            raise InvalidRequestError("Malformed unsigned varint in the request header")
-        b = data[pos]
-        pos += 1
-        value |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return value, pos
-        shift += 7
+def skip_tagged_fields(data: bytes | memoryview, pos: int, what: str = "request") -> int:
+    """The position after the tag buffer at ``pos`` of a flexible header (request header v2, response header v1):
+    a count, then each field's tag and size-prefixed bytes, none of which kafkalog reads. Varints are read as Kafka's
+    readUnsignedVarint (an int: a count over 2^31 is negative, so no field). ``what`` ("request" or "response")
+    names the message in the InvalidRequestError raised when the buffer is malformed or truncated."""
+    try:
+        count, pos = read_unsigned_varint(data, pos)
+        for _ in range(count):
+            _, pos = read_unsigned_varint(data, pos)
+            size, pos = read_unsigned_varint(data, pos)
+            pos += size
+            if size < 0 or pos > len(data):
+                raise InvalidRequestError(f"A tagged field of the {what} header runs past the end of the {what}")
+    except InvalidRecordError:
+        raise InvalidRequestError(f"Malformed unsigned varint in the {what} header") from None
+    return pos
 
 
 # n + 1 for every n under 127 (one byte each): nearly every length a response writes
@@ -403,13 +409,7 @@ def parse_header(frame: memoryview) -> tuple[RequestHeader, ApiSpec | None]:
         raise InvalidRequestError(f"Invalid client id length {client_len} in the request header")
     spec = APIS.get(api_key)
     if spec is not None and spec.min_version <= api_version <= spec.max_version and spec.flexible(api_version):
-        count, pos = _read_uvarint(frame, pos)
-        for _ in range(count):
-            _, pos = _read_uvarint(frame, pos)
-            size, pos = _read_uvarint(frame, pos)
-            pos += size
-            if pos > len(frame):
-                raise InvalidRequestError("A tagged field of the request header runs past the end of the request")
+        pos = skip_tagged_fields(frame, pos)
     return RequestHeader(api_key, api_version, correlation_id, client_id, pos), spec
 
 

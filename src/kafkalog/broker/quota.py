@@ -23,6 +23,7 @@ waited, e.g. in a long poll), and a client over its bound gets a throttle time c
 from __future__ import annotations
 
 import json
+import math
 import threading
 import time
 from collections.abc import Awaitable, Callable, Generator
@@ -37,6 +38,20 @@ PRODUCER_BYTE_RATE = "producer_byte_rate"
 CONSUMER_BYTE_RATE = "consumer_byte_rate"
 REQUEST_PERCENTAGE = "request_percentage"
 KEYS = (PRODUCER_BYTE_RATE, CONSUMER_BYTE_RATE, REQUEST_PERCENTAGE, "controller_mutation_rate")
+_LONG_KEYS = (PRODUCER_BYTE_RATE, CONSUMER_BYTE_RATE)  # Kafka's QuotaConfigs types them LONG, the others DOUBLE
+
+
+def value_problem(key: str, value: float) -> str | None:
+    """Why ``value`` cannot be set as quota ``key`` (None if it can): a byte rate must be a whole number, as
+    Kafka's AlterClientQuotas checks for LONG quota configs, and every quota a positive finite number (NaN or
+    infinity would reach the throttle arithmetic)."""
+    if not math.isfinite(value) or value <= 0:
+        return f"Invalid value {value} for configuration {key}: quotas must be positive"
+    if key in _LONG_KEYS and value != int(value):
+        return f"Configuration {key} must be a Long value"
+    return None
+
+
 ENTITY_TYPES = ("user", "client-id")
 
 Entity = tuple[tuple[str, str | None], ...]  # sorted (type, name) pairs; name None = the default entity

@@ -32,7 +32,7 @@ from ...errors import (
     UnknownTopicOrPartitionError,
 )
 from ...manager import TopicPartition
-from ...record.varint import read_unsigned_varint
+from ..protocol import InvalidRequestError, skip_tagged_fields
 from . import zkdata as zk
 from .fetcher import BrokerConnection
 from .state import int_property
@@ -345,10 +345,7 @@ class FlexibleConnection(BrokerConnection):
         (correlation,) = struct.unpack_from(">i", payload)
         if correlation != self._correlation:
             raise ConnectionError(f"Correlation id {correlation} does not match the request's {self._correlation}")
-        pos = 4
-        count, pos = read_unsigned_varint(payload, pos)
-        for _ in range(count):  # tagged fields of the response header: skipped
-            _, pos = read_unsigned_varint(payload, pos)
-            size_, pos = read_unsigned_varint(payload, pos)
-            pos += size_
-        return payload[pos:]
+        try:
+            return payload[skip_tagged_fields(payload, 4, "response") :]
+        except InvalidRequestError as e:
+            raise ConnectionError(str(e)) from None

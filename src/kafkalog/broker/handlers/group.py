@@ -151,7 +151,8 @@ async def handle_find_coordinator(broker, header, request) -> Response:
             answers.append((key, TRANSACTIONAL_ID_AUTHORIZATION_FAILED, denied, -1, "", -1))
             continue
         if key_type == GROUP_KEY_TYPE:
-            error = broker.group_coordinator.ensure_offsets_topic()
+            # Off the event loop: the first one creates __consumer_offsets (50 partitions), as CreateTopics does.
+            error = await asyncio.to_thread(broker.group_coordinator.ensure_offsets_topic)
             if error == Errors.NONE and _offsets_partition_offline(broker, key):
                 error = Errors.COORDINATOR_NOT_AVAILABLE
             message = None if error == Errors.NONE else "The coordinator is not available."
@@ -159,7 +160,7 @@ async def handle_find_coordinator(broker, header, request) -> Response:
             answers.append(await _find_transaction_coordinator(broker, key))
             continue
         elif key_type == TRANSACTION_KEY_TYPE:
-            error = broker.txn_coordinator.ensure_state_topic()  # __transaction_state, created on first use
+            error = await asyncio.to_thread(broker.txn_coordinator.ensure_state_topic)  # created on first use
             message = None if error == 0 else "The coordinator is not available."
         else:
             error, message = Errors.INVALID_REQUEST, f"Unknown coordinator key type {key_type}"

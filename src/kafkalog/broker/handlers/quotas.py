@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..protocol import NONE, AlterClientQuotasResponse, DescribeClientQuotasResponse, Response
-from ..quota import ENTITY_TYPES, KEYS, entity_key
+from ..quota import ENTITY_TYPES, KEYS, entity_key, value_problem
 from ..security.acl import cluster_allowed
 
 INVALID_REQUEST = 42
@@ -88,8 +88,8 @@ async def handle_alter(broker, header, request) -> Response:
             for op in entry.ops:
                 if op.key not in KEYS:
                     problem = f"Invalid configuration key {op.key}"
-                elif not op.remove and op.value <= 0:
-                    problem = f"Invalid value {op.value} for configuration {op.key}: quotas must be positive"
+                elif not op.remove:
+                    problem = problem or value_problem(op.key, op.value)
                 ops[op.key] = None if op.remove else float(op.value)
         if problem is not None and code == NONE:
             code = INVALID_REQUEST
