@@ -30,56 +30,49 @@ def _byte_ptr(context, builder, array_type, array, index, width):
     return builder.bitcast(builder.gep(ary.data, [index]), ir.IntType(width).as_pointer())
 
 
-@intrinsic
-def load_u32le(typingctx, array, index):
-    """The little-endian uint32 at bytes ``array[index:index+4]`` of a uint8 array (no bounds check)."""
-    if not (_is_u8_array(array) and isinstance(index, types.Integer)):
-        return None
+def _word_load(name: str, width: int, result, swap: bool, doc: str):
+    """An intrinsic ``name(array, index)``: the ``width``-bit word at bytes ``array[index:]`` of a uint8 array (no
+    bounds check), byte-swapped when ``swap``."""
 
-    def codegen(context, builder, signature, args):
-        value = builder.load(_byte_ptr(context, builder, signature.args[0], args[0], args[1], 32), align=1)
-        return value if _LITTLE_ENDIAN else builder.bswap(value)
+    def typer(typingctx, array, index):
+        if not (_is_u8_array(array) and isinstance(index, types.Integer)):
+            return None
 
-    return types.uint32(array, index), codegen
+        def codegen(context, builder, signature, args):
+            value = builder.load(_byte_ptr(context, builder, signature.args[0], args[0], args[1], width), align=1)
+            return builder.bswap(value) if swap else value
 
+        return result(array, index), codegen
 
-@intrinsic
-def store_u32le(typingctx, array, index, value):
-    """Store the uint32 ``value`` little-endian at bytes ``array[index:index+4]`` of a uint8 array."""
-    if not (_is_u8_array(array) and isinstance(index, types.Integer) and value == types.uint32):
-        return None
-
-    def codegen(context, builder, signature, args):
-        value = args[2] if _LITTLE_ENDIAN else builder.bswap(args[2])
-        builder.store(value, _byte_ptr(context, builder, signature.args[0], args[0], args[1], 32), align=1)
-        return context.get_dummy_value()
-
-    return types.void(array, index, value), codegen
+    typer.__name__ = typer.__qualname__ = name
+    typer.__doc__ = doc
+    return intrinsic(typer)
 
 
-@intrinsic
-def load_i64(typingctx, array, index):
-    """The native-order int64 at bytes ``array[index:index+8]`` of a uint8 array (no bounds check)."""
-    if not (_is_u8_array(array) and isinstance(index, types.Integer)):
-        return None
+def _word_store(name: str, width: int, value_type, swap: bool, doc: str):
+    """An intrinsic ``name(array, index, value)``: store the ``width``-bit ``value`` at bytes ``array[index:]`` of a
+    uint8 array, byte-swapped first when ``swap``."""
 
-    def codegen(context, builder, signature, args):
-        return builder.load(_byte_ptr(context, builder, signature.args[0], args[0], args[1], 64), align=1)
+    def typer(typingctx, array, index, value):
+        if not (_is_u8_array(array) and isinstance(index, types.Integer) and value == value_type):
+            return None
 
-    return types.int64(array, index), codegen
+        def codegen(context, builder, signature, args):
+            word = builder.bswap(args[2]) if swap else args[2]
+            builder.store(word, _byte_ptr(context, builder, signature.args[0], args[0], args[1], width), align=1)
+            return context.get_dummy_value()
+
+        return types.void(array, index, value), codegen
+
+    typer.__name__ = typer.__qualname__ = name
+    typer.__doc__ = doc
+    return intrinsic(typer)
 
 
-@intrinsic
-def store_i64(typingctx, array, index, value):
-    """Store the int64 ``value`` in native order at bytes ``array[index:index+8]`` of a uint8 array."""
-    if not (_is_u8_array(array) and isinstance(index, types.Integer) and value == types.int64):
-        return None
-
-    def codegen(context, builder, signature, args):
-        builder.store(args[2], _byte_ptr(context, builder, signature.args[0], args[0], args[1], 64), align=1)
-        return context.get_dummy_value()
-
-    return types.void(array, index, value), codegen
+load_u32le = _word_load("load_u32le", 32, types.uint32, not _LITTLE_ENDIAN, "The little-endian uint32 at array[i:i+4].")
+store_u32le = _word_store("store_u32le", 32, types.uint32, not _LITTLE_ENDIAN, "Store a uint32 LE at array[i:].")
+load_i64 = _word_load("load_i64", 64, types.int64, False, "The native-order int64 at array[i:i+8].")
+store_i64 = _word_store("store_i64", 64, types.int64, False, "Store an int64 in native order at array[i:].")
 
 
 @intrinsic

@@ -16,13 +16,14 @@ from ..record._kernels import (
     ERR_REMAINING,
     OK,
     _copy,
-    _put_uvarint,
     _read_record,
     _size_uvarint,
     _varint,
     _varlong,
     _zz32,
     _zz64,
+    put_record_head,
+    record_head_size,
 )
 from .md5 import MD5_LANES, MD5_ONE_BLOCK, md5_hash_lanes, md5_load_block, md5_long
 
@@ -133,9 +134,15 @@ def reframed_sizes(records, tail_start, rec_end, ts_delta, off_delta):
     sizes = np.empty(records.shape[0], np.int64)
     for j in range(records.shape[0]):
         r = records[j]
-        body = 1 + _size_uvarint(_zz64(ts_delta[j])) + _size_uvarint(_zz32(off_delta[j])) + rec_end[r] - tail_start[r]
+        body = record_head_size(_zz64(ts_delta[j]), _zz32(off_delta[j])) + rec_end[r] - tail_start[r]
         sizes[j] = _size_uvarint(_zz32(body)) + body
     return sizes
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _put_reframed_head(out, pos, tail, ts_zz, off_zz):
+    """put_record_head for a record whose ``tail`` bytes (key length onwards) follow unchanged."""
+    return put_record_head(out, pos, record_head_size(ts_zz, off_zz) + tail, ts_zz, off_zz)
 
 
 @njit(cache=True, nogil=True)
@@ -145,14 +152,7 @@ def reframe_records(arena, records, tail_start, rec_end, ts_delta, off_delta, ou
     for j in range(records.shape[0]):
         r = records[j]
         tail = rec_end[r] - tail_start[r]
-        tsz = _zz64(ts_delta[j])
-        odz = _zz32(off_delta[j])
-        body = 1 + _size_uvarint(tsz) + _size_uvarint(odz) + tail
-        pos = _put_uvarint(out, pos, _zz32(body))
-        out[pos] = 0
-        pos += 1
-        pos = _put_uvarint(out, pos, tsz)
-        pos = _put_uvarint(out, pos, odz)
+        pos = _put_reframed_head(out, pos, tail, _zz64(ts_delta[j]), _zz32(off_delta[j]))
         _copy(out, pos, arena, tail_start[r], tail)
         pos += tail
     return pos
@@ -441,14 +441,7 @@ def emit_run(
                     if timestamps[r] > ts:
                         ts = timestamps[r]
                     tail = rec_end[r] - tail_start[r]
-                    tsz = _zz64(timestamps[r] - base_ts)
-                    odz = _zz32(offsets[r] - base)
-                    body = 1 + _size_uvarint(tsz) + _size_uvarint(odz) + tail
-                    p = _put_uvarint(out, p, _zz32(body))
-                    out[p] = 0
-                    p += 1
-                    p = _put_uvarint(out, p, tsz)
-                    p = _put_uvarint(out, p, odz)
+                    p = _put_reframed_head(out, p, tail, _zz64(timestamps[r] - base_ts), _zz32(offsets[r] - base))
                     _copy(out, p, arena, tail_start[r], tail)
                     p += tail
                 if attr & 0x08:  # log append time: the batch's own

@@ -536,6 +536,16 @@ def md5_digests(arena: np.ndarray, key_pos: np.ndarray, key_len: np.ndarray) -> 
     return out.reshape(-1, HASH_BYTES)
 
 
+class _StateCounter:
+    """A read-only int attribute of SkimpyOffsetMap: one slot of its ``_state`` array (the kernels update them)."""
+
+    def __init__(self, slot: int) -> None:
+        self.slot = slot
+
+    def __get__(self, offset_map: SkimpyOffsetMap, owner: type) -> int:
+        return int(offset_map._state[self.slot])
+
+
 class SkimpyOffsetMap:
     """Kafka's ``SkimpyOffsetMap``: MD5 digest -> latest offset, in a numpy table of ``slots * 24`` bytes.
 
@@ -554,25 +564,14 @@ class SkimpyOffsetMap:
     def __repr__(self) -> str:
         return f"SkimpyOffsetMap(slots={self.slots}, size={self.size}, latest_offset={self.latest_offset})"
 
-    @property
-    def size(self) -> int:
-        """Entries in the map (overwrites of a key already present do not count)."""
-        return int(self._state[_ENTRIES])
-
-    @property
-    def latest_offset(self) -> int:
-        """The offset of the last put, or the last :meth:`update_latest_offset`; -1 when neither happened."""
-        return int(self._state[_LATEST])
-
-    @property
-    def lookups(self) -> int:
-        """Number of puts and gets since construction or :meth:`clear`."""
-        return int(self._state[_LOOKUPS])
-
-    @property
-    def probes(self) -> int:
-        """Number of slots examined by those puts and gets."""
-        return int(self._state[_PROBES])
+    # Entries in the map (overwrites of a key already present do not count).
+    size = _StateCounter(_ENTRIES)
+    # The offset of the last put, or the last update_latest_offset(); -1 when neither happened.
+    latest_offset = _StateCounter(_LATEST)
+    # Number of puts and gets since construction or clear().
+    lookups = _StateCounter(_LOOKUPS)
+    # Number of slots examined by those puts and gets.
+    probes = _StateCounter(_PROBES)
 
     @property
     def utilization(self) -> float:

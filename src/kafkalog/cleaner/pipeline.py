@@ -21,7 +21,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import InvalidRecordError
 from ..record import compression as codecs
 from ..record.batch import RECORDS_OFFSET, RecordBatch
 from ..record.scan import iter_batches, map_file
@@ -72,10 +71,7 @@ def decode(batches: list[RecordBatch]) -> Records:
     n = int(counts.sum())
     if n > int((ends - starts).sum()) // 7 + 1:  # a record takes at least 7 bytes
         bad = next(b for b, s, e in zip(batches, starts, ends, strict=True) if b.record_count > (e - s) // 7 + 1)
-        raise InvalidRecordError(
-            f"Found invalid record count {bad.record_count} for the batch size", position=bad.position,
-            offset=bad.base_offset,
-        )  # fmt: skip
+        raise bad.invalid_record(f"Found invalid record count {bad.record_count} for the batch size")
     base_offset = np.fromiter((b.base_offset for b in batches), np.int64, nb)
     base_ts = np.fromiter((b.base_timestamp for b in batches), np.int64, nb)
     max_ts = np.fromiter((b.max_timestamp for b in batches), np.int64, nb)
@@ -85,10 +81,8 @@ def decode(batches: list[RecordBatch]) -> Records:
                                         False)  # fmt: skip
     if code != kernels.OK:
         bad = batches[bi]
-        raise InvalidRecordError(
-            f"Found invalid record structure while cleaning (error {code}, record {ri} of {bad.record_count})",
-            position=bad.position,
-            offset=bad.base_offset,
+        raise bad.invalid_record(
+            f"Found invalid record structure while cleaning (error {code}, record {ri} of {bad.record_count})"
         )
     first = np.zeros(nb + 1, np.int64)
     np.cumsum(counts, out=first[1:])

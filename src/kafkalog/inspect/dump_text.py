@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import struct
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from ..errors import MetadataParseError
 from ..record.checksums import crc32
@@ -43,6 +45,20 @@ def java_bool(value: bool) -> str:
 
 def optional_long(value: int | None) -> str:
     return "OptionalLong.empty" if value is None else f"OptionalLong[{value}]"
+
+
+# One field of a dumped line: Kafka's name, the value (as JSON has it) and how the text form shows the value.
+DumpField = tuple[str, Any, Callable[[Any], str]]
+
+
+def fields_text(fields: Iterable[DumpField]) -> str:
+    """The text form's ``name: value`` pairs, one space apart."""
+    return " ".join(f"{name}: {show(value)}" for name, value, show in fields)
+
+
+def fields_json(fields: Iterable[DumpField]) -> dict[str, Any]:
+    """The same fields as JSON members."""
+    return {name: value for name, value, _show in fields}
 
 
 def first_batch_last_offset(records: FileRecords, position: int, max_message_size: int) -> int:

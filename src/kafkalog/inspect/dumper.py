@@ -47,8 +47,11 @@ from .decoders import (
     decode_string,
 )
 from .dump_text import (
+    DumpField,
     absolute,
     control_info,
+    fields_json,
+    fields_text,
     first_batch_last_offset,
     java_bool,
     joined_header_keys,
@@ -64,6 +67,23 @@ _COLUMNAR_RUN_BYTES = 4 << 20  # v2 data batches decoded together by the columna
 
 _SNAPSHOT_CHECKPOINT = re.compile(r"^(\d{20})-(\d{10})\.checkpoint$")
 BOOTSTRAP_CHECKPOINT = "bootstrap.checkpoint"
+
+
+def _v2_batch_fields(batch: RecordBatch | LegacyBatch) -> list[DumpField]:
+    """The header fields kafka-dump-log prints first for a v2 batch."""
+    return [
+        ("baseOffset", batch.base_offset, str),
+        ("lastOffset", batch.last_offset, str),
+        ("count", batch.record_count, str),
+        ("baseSequence", batch.base_sequence, str),
+        ("lastSequence", batch.last_sequence, str),
+        ("producerId", batch.producer_id, str),
+        ("producerEpoch", batch.producer_epoch, str),
+        ("partitionLeaderEpoch", batch.partition_leader_epoch, str),
+        ("isTransactional", batch.is_transactional, java_bool),
+        ("isControl", batch.is_control, java_bool),
+        ("deleteHorizonMs", batch.delete_horizon_ms, optional_long),
+    ]
 
 
 # ---------------------------------------------------------------------------------------------- reporting
@@ -402,19 +422,7 @@ class Dumper:
         if self.json:
             obj: dict[str, Any] = {"type": "batch"}
             if batch.magic >= 2:
-                obj.update(
-                    baseOffset=batch.base_offset,
-                    lastOffset=batch.last_offset,
-                    count=batch.record_count,
-                    baseSequence=batch.base_sequence,
-                    lastSequence=batch.last_sequence,
-                    producerId=batch.producer_id,
-                    producerEpoch=batch.producer_epoch,
-                    partitionLeaderEpoch=batch.partition_leader_epoch,
-                    isTransactional=batch.is_transactional,
-                    isControl=batch.is_control,
-                    deleteHorizonMs=batch.delete_horizon_ms,
-                )
+                obj.update(fields_json(_v2_batch_fields(batch)))
             else:
                 obj["offset"] = batch.last_offset
             obj.update(
@@ -429,17 +437,7 @@ class Dumper:
             )
             self.emit(obj)
             return
-        if batch.magic >= 2:
-            head = (
-                f"baseOffset: {batch.base_offset} lastOffset: {batch.last_offset} count: {batch.record_count} "
-                f"baseSequence: {batch.base_sequence} lastSequence: {batch.last_sequence} "
-                f"producerId: {batch.producer_id} producerEpoch: {batch.producer_epoch} "
-                f"partitionLeaderEpoch: {batch.partition_leader_epoch} "
-                f"isTransactional: {java_bool(batch.is_transactional)} isControl: {java_bool(batch.is_control)} "
-                f"deleteHorizonMs: {optional_long(batch.delete_horizon_ms)}"
-            )
-        else:
-            head = f"offset: {batch.last_offset}"
+        head = fields_text(_v2_batch_fields(batch)) if batch.magic >= 2 else f"offset: {batch.last_offset}"
         self.line(
             f"{head} position: {position} {batch.timestamp_type}: {batch.max_timestamp} size: {batch.size_in_bytes} "
             f"magic: {batch.magic} compresscodec: {codec} crc: {batch.crc} isvalid: {java_bool(valid)}"
@@ -598,38 +596,27 @@ class Dumper:
             self.corrupt.setdefault(path, "not a readable producer snapshot")
             return
         for entry in entries:
-            meta = entry.batch_metadata[0] if entry.batch_metadata else None
+            fields: list[DumpField] = [
+                ("producerId", entry.producer_id, str),
+                ("producerEpoch", entry.producer_epoch, str),
+                ("coordinatorEpoch", entry.coordinator_epoch, str),
+                ("currentTxnFirstOffset", entry.current_txn_first_offset, optional_long),
+                ("lastTimestamp", entry.last_timestamp, str),
+            ]
+            meta_fields: list[DumpField] = []
+            if entry.batch_metadata:
+                meta = entry.batch_metadata[0]
+                meta_fields = [
+                    ("firstSequence", meta.first_seq, str),
+                    ("lastSequence", meta.last_seq, str),
+                    ("lastOffset", meta.last_offset, str),
+                    ("offsetDelta", meta.offset_delta, str),
+                    ("timestamp", meta.timestamp, str),
+                ]
             if self.json:
-                obj = {
-                    "type": "producerSnapshotEntry",
-                    "producerId": entry.producer_id,
-                    "producerEpoch": entry.producer_epoch,
-                    "coordinatorEpoch": entry.coordinator_epoch,
-                    "currentTxnFirstOffset": entry.current_txn_first_offset,
-                    "lastTimestamp": entry.last_timestamp,
-                }
-                if meta is not None:
-                    obj.update(
-                        firstSequence=meta.first_seq,
-                        lastSequence=meta.last_seq,
-                        lastOffset=meta.last_offset,
-                        offsetDelta=meta.offset_delta,
-                        timestamp=meta.timestamp,
-                    )
-                self.emit(obj)
-                continue
-            text = (
-                f"producerId: {entry.producer_id} producerEpoch: {entry.producer_epoch} "
-                f"coordinatorEpoch: {entry.coordinator_epoch} "
-                f"currentTxnFirstOffset: {optional_long(entry.current_txn_first_offset)} "
-                f"lastTimestamp: {entry.last_timestamp} "
-            )
-            if meta is not None:
-                text += (
-                    f"firstSequence: {meta.first_seq} lastSequence: {meta.last_seq} lastOffset: {meta.last_offset} "
-                    f"offsetDelta: {meta.offset_delta} timestamp: {meta.timestamp}"
-                )
-            self.line(text)
+                self.emit({"type": "producerSnapshotEntry", **fields_json(fields + meta_fields)})
+            else:  # Kafka's line has a space after lastTimestamp, with or without the batch fields
+                self.line(fields_text(fields) + " " + fields_text(meta_fields))
 
     # ----- .txnindex
     def dump_txn_index(self, path: str) -> None:

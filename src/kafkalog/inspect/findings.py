@@ -71,6 +71,16 @@ class SegmentSummary:
     time_index_entries: int | None = None
 
 
+class _SegmentTotal:
+    """A read-only attribute of a PartitionReport: one SegmentSummary field summed over its segments."""
+
+    def __init__(self, summary_field: str) -> None:
+        self.summary_field = summary_field
+
+    def __get__(self, report: PartitionReport, owner: type) -> int:
+        return sum(getattr(segment, self.summary_field) for segment in report.segments)
+
+
 @dataclass
 class PartitionReport:
     """The scan of one partition directory."""
@@ -82,17 +92,9 @@ class PartitionReport:
     temp_files: list[Path] = field(default_factory=list)
     orphan_indexes: list[Path] = field(default_factory=list)
 
-    @property
-    def batches(self) -> int:
-        return sum(s.batches for s in self.segments)
-
-    @property
-    def records(self) -> int:
-        return sum(s.records for s in self.segments)
-
-    @property
-    def bytes(self) -> int:
-        return sum(s.size for s in self.segments)
+    batches = _SegmentTotal("batches")
+    records = _SegmentTotal("records")
+    bytes = _SegmentTotal("size")
 
     @property
     def problems(self) -> int:
@@ -100,7 +102,7 @@ class PartitionReport:
 
     @property
     def notes(self) -> int:
-        return sum(not f.is_problem for f in self.findings)
+        return len(self.findings) - self.problems
 
     @property
     def first_base(self) -> int | None:

@@ -8,10 +8,12 @@ the log; ``finish`` reports what only the end shows (entries past the data).
 from __future__ import annotations
 
 import os
+from abc import ABC, abstractmethod
 from pathlib import Path
+from typing import Any
 
 from ..errors import KafkaLogError
-from ..storage.index import AbstractIndex, OffsetIndex, OffsetPosition, TimeIndex
+from ..storage.index import AbstractIndex, OffsetIndex, OffsetPosition, TimeIndex, TimestampOffset
 from ..storage.txn_index import ABORTED_TXN_SIZE, AbortedTxn
 from .findings import PartitionReport
 
@@ -48,7 +50,7 @@ def open_index(cls, path: Path, base: int, report: PartitionReport):
     return index
 
 
-class _IndexCheck:
+class _IndexCheck(ABC):
     """What both index checks share: the report, the index, how many entries to check, and findings by slot."""
 
     def __init__(self, report: PartitionReport, index: AbstractIndex, entries: int) -> None:
@@ -68,6 +70,47 @@ class _IndexCheck:
         self._entry_problem(slot, f"offset {offset} is below the segment's base offset {self.base}")
         return True
 
+    # The order the entries must keep, in the words of the findings (set by each index check).
+    ORDER_RULE = ""
+
+    @abstractmethod
+    def _entry(self, slot: int) -> Any:
+        """Entry ``slot`` of the index (each index check reads its own kind)."""
+
+    def _entry_ok(self, slot: int, entry: Any) -> bool:
+        """Checks of one entry on its own beyond the base offset (a finding and False when it fails)."""
+        return True
+
+    @abstractmethod
+    def _in_order(self, previous: Any, entry: Any) -> bool:
+        """Whether ``entry`` keeps ORDER_RULE after ``previous``."""
+
+    @abstractmethod
+    def _describe(self, entry: Any) -> str:
+        """An entry as the findings show it."""
+
+    def _check_order(self) -> bool:
+        """Every entry at or above the base and sound on its own, and in ORDER_RULE's order after the one before
+        (a finding for each that is not); True when all are."""
+        ok = True
+        previous = None
+        for slot in range(self.n):
+            entry = self._entry(slot)
+            if self._below_base(slot, entry.offset):
+                ok = False
+            if not self._entry_ok(slot, entry):
+                ok = False
+            if previous is not None and not self._in_order(previous, entry):
+                self.report.problem(
+                    self.path,
+                    f"entries {slot - 1} and {slot}: {self._describe(previous)} then {self._describe(entry)}; "
+                    f"{self.ORDER_RULE}",
+                    (slot - 1) * self.entry_size,
+                )
+                ok = False
+            previous = entry
+        return ok
+
 
 class OffsetIndexCheck(_IndexCheck):
     """Walks an offset index alongside the batches of its segment (both in position order)."""
@@ -78,31 +121,28 @@ class OffsetIndexCheck(_IndexCheck):
         self.i = 0
         # an entry whose offset should be the last offset of a batch still to come
         self.pending: tuple[int, OffsetPosition] | None = None
-        self.merge = self._check_order(log_size)
+        self.log_size = log_size
+        self.merge = self._check_order()
 
-    def _check_order(self, log_size: int) -> bool:
-        """Entries strictly increasing in offset and position, at or above the base, inside the log."""
-        ok = True
-        previous = None
-        for slot in range(self.n):
-            entry = self.index.entry(slot)
-            if self._below_base(slot, entry.offset):
-                ok = False
-            if entry.position < 0 or entry.position >= max(log_size, 1):
-                self._entry_problem(
-                    slot, f"position {entry.position} (offset {entry.offset}) is outside the log ({log_size} bytes)"
-                )
-                ok = False
-            if previous is not None and (entry.offset <= previous.offset or entry.position <= previous.position):
-                self.report.problem(
-                    self.path,
-                    f"entries {slot - 1} and {slot}: (offset {previous.offset}, position {previous.position}) then "
-                    f"(offset {entry.offset}, position {entry.position}); entries must strictly increase",
-                    (slot - 1) * 8,
-                )
-                ok = False
-            previous = entry
-        return ok
+    # Entries strictly increasing in offset and position, at or above the base, inside the log.
+    ORDER_RULE = "entries must strictly increase"
+
+    def _entry(self, slot: int) -> OffsetPosition:
+        return self.index.entry(slot)
+
+    def _entry_ok(self, slot: int, entry: OffsetPosition) -> bool:
+        if 0 <= entry.position < max(self.log_size, 1):
+            return True
+        self._entry_problem(
+            slot, f"position {entry.position} (offset {entry.offset}) is outside the log ({self.log_size} bytes)"
+        )
+        return False
+
+    def _in_order(self, previous: OffsetPosition, entry: OffsetPosition) -> bool:
+        return entry.offset > previous.offset and entry.position > previous.position
+
+    def _describe(self, entry: OffsetPosition) -> str:
+        return f"(offset {entry.offset}, position {entry.position})"
 
     def on_batch(self, position: int, base_offset: int, last_offset: int, previous_last: int | None) -> None:
         if not self.merge:
@@ -178,23 +218,16 @@ class TimeIndexCheck(_IndexCheck):
         self.max_ts = -1
         self.merge = self._check_order()
 
-    def _check_order(self) -> bool:
-        ok = True
-        previous = None
-        for slot in range(self.n):
-            entry = self.index.entry(slot)
-            if self._below_base(slot, entry.offset):
-                ok = False
-            if previous is not None and (entry.timestamp < previous.timestamp or entry.offset < previous.offset):
-                self.report.problem(
-                    self.path,
-                    f"entries {slot - 1} and {slot}: (timestamp {previous.timestamp}, offset {previous.offset}) then "
-                    f"(timestamp {entry.timestamp}, offset {entry.offset}); timestamps and offsets must not decrease",
-                    (slot - 1) * 12,
-                )
-                ok = False
-            previous = entry
-        return ok
+    ORDER_RULE = "timestamps and offsets must not decrease"
+
+    def _entry(self, slot: int) -> TimestampOffset:
+        return self.index.entry(slot)
+
+    def _in_order(self, previous: TimestampOffset, entry: TimestampOffset) -> bool:
+        return entry.timestamp >= previous.timestamp and entry.offset >= previous.offset
+
+    def _describe(self, entry: TimestampOffset) -> str:
+        return f"(timestamp {entry.timestamp}, offset {entry.offset})"
 
     def on_batch(self, base_offset: int, last_offset: int, max_timestamp: int) -> None:
         self.max_ts = max(self.max_ts, max_timestamp)

@@ -471,35 +471,17 @@ def encode_record_columns(
     hdr_first = np.zeros(n, dtype=np.int64)
     if n > 1:
         np.cumsum(hdr_count[:-1], out=hdr_first[1:])
-    key_data, key_start, key_len = binary_columns(keys)
-    val_data, val_start, val_len = binary_columns(values)
-    hkey_data, hkey_start, hkey_len = binary_columns(header_keys)
-    hval_data, hval_start, hval_len = binary_columns(header_values)
+    columns = [binary_columns(items) for items in (keys, values, header_keys, header_values)]
     ts_deltas = np.ascontiguousarray(ts_deltas, dtype=np.int64)
     offset_deltas = np.ascontiguousarray(offset_deltas, dtype=np.int64)
+    key_len, val_len, hkey_len, hval_len = (lengths for _data, _starts, lengths in columns)
     sizes = _kernels.record_body_sizes(
         key_len, val_len, ts_deltas, offset_deltas, hdr_first, hdr_count, hkey_len, hval_len
     )
     out = np.empty(int(sizes.sum()) + 5 * n, dtype=np.uint8)
+    key_cols, val_cols, hkey_cols, hval_cols = columns
     written = _kernels.encode_records(
-        out,
-        sizes,
-        key_data,
-        key_start,
-        key_len,
-        val_data,
-        val_start,
-        val_len,
-        ts_deltas,
-        offset_deltas,
-        hdr_first,
-        hdr_count,
-        hkey_data,
-        hkey_start,
-        hkey_len,
-        hval_data,
-        hval_start,
-        hval_len,
+        out, sizes, key_cols, val_cols, ts_deltas, offset_deltas, hdr_first, hdr_count, hkey_cols, hval_cols
     )
     return out[:written].tobytes()
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
-from ..errors import InvalidRecordError, RecordTooLargeError
+from ..errors import RecordTooLargeError
 from ..layout import INT32_MAX
 from . import _kernels
 from . import compression as codecs
@@ -124,11 +124,7 @@ def _decode_run(run: list[RecordBatch]) -> pa.Table:
     """Decode consecutive v2 batches with one kernel call."""
     for batch in run:
         if batch.record_count < 0:
-            raise InvalidRecordError(
-                f"Found invalid record count {batch.record_count} in magic v2 batch",
-                position=batch.position,
-                offset=batch.base_offset,
-            )
+            raise batch.invalid_record(f"Found invalid record count {batch.record_count} in magic v2 batch")
     run = [b for b in run if b.record_count > 0]
     if not run:
         return SCHEMA.empty_table()
@@ -144,39 +140,14 @@ def _decode_run(run: list[RecordBatch]) -> pa.Table:
     # A record takes at least 7 bytes; a count beyond that is corrupt, and must not size allocations.
     if n > (int((ends - starts).sum()) // 7) + 1:
         _raise_first_overcount(run, starts, ends)
-    out_offset = np.empty(n, np.int64)
-    out_ts = np.empty(n, np.int64)
-    key_pos = np.empty(n, np.int64)
-    key_len = np.empty(n, np.int64)
-    val_pos = np.empty(n, np.int64)
-    val_len = np.empty(n, np.int64)
-    hdr_pos = np.empty(n, np.int64)
-    hdr_count = np.empty(n, np.int64)
+    # separate arrays, not one table: the Arrow columns hold on to offsets and timestamps only
+    decoded = tuple(np.empty(n, np.int64) for _ in range(_kernels.DECODED_FIELDS))
     code, bi, ri = _kernels.decode_records(
-        arena,
-        starts,
-        ends,
-        counts,
-        base_offset,
-        base_ts,
-        max_ts,
-        log_append,
-        out_offset,
-        out_ts,
-        key_pos,
-        key_len,
-        val_pos,
-        val_len,
-        hdr_pos,
-        hdr_count,
+        arena, starts, ends, counts, base_offset, base_ts, max_ts, log_append, decoded
     )
+    out_offset, out_ts, key_pos, key_len, val_pos, val_len, hdr_pos, hdr_count = decoded
     if code != _kernels.OK:
-        bad = run[bi]
-        raise InvalidRecordError(
-            f"{_ERRORS[code]} (record {ri} of {bad.record_count})",
-            position=bad.position,
-            offset=bad.base_offset,
-        )
+        raise run[bi].invalid_record(f"{_ERRORS[code]} (record {ri} of {run[bi].record_count})")
     ts_type = np.repeat(log_append.astype(np.int32), counts)
     headers = _headers_array(arena, hdr_pos, hdr_count)
     columns = [
@@ -207,11 +178,9 @@ def _arena(run: list[RecordBatch]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 def _raise_first_overcount(run: Sequence[RecordBatch], starts: np.ndarray, ends: np.ndarray) -> None:
     for b, s, e in zip(run, starts, ends, strict=True):
         if b.record_count > (e - s) // 7 + 1:
-            raise InvalidRecordError(
+            raise b.invalid_record(
                 f"Incorrect declared batch size, premature EOF reached: {b.record_count} records declared in "
-                f"{e - s} bytes",
-                position=b.position,
-                offset=b.base_offset,
+                f"{e - s} bytes"
             )
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING
 
-from ..errors import CorruptRecordError
+from ..errors import CorruptRecordError, InvalidRecordError
 from . import compression
 from .types import TimestampType
 
@@ -68,6 +68,10 @@ class BatchView(ABC):
     @property
     def timestamp_type(self) -> str:
         return self.timestamp_type_id.kafka_name
+
+    def invalid_record(self, message: str) -> InvalidRecordError:
+        """An InvalidRecordError about this batch, located at its position and offset (for the caller to raise)."""
+        return InvalidRecordError(message, position=self.position, offset=self._offset_for_errors())
 
     @property
     def source_buffer(self) -> memoryview:
