@@ -27,6 +27,7 @@ from .handlers import (
     topics,
     txn,
 )
+from .handlers.common import log
 from .network import CLOSE, Connection
 from .protocol import (
     API_VERSIONS_KEY,
@@ -40,8 +41,6 @@ from .quota import TimedCoroutine, thread_percent_seconds
 from .security.context import CURRENT, THROTTLE_MS, RequestContext
 from .security.sasl import IllegalSaslState
 from .throttle import client_throttles, raise_throttle_time
-
-log = logging.getLogger("kafka.server.KafkaApis")
 
 HANDLERS = {
     0: produce.handle,

@@ -71,18 +71,27 @@ class Endpoint:
 def parse_protocol_map(value: str) -> dict[str, str]:
     """``listener.security.protocol.map``: ``NAME:PROTOCOL`` pairs, each protocol one of Kafka's four."""
     result: dict[str, str] = {}
-    for item in value.split(","):
-        if not item.strip():
-            continue
-        name, sep, protocol = item.strip().partition(":")
+    for item, name, protocol in _colon_pairs(value):
         protocol = protocol.strip().upper()
-        if not sep or not name.strip() or protocol not in SECURITY_PROTOCOLS:
+        if not name.strip() or protocol not in SECURITY_PROTOCOLS:
             raise InvalidConfigurationError(
-                f"Invalid value {value!r} for configuration listener.security.protocol.map: {item.strip()!r} is "
+                f"Invalid value {value!r} for configuration listener.security.protocol.map: {item!r} is "
                 f"not NAME:PROTOCOL with PROTOCOL one of {', '.join(SECURITY_PROTOCOLS)}"
             )
         result[name.strip().upper()] = protocol
     return result
+
+
+def _colon_pairs(value: str, *, last: bool = False) -> list[tuple[str, str, str]]:
+    """The non-blank items of a comma-separated ``KEY:VALUE`` list as (item, key, value), each split at its first
+    colon (its last one with ``last``: a host may hold colons); key and value are empty for an item without one."""
+    pairs = []
+    for item in value.split(","):
+        item = item.strip()
+        if item:
+            key, sep, rest = item.rpartition(":") if last else item.partition(":")
+            pairs.append((item, key, rest) if sep else (item, "", ""))
+    return pairs
 
 
 def _endpoints(value: str, key: str, protocol_map: Mapping[str, str]) -> list[Endpoint]:
@@ -120,11 +129,8 @@ def _int(props: Mapping[str, str], key: str, default: int, minimum: int | None =
 def _per_ip_overrides(value: str) -> dict[str, int]:
     """``max.connections.per.ip.overrides``: ``host:count`` pairs."""
     result: dict[str, int] = {}
-    for item in value.split(","):
-        if not item.strip():
-            continue
-        host, sep, count = item.strip().rpartition(":")
-        if not sep or not host or not count.strip().isdigit():
+    for _, host, count in _colon_pairs(value, last=True):
+        if not host or not count.strip().isdigit():
             raise InvalidConfigurationError(
                 f"Invalid value {value!r} for configuration max.connections.per.ip.overrides: expected host:count pairs"
             )

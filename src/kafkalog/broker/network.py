@@ -38,7 +38,7 @@ import ssl
 import struct
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from typing import TYPE_CHECKING
 
 from .config import Endpoint
@@ -123,6 +123,7 @@ class SocketSecurity:
     ssl_handshake_timeout: float = 10.0
 
 
+@dataclass(eq=False)
 class SocketServer:
     """Accept connections on each listener and serve Kafka requests on them.
 
@@ -130,22 +131,15 @@ class SocketServer:
     completely (or the connection closed) before the next frame is read.
     """
 
-    def __init__(
-        self,
-        listeners: list[Endpoint],
-        handler: Handler,
-        *,
-        max_request_bytes: int,
-        zero_copy: bool = True,
-        security: SocketSecurity | None = None,
-        metrics: BrokerMetrics | None = None,
-    ) -> None:
-        self.listeners = listeners
-        self.metrics = metrics
-        self.handler = handler
-        self.max_request_bytes = max_request_bytes
-        self.zero_copy = zero_copy
-        self.security = security or SocketSecurity()
+    listeners: list[Endpoint]
+    handler: Handler
+    _: KW_ONLY
+    max_request_bytes: int
+    zero_copy: bool = True
+    security: SocketSecurity = field(default_factory=SocketSecurity)
+    metrics: BrokerMetrics | None = None
+
+    def __post_init__(self) -> None:
         self._per_ip: dict[str, int] = {}
         self._open = 0  # connections holding a max.connections slot
         self._slot_freed = asyncio.Condition()

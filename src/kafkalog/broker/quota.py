@@ -22,16 +22,14 @@ waited, e.g. in a long poll), and a client over its bound gets a throttle time c
 
 from __future__ import annotations
 
-import json
 import math
-import threading
 import time
 from collections.abc import Awaitable, Callable, Generator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ..errors import KafkaStorageError
-from ..storage.files import atomic_write
+from .file_store import JsonFileStore
 
 STORE_FILE = "quotas.json"
 PRODUCER_BYTE_RATE = "producer_byte_rate"
@@ -61,19 +59,17 @@ def entity_key(pairs) -> Entity:
     return tuple(sorted((t, n) for t, n in pairs))
 
 
-class QuotaStore:
+def _entries(rows: list[dict[str, Any]]) -> dict[Entity, dict[str, float]]:
+    """The stored rows ({"entity": [[type, name]...], "values": {...}}) by entity."""
+    return {entity_key((t, n) for t, n in row["entity"]): dict(row["values"]) for row in rows}
+
+
+class QuotaStore(JsonFileStore):
     """Quota values by entity. Invariant: the file equals ``entries`` whenever a change has returned."""
 
     def __init__(self, log_dir: str | Path) -> None:
-        self.path = Path(log_dir) / STORE_FILE
-        self._lock = threading.Lock()
-        self.entries: dict[Entity, dict[str, float]] = {}
-        if self.path.exists():
-            try:
-                for item in json.loads(self.path.read_text()):
-                    self.entries[entity_key((t, n) for t, n in item["entity"])] = dict(item["values"])
-            except (ValueError, TypeError, KeyError) as e:
-                raise KafkaStorageError(f"Cannot read the client quotas in {self.path}: {e}") from None
+        super().__init__(log_dir, STORE_FILE, "client quotas")
+        self.entries: dict[Entity, dict[str, float]] = self._load(_entries, (ValueError, TypeError, KeyError)) or {}
 
     def alter(self, changes: list[tuple[Entity, dict[str, float | None]]]) -> None:
         """Set (a float) or remove (None) values of each entity; all written at once."""
@@ -89,7 +85,7 @@ class QuotaStore:
                 if not values:
                     del entries[entity]
             rows = [{"entity": list(k), "values": v} for k, v in sorted(entries.items(), key=str)]
-            atomic_write(self.path, json.dumps(rows).encode())
+            self._save(rows)
             self.entries = entries
 
     def lookup(self, user: str, client_id: str, key: str) -> tuple[Entity, float] | None:
@@ -146,27 +142,23 @@ class _Rate:
         return sum(v[1] for v in self.values) / (size / 1000.0) if size > 0 else 0.0
 
 
+@dataclass(eq=False)
 class QuotaManager:
     """Records bytes of one kind (``producer_byte_rate`` or ``consumer_byte_rate``) and says how long to throttle."""
 
-    def __init__(
-        self,
-        store: QuotaStore,
-        key: str,
-        samples: int = 11,
-        window_ms: int = 1000,
-        clock: Callable[[], float] = time.monotonic,
-        max_throttle_ms: int | None = None,
-    ) -> None:
-        self.store = store
-        self.key = key
-        self.samples = samples
-        self.window_ms = window_ms
-        self.clock = clock
-        # the longest throttle: the whole sampled span, or one window for request_percentage (Kafka's
-        # ClientRequestQuotaManager bounds it so, as a client's CPU use is measured after the fact)
-        self.max_throttle_ms = samples * window_ms if max_throttle_ms is None else max_throttle_ms
-        self._rates: dict[tuple[str, str, Entity], _Rate] = {}
+    store: QuotaStore
+    key: str
+    samples: int = 11
+    window_ms: int = 1000
+    clock: Callable[[], float] = time.monotonic
+    # the longest throttle: the whole sampled span (None), or one window for request_percentage (Kafka's
+    # ClientRequestQuotaManager bounds it so, as a client's CPU use is measured after the fact)
+    max_throttle_ms: int | None = None
+    _rates: dict[tuple[str, str, Entity], _Rate] = field(default_factory=dict, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.max_throttle_ms is None:
+            self.max_throttle_ms = self.samples * self.window_ms
 
     def applies(self, user: str, client_id: str) -> bool:
         """Whether a quota of this kind bounds the client (so its usage needs measuring)."""

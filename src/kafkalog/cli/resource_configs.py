@@ -20,6 +20,7 @@ from typing import Any
 
 import click
 
+from ..storage.config import config_text
 from .config_items import ConfigsRequest, check_deletions, config_values, deleted_configs
 
 TOPIC_DYNAMIC = "DYNAMIC_TOPIC_CONFIG"
@@ -44,17 +45,6 @@ class ConfigEntry:
     def line(self) -> str:
         synonyms = ", ".join(f"{s}:{n}={v}" for s, n, v in self.synonyms)
         return f"  {self.name}={self.value} sensitive={'true' if self.sensitive else 'false'} synonyms={{{synonyms}}}"
-
-
-def config_text(value: Any) -> str | None:
-    """A config value as Kafka prints it: lists comma-joined, booleans in lower case."""
-    if value is None:
-        return None
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, list | tuple):
-        return ",".join(str(v) for v in value)
-    return str(value)
 
 
 def _print(kind: str, entity: str, entries: list[ConfigEntry], describe_all: bool, dynamic: str) -> None:

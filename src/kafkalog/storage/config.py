@@ -51,6 +51,18 @@ def _show(value: Any) -> str:
     return str(value)
 
 
+def config_text(value: Any) -> str | None:
+    """A parsed config value as Kafka prints it (DescribeConfigs, kafka-configs): lists comma-joined, booleans in
+    lower case, None (no value) as None."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list | tuple):
+        return ",".join(str(v) for v in value)
+    return str(value)
+
+
 def invalid(name: str, value: Any, rule: str) -> InvalidConfigurationError:
     """Kafka's ConfigException(name, value, message) wording."""
     return InvalidConfigurationError(f"Invalid value {_show(value)} for configuration {name}: {rule}")

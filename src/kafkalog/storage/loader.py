@@ -412,38 +412,37 @@ def load_log(
     segments = _retry_on_offset_overflow(
         directory, config, clock, rng, None, lambda: load_segment_files(directory, config, clock, rng, log_start_offset)
     )
+    load = _Load(directory, config, clock, rng, producer_state, log_start_offset, recovery_point, had_clean_shutdown)
     try:
-        return _recover_and_finish(
-            directory,
-            config,
-            clock,
-            producer_state,
-            segments,
-            rng=rng,
-            log_start_offset=log_start_offset,
-            recovery_point=recovery_point,
-            had_clean_shutdown=had_clean_shutdown,
-            leader_epoch_cache=leader_epoch_cache,
-        )
+        return _recover_and_finish(load, segments, leader_epoch_cache)
     except BaseException:  # a load that fails (an I/O error, say) leaves no descriptor or map behind
         _close_all(segments)
         raise
 
 
+@dataclass(frozen=True)
+class _Load:
+    """One load of a partition directory by ``load_log``: the directory with its configs, clock and segment
+    jitter, the producer state to rebuild, and where the log stopped (the checkpointed log start offset and
+    recovery point, and whether the broker shut down cleanly)."""
+
+    directory: Path
+    config: LogConfig
+    clock: Time
+    rng: random.Random
+    producer_state: ProducerStateManager
+    log_start_offset: int
+    recovery_point: int
+    had_clean_shutdown: bool
+
+
 def _recover_and_finish(
-    directory: Path,
-    config: LogConfig,
-    clock: Time,
-    producer_state: ProducerStateManager,
-    segments: LogSegments,
-    *,
-    rng: random.Random,
-    log_start_offset: int,
-    recovery_point: int,
-    had_clean_shutdown: bool,
-    leader_epoch_cache: LeaderEpochFileCache | None = None,
+    load: _Load, segments: LogSegments, leader_epoch_cache: LeaderEpochFileCache | None
 ) -> tuple[LogSegments, LoadedOffsets]:
     """Recovery from the recovery point, then the offsets and producer state of the loaded segments."""
+    directory, config, clock, rng = load.directory, load.config, load.clock, load.rng
+    producer_state, log_start_offset, recovery_point = load.producer_state, load.log_start_offset, load.recovery_point
+    had_clean_shutdown = load.had_clean_shutdown
 
     if not had_clean_shutdown and len(segments):
         _retry_on_offset_overflow(

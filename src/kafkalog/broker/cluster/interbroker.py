@@ -50,7 +50,7 @@ class InterBrokerSecurity:
 
     @classmethod
     def from_config(cls, config: Any) -> InterBrokerSecurity:
-        from ..security.sasl import parse_jaas
+        from ..security.sasl import jaas_config, parse_jaas
         from ..security.tls import _get, _load_keystore, _load_truststore
 
         name = config.inter_broker_listener
@@ -75,10 +75,7 @@ class InterBrokerSecurity:
                 f"sasl.mechanism.inter.broker.protocol {mechanism}: kafkalog's brokers authenticate to each other "
                 f"with {', '.join(CLIENT_MECHANISMS)}"
             )
-        key = f"listener.name.{name.lower()}.{mechanism.lower()}.sasl.jaas.config"
-        text = props.get(key)
-        if text is None:
-            key, text = "sasl.jaas.config", props.get("sasl.jaas.config")
+        key, text = jaas_config(props, name, mechanism)
         if text is None:
             raise InvalidConfigurationError(
                 f"The inter-broker listener {name} uses SASL {mechanism}: set {key} with the broker's username and "

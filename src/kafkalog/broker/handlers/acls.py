@@ -36,28 +36,37 @@ def _name(kind: str, code: int) -> str:
     return NAMES[kind].get(code, "UNKNOWN")
 
 
+# AclBinding's (and AclFilter's) fields in order: the field of an ACL creation and of an ACL filter in the request,
+# and the kind of name its code stands for (None: text kept as it is).
+_ACL_FIELDS = (
+    ("resource_type", "resource_type_filter", "resource_type"),
+    ("resource_name", "resource_name_filter", None),
+    ("resource_pattern_type", "pattern_type_filter", "pattern_type"),  # v1+: v0 knows only LITERAL patterns
+    ("principal", "principal_filter", None),
+    ("host", "host_filter", None),
+    ("operation", "operation", "operation"),
+    ("permission_type", "permission_type", "permission"),
+)
+CREATION, FILTER = 0, 1
+LITERAL = 3
+
+
+def _acl_values(message, which: int, version: int) -> list:
+    """The ACL fields of a creation or a filter (``which``) in AclBinding's order, codes turned into names."""
+    values = []
+    for row in _ACL_FIELDS:
+        field, kind = row[which], row[2]
+        value = LITERAL if kind == "pattern_type" and version < 1 else getattr(message, field)
+        values.append(value if kind is None else _name(kind, value))
+    return values
+
+
 def _binding(c, version: int) -> AclBinding:
-    return AclBinding(
-        _name("resource_type", c.resource_type),
-        c.resource_name,
-        _name("pattern_type", c.resource_pattern_type if version >= 1 else 3),
-        c.principal,
-        c.host,
-        _name("operation", c.operation),
-        _name("permission", c.permission_type),
-    )
+    return AclBinding(*_acl_values(c, CREATION, version))
 
 
 def _filter(f, version: int) -> AclFilter:
-    return AclFilter(
-        _name("resource_type", f.resource_type_filter),
-        f.resource_name_filter,
-        _name("pattern_type", f.pattern_type_filter if version >= 1 else 3),
-        f.principal_filter,
-        f.host_filter,
-        _name("operation", f.operation),
-        _name("permission", f.permission_type),
-    )
+    return AclFilter(*_acl_values(f, FILTER, version))
 
 
 def _filter_problem(f: AclFilter) -> str | None:

@@ -7,7 +7,6 @@ start offsets forward through the replica manager.
 
 from __future__ import annotations
 
-import logging
 import shutil
 
 from kafka.protocol.admin import (
@@ -21,13 +20,11 @@ from kafka.protocol.admin import (
 
 from ...errors import InvalidConfigurationError
 from ...manager import TopicPartition
-from ...storage.config import TOPIC_SYNONYMS, LogConfig
+from ...storage.config import TOPIC_SYNONYMS, LogConfig, config_text
 from ..protocol import INVALID_REQUEST, NONE, InvalidRequestError, Response, error_code, error_message
 from ..replica_access import delete_records
 from ..security.acl import cluster_allowed, require
-from .common import each_partition
-
-log = logging.getLogger("kafka.server.KafkaApis")
+from .common import each_partition, log
 
 TOPIC = 2
 BROKER = 4
@@ -53,17 +50,6 @@ Entry = Result.DescribeConfigsResourceResult
 Synonym = Entry.DescribeConfigsSynonym
 
 
-def _text(value) -> str | None:
-    """A config value as Kafka prints it: lists comma-joined, booleans in lower case."""
-    if value is None:
-        return None
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, list | tuple):
-        return ",".join(str(v) for v in value)
-    return str(value)
-
-
 def _topic_configs(broker, name: str, keys, version: int, synonyms: bool) -> list:
     description = broker.log_manager.describe_topic(name)
     overrides = description.config_overrides
@@ -82,13 +68,13 @@ def _topic_configs(broker, name: str, keys, version: int, synonyms: bool) -> lis
         chain = []
         if synonyms:
             if key in overrides:
-                chain.append(Synonym(name=key, value=_text(overrides[key]), source=TOPIC_CONFIG))
+                chain.append(Synonym(name=key, value=config_text(overrides[key]), source=TOPIC_CONFIG))
             if broker_key is not None and broker_key in static:
                 chain.append(Synonym(name=broker_key, value=static[broker_key], source=STATIC_BROKER_CONFIG))
         entries.append(
             Entry(
                 name=key,
-                value=_text(value),
+                value=config_text(value),
                 read_only=False,
                 config_source=source,
                 is_default=source == DEFAULT_CONFIG,

@@ -5,8 +5,6 @@ the controller's order to a replica broker to delete its replicas of a topic bei
 
 from __future__ import annotations
 
-import logging
-
 from ...errors import NotControllerError
 from ...manager import TopicPartition
 from ..messages import ControlledShutdownResponse, StopReplicaResponse
@@ -20,8 +18,7 @@ from ..protocol import (
     error_message,
 )
 from ..security.acl import cluster_allowed
-
-log = logging.getLogger("kafka.server.KafkaApis")
+from .common import log
 
 _Result = ElectLeadersResponse.ReplicaElectionResult
 _PartitionResult = _Result.PartitionResult

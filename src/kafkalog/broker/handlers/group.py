@@ -12,7 +12,6 @@ timers on the event loop, where every handler also runs: the coordinator is only
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Callable
 from contextvars import ContextVar
 
@@ -33,15 +32,15 @@ from kafka.protocol.consumer import (
 from kafka.protocol.metadata import FindCoordinatorResponse
 
 from ...coordinator.group import Errors, JoinResult, SyncResult
+from ...coordinator.group.consumer_group import HeartbeatResult
 from ...coordinator.group.coordinator import GROUP_METADATA_TOPIC_NAME
 from ...errors import NotLeaderOrFollowerError, UnknownTopicOrPartitionError
 from ..messages import ConsumerGroupDescribeResponse, ConsumerGroupHeartbeatResponse
 from ..protocol import Response
 from ..security.acl import allowed, cluster_allowed
 from ..security.context import CURRENT
+from .common import describe_each, log, same_named
 from .metadata import topic_uuid
-
-log = logging.getLogger("kafka.server.KafkaApis")
 
 # The connection a request came on (set by the router): JoinGroup records the member's client host from it.
 CLIENT_ADDRESS: ContextVar[str] = ContextVar("client_address", default="")
@@ -188,23 +187,31 @@ TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
 
 
 # ----- JoinGroup (11) / SyncGroup (14) / Heartbeat (12) / LeaveGroup (13) --------------------------------------
+def _join_response(version: int, result: JoinResult) -> Response:
+    members = [
+        JoinGroupResponse.JoinGroupResponseMember(member_id=m, group_instance_id=i, metadata=data)
+        for m, i, data in result.members
+    ]
+    protocol_name = result.protocol_name
+    if protocol_name is None and version < 7:
+        protocol_name = ""  # not nullable before v7
+    reported = same_named(result, ("generation_id", "protocol_type", "leader", "skip_assignment", "member_id"))
+    response = JoinGroupResponse(
+        version=version,
+        throttle_time_ms=0,
+        error_code=int(result.error),
+        protocol_name=protocol_name,
+        members=members,
+        **reported,
+    )
+    return Response.of(response, version)
+
+
 async def handle_join_group(broker, header, request) -> Response:
     version = header.api_version
     coordinator = broker.group_coordinator
-    if not allowed(broker, "READ", "GROUP", request.group_id):
-        response = JoinGroupResponse(
-            version=version,
-            throttle_time_ms=0,
-            error_code=GROUP_AUTHORIZATION_FAILED,
-            generation_id=-1,
-            protocol_type=None,
-            protocol_name=None if version >= 7 else "",
-            leader="",
-            skip_assignment=False,
-            member_id=request.member_id,
-            members=[],
-        )
-        return Response.of(response, version)
+    if not allowed(broker, "READ", "GROUP", request.group_id):  # answered as Kafka: the member's id, no generation
+        return _join_response(version, JoinResult(GROUP_AUTHORIZATION_FAILED, request.member_id))
     result: JoinResult = await _wait(
         lambda callback: coordinator.join_group(
             request.group_id,
@@ -221,24 +228,16 @@ async def handle_join_group(broker, header, request) -> Response:
             supports_skip_assignment=version >= 9,
         )
     )
-    members = [
-        JoinGroupResponse.JoinGroupResponseMember(member_id=m, group_instance_id=i, metadata=data)
-        for m, i, data in result.members
-    ]
-    protocol_name = result.protocol_name
-    if protocol_name is None and version < 7:
-        protocol_name = ""  # not nullable before v7
-    response = JoinGroupResponse(
+    return _join_response(version, result)
+
+
+def _sync_response(version: int, result: SyncResult) -> Response:
+    response = SyncGroupResponse(
         version=version,
         throttle_time_ms=0,
         error_code=int(result.error),
-        generation_id=result.generation_id,
-        protocol_type=result.protocol_type,
-        protocol_name=protocol_name,
-        leader=result.leader,
-        skip_assignment=result.skip_assignment,
-        member_id=result.member_id,
-        members=members,
+        assignment=result.assignment if result.error == Errors.NONE else b"",
+        **same_named(result, ("protocol_type", "protocol_name")),
     )
     return Response.of(response, version)
 
@@ -248,15 +247,7 @@ async def handle_sync_group(broker, header, request) -> Response:
     coordinator = broker.group_coordinator
     assignments = {a.member_id: bytes(a.assignment) for a in request.assignments}
     if not allowed(broker, "READ", "GROUP", request.group_id):
-        response = SyncGroupResponse(
-            version=version,
-            throttle_time_ms=0,
-            error_code=GROUP_AUTHORIZATION_FAILED,
-            protocol_type=None,
-            protocol_name=None,
-            assignment=b"",
-        )
-        return Response.of(response, version)
+        return _sync_response(version, SyncResult(GROUP_AUTHORIZATION_FAILED))
     result: SyncResult = await _wait(
         lambda callback: coordinator.sync_group(
             request.group_id,
@@ -269,15 +260,7 @@ async def handle_sync_group(broker, header, request) -> Response:
             callback,
         )
     )
-    response = SyncGroupResponse(
-        version=version,
-        throttle_time_ms=0,
-        error_code=int(result.error),
-        protocol_type=result.protocol_type,
-        protocol_name=result.protocol_name,
-        assignment=result.assignment if result.error == Errors.NONE else b"",
-    )
-    return Response.of(response, version)
+    return _sync_response(version, result)
 
 
 async def handle_heartbeat(broker, header, request) -> Response:
@@ -524,60 +507,34 @@ async def handle_list_groups(broker, header, request) -> Response:
     return Response.of(response, version)
 
 
+def _described(group_id: str, error: int = 0, state: str = "", protocol_type: str = "", protocol: str = "", members=()):
+    """One DescribeGroups entry: the group with its members, or (``error``, or a Dead group) without them."""
+    return DescribeGroupsResponse.DescribedGroup(
+        error_code=error,
+        group_id=group_id,
+        group_state=state,
+        protocol_type=protocol_type,
+        protocol_data=protocol,
+        members=[
+            DescribeGroupsResponse.DescribedGroup.DescribedGroupMember(
+                member_id=m, group_instance_id=i, client_id=c, client_host=h, member_metadata=meta, member_assignment=a
+            )
+            for m, i, c, h, meta, a in members
+        ],
+        authorized_operations=NO_AUTHORIZED_OPERATIONS,
+    )
+
+
 async def handle_describe_groups(broker, header, request) -> Response:
     version = header.api_version
-    Described = DescribeGroupsResponse.DescribedGroup
-    DescribedMember = Described.DescribedGroupMember
-    groups = []
-    for group_id in request.groups:
-        if not allowed(broker, "DESCRIBE", "GROUP", group_id):
-            groups.append(
-                Described(
-                    error_code=GROUP_AUTHORIZATION_FAILED,
-                    group_id=group_id,
-                    group_state="",
-                    protocol_type="",
-                    protocol_data="",
-                    members=[],
-                    authorized_operations=NO_AUTHORIZED_OPERATIONS,
-                )
-            )
-            continue
-        _, description = broker.group_coordinator.describe_group(group_id)
-        if description is None:  # before v6, an unknown group is described as Dead, without error
-            groups.append(
-                Described(
-                    error_code=0,
-                    group_id=group_id,
-                    group_state="Dead",
-                    protocol_type="",
-                    protocol_data="",
-                    members=[],
-                    authorized_operations=NO_AUTHORIZED_OPERATIONS,
-                )
-            )
-            continue
-        groups.append(
-            Described(
-                error_code=0,
-                group_id=group_id,
-                group_state=description.state,
-                protocol_type=description.protocol_type,
-                protocol_data=description.protocol,
-                members=[
-                    DescribedMember(
-                        member_id=m,
-                        group_instance_id=i,
-                        client_id=c,
-                        client_host=h,
-                        member_metadata=meta,
-                        member_assignment=a,
-                    )
-                    for m, i, c, h, meta, a in description.members
-                ],
-                authorized_operations=NO_AUTHORIZED_OPERATIONS,
-            )
-        )
+
+    def describe(group_id: str):
+        _, d = broker.group_coordinator.describe_group(group_id)
+        if d is None:  # before v6, an unknown group is described as Dead, without error
+            return _described(group_id, state="Dead")
+        return _described(group_id, 0, d.state, d.protocol_type, d.protocol, d.members)
+
+    groups = describe_each(broker, "GROUP", request.groups, GROUP_AUTHORIZATION_FAILED, describe, _described)
     return Response.of(DescribeGroupsResponse(version=version, throttle_time_ms=0, groups=groups), version)
 
 
@@ -617,21 +574,32 @@ class _TopicIds:
         return self._names.get(topic_id)
 
 
+def _heartbeat_response(version: int, result: HeartbeatResult, ids: _TopicIds) -> Response:
+    Assignment = ConsumerGroupHeartbeatResponse.Assignment
+    assignment = None
+    if result.assignment is not None:
+        assignment = Assignment(
+            topic_partitions=[
+                Assignment.TopicPartitions(topic_id=ids.id_of(topic), partitions=sorted(partitions))
+                for topic, partitions in sorted(result.assignment.items())
+            ]
+        )
+    response = ConsumerGroupHeartbeatResponse(
+        version=version,
+        throttle_time_ms=0,
+        error_code=int(result.error),
+        error_message=result.message,
+        assignment=assignment,
+        **same_named(result, ("member_id", "member_epoch", "heartbeat_interval_ms")),
+    )
+    return Response.of(response, version)
+
+
 async def handle_consumer_group_heartbeat(broker, header, request) -> Response:
     version = header.api_version
-    if not allowed(broker, "READ", "GROUP", request.group_id):  # as Kafka: READ on the group
-        denied = ConsumerGroupHeartbeatResponse(
-            version=version,
-            throttle_time_ms=0,
-            error_code=GROUP_AUTHORIZATION_FAILED,
-            error_message=None,
-            member_id=None,
-            member_epoch=-1,
-            heartbeat_interval_ms=0,
-            assignment=None,
-        )
-        return Response.of(denied, version)
     ids = _TopicIds(broker)
+    if not allowed(broker, "READ", "GROUP", request.group_id):  # as Kafka: READ on the group
+        return _heartbeat_response(version, HeartbeatResult(GROUP_AUTHORIZATION_FAILED), ids)
     owned = None
     if request.topic_partitions is not None:
         owned = {}
@@ -654,29 +622,14 @@ async def handle_consumer_group_heartbeat(broker, header, request) -> Response:
         CLIENT_ADDRESS.get(),
         version,
     )
-    Assignment = ConsumerGroupHeartbeatResponse.Assignment
-    assignment = None
-    if result.assignment is not None:
-        assignment = Assignment(
-            topic_partitions=[
-                Assignment.TopicPartitions(topic_id=ids.id_of(topic), partitions=sorted(partitions))
-                for topic, partitions in sorted(result.assignment.items())
-            ]
-        )
-    response = ConsumerGroupHeartbeatResponse(
-        version=version,
-        throttle_time_ms=0,
-        error_code=int(result.error),
-        error_message=result.message,
-        member_id=result.member_id,
-        member_epoch=result.member_epoch,
-        heartbeat_interval_ms=result.heartbeat_interval_ms,
-        assignment=assignment,
-    )
-    return Response.of(response, version)
+    return _heartbeat_response(version, result, ids)
 
 
 # ----- ConsumerGroupDescribe (69, KIP-848) ----------------------------------------------------------------------
+# a described member's fields that report the coordinator's member attributes of the same name
+_MEMBER_FIELDS = ("member_id", "instance_id", "rack_id", "member_epoch", "client_id", "client_host")
+
+
 async def handle_consumer_group_describe(broker, header, request) -> Response:
     """Each group as Kafka's ConsumerGroup.asDescribedGroup: epochs, the assignor, every member with its current
     and target assignment (topics named by id and name); GROUP_ID_NOT_FOUND for classic or unknown groups."""
@@ -696,7 +649,7 @@ async def handle_consumer_group_describe(broker, header, request) -> Response:
             out.append(Assignment.TopicPartitions(topic_id=topic_id, topic_name=topic, partitions=sorted(ps)))
         return Assignment(topic_partitions=out)
 
-    def failed(group_id: str, error: int, message: str | None) -> object:
+    def failed(group_id: str, error: int, message: str | None = None) -> object:
         return Described(
             error_code=error,
             error_message=message,
@@ -710,26 +663,16 @@ async def handle_consumer_group_describe(broker, header, request) -> Response:
         )
 
     coordinator = broker.group_coordinator
-    groups = []
-    for group_id in request.group_ids:
-        if not allowed(broker, "DESCRIBE", "GROUP", group_id):
-            groups.append(failed(group_id, GROUP_AUTHORIZATION_FAILED, None))
-            continue
+
+    def describe(group_id: str) -> object:
         if not group_id:
-            groups.append(failed(group_id, int(Errors.INVALID_GROUP_ID), None))
-            continue
+            return failed(group_id, int(Errors.INVALID_GROUP_ID))
         error, message, group = coordinator.describe_consumer_group(group_id)
         if group is None:
-            groups.append(failed(group_id, int(error), message))
-            continue
+            return failed(group_id, int(error), message)
         members = [
             Member(
-                member_id=m.member_id,
-                instance_id=m.instance_id,
-                rack_id=m.rack_id,
-                member_epoch=m.member_epoch,
-                client_id=m.client_id,
-                client_host=m.client_host,
+                **same_named(m, _MEMBER_FIELDS),
                 subscribed_topic_names=list(m.subscribed_topics),
                 subscribed_topic_regex=m.subscribed_regex,
                 assignment=assignment(m.assigned),
@@ -737,17 +680,17 @@ async def handle_consumer_group_describe(broker, header, request) -> Response:
             )
             for m in group.members.values()
         ]
-        groups.append(
-            Described(
-                error_code=0,
-                error_message=None,
-                group_id=group_id,
-                group_state=group.state,
-                group_epoch=group.group_epoch,
-                assignment_epoch=group.assignment_epoch,
-                assignor_name=coordinator.preferred_assignor(group),
-                members=members,
-                authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
-            )
+        return Described(
+            error_code=0,
+            error_message=None,
+            group_id=group_id,
+            group_state=group.state,
+            group_epoch=group.group_epoch,
+            assignment_epoch=group.assignment_epoch,
+            assignor_name=coordinator.preferred_assignor(group),
+            members=members,
+            authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
         )
+
+    groups = describe_each(broker, "GROUP", request.group_ids, GROUP_AUTHORIZATION_FAILED, describe, failed)
     return Response.of(ConsumerGroupDescribeResponse(version=version, throttle_time_ms=0, groups=groups), version)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import logging
 import uuid
 
 from ...errors import InvalidTopicError, TopicExistsError, UnknownTopicOrPartitionError
@@ -22,8 +21,7 @@ from ..protocol import (
 )
 from ..security.acl import allowed, cluster_allowed
 from ..security.context import CURRENT
-
-log = logging.getLogger("kafka.server.KafkaApis")
+from .common import log
 
 Broker = MetadataResponse.MetadataResponseBroker
 Topic = MetadataResponse.MetadataResponseTopic
@@ -54,6 +52,17 @@ def _partition_answer(node: int, index: int, leader_epoch: int, isr: tuple[int, 
     )
 
 
+def _topic(name: str, topic_id: str | None, partitions: list) -> Topic:
+    """A topic's metadata answer, from its stored id (text) and its partitions' answers."""
+    return Topic(
+        error_code=NONE,
+        name=name,
+        topic_id=topic_uuid(topic_id),
+        is_internal=name in INTERNAL_TOPICS,
+        partitions=partitions,
+    )
+
+
 def describe(broker, name: str) -> Topic:
     """One topic's metadata: every partition led by this node, with itself as the only replica."""
     topic_id, tps = broker.log_manager.topic_id_and_partitions(name)
@@ -74,13 +83,7 @@ def describe(broker, name: str) -> Topic:
                 view.log.is_offline,
             )
         )
-    return Topic(
-        error_code=NONE,
-        name=name,
-        topic_id=topic_uuid(topic_id),
-        is_internal=name in INTERNAL_TOPICS,
-        partitions=partitions,
-    )
+    return _topic(name, topic_id, partitions)
 
 
 def _topic_by_id(broker, topic_id) -> Topic:
@@ -109,32 +112,6 @@ def _error_topic(name: str, code: int) -> Topic:
     return Topic(error_code=code, name=name, topic_id=ZERO_UUID, is_internal=False, partitions=[])
 
 
-def _topic_or_error(broker, name: str, allow_auto_create: bool) -> Topic:
-    # Kafka: a topic named in the request without DESCRIBE is TOPIC_AUTHORIZATION_FAILED, whether it exists or not.
-    if not allowed(broker, "DESCRIBE", "TOPIC", name):
-        return _error_topic(name, TOPIC_AUTHORIZATION_FAILED)
-    try:
-        validate_topic_name(name)
-    except InvalidTopicError:
-        return _error_topic(name, INVALID_TOPIC_EXCEPTION)
-    try:
-        return describe(broker, name)
-    except UnknownTopicOrPartitionError:
-        pass
-    if not (allow_auto_create and broker.config.auto_create_topics_enable):
-        return _error_topic(name, UNKNOWN_TOPIC_OR_PARTITION)
-    if not (cluster_allowed(broker, "CREATE") or allowed(broker, "CREATE", "TOPIC", name)):
-        return _error_topic(name, TOPIC_AUTHORIZATION_FAILED)
-    try:
-        broker.auto_create_topic(name)
-    except TopicExistsError:
-        pass
-    except Exception as e:
-        log.warning("Auto-creation of topic %s failed: %s", name, e)
-        return _error_topic(name, error_code(e))
-    return describe(broker, name)
-
-
 def _cluster_topic(broker, name: str) -> Topic | None:
     """A topic as the ZooKeeper cluster has it: each partition's leader, epoch, replicas and ISR, and the replicas
     on no live broker as offline (LEADER_NOT_AVAILABLE while a partition has no leader)."""
@@ -157,41 +134,46 @@ def _cluster_topic(broker, name: str) -> Topic | None:
                 offline_replicas=[r for r in replicas if r not in view.brokers],
             )
         )
-    return Topic(
-        error_code=NONE,
-        name=name,
-        topic_id=topic_uuid(assignment.topic_id),
-        is_internal=name in INTERNAL_TOPICS,
-        partitions=partitions,
-    )
+    return _topic(name, assignment.topic_id, partitions)
 
 
-async def _cluster_topic_or_error(broker, name: str, allow_auto_create: bool) -> Topic:
+def _local_topic(broker, name: str) -> Topic | None:
+    try:
+        return describe(broker, name)
+    except UnknownTopicOrPartitionError:
+        return None
+
+
+async def _topic_or_error(broker, name: str, allow_auto_create: bool, clustered: bool) -> Topic:
+    """A topic named in the request: its metadata (from the ZooKeeper cluster's view when ``clustered``, else
+    this node's logs), created first when auto-creation is allowed, or the error Kafka answers."""
+    # Kafka: a topic named in the request without DESCRIBE is TOPIC_AUTHORIZATION_FAILED, whether it exists or not.
     if not allowed(broker, "DESCRIBE", "TOPIC", name):
         return _error_topic(name, TOPIC_AUTHORIZATION_FAILED)
     try:
         validate_topic_name(name)
     except InvalidTopicError:
         return _error_topic(name, INVALID_TOPIC_EXCEPTION)
-    found = _cluster_topic(broker, name)
+    found = _cluster_topic(broker, name) if clustered else _local_topic(broker, name)
     if found is not None:
         return found
     if not (allow_auto_create and broker.config.auto_create_topics_enable):
         return _error_topic(name, UNKNOWN_TOPIC_OR_PARTITION)
     if not (cluster_allowed(broker, "CREATE") or allowed(broker, "CREATE", "TOPIC", name)):
         return _error_topic(name, TOPIC_AUTHORIZATION_FAILED)
-    settings = broker.cluster.settings
     try:
-        await broker.cluster.create_topic(
-            name, broker.config.num_partitions, settings.default_replication_factor, {}, False
-        )
+        if clustered:
+            replication = broker.cluster.settings.default_replication_factor
+            await broker.cluster.create_topic(name, broker.config.num_partitions, replication, {}, False)
+        else:
+            broker.auto_create_topic(name)
     except TopicExistsError:
         pass
     except Exception as e:
         log.warning("Auto-creation of topic %s failed: %s", name, e)
         return _error_topic(name, error_code(e))
-    # As Kafka answers a topic it just created: LEADER_NOT_AVAILABLE until its leaders are elected.
-    return _error_topic(name, LEADER_NOT_AVAILABLE)
+    # As Kafka answers a topic it just created on a cluster: LEADER_NOT_AVAILABLE until its leaders are elected.
+    return _error_topic(name, LEADER_NOT_AVAILABLE) if clustered else describe(broker, name)
 
 
 async def _handle_cluster(broker, header, request) -> Response:
@@ -206,7 +188,7 @@ async def _handle_cluster(broker, header, request) -> Response:
         ]
     else:
         allow = request.allow_auto_topic_creation if version >= 4 else True
-        topics = [await _cluster_topic_or_error(broker, t.name or "", allow) for t in request.topics]
+        topics = [await _topic_or_error(broker, t.name or "", allow, True) for t in request.topics]
     # Each broker's endpoint on the listener this request came in on (Kafka leaves out brokers without it).
     listener = CURRENT.get().listener
     brokers = [
@@ -242,7 +224,7 @@ async def handle(broker, header, request) -> Response:
         topics = [
             _topic_by_id(broker, t.topic_id)
             if t.name is None and version >= 10
-            else _topic_or_error(broker, t.name or "", allow)
+            else await _topic_or_error(broker, t.name or "", allow, False)
             for t in request.topics
         ]
     host, port = broker.advertised_endpoint()

@@ -7,7 +7,6 @@ partition (Kafka's ProduceRequest.validateRecords); anything else is INVALID_REC
 
 from __future__ import annotations
 
-import logging
 import struct
 
 from ...manager import TopicPartition
@@ -27,8 +26,7 @@ from ..protocol import (
 )
 from ..security.acl import allowed
 from ..security.context import CURRENT, throttle
-
-log = logging.getLogger("kafka.server.KafkaApis")
+from .common import log
 
 _BATCH_HEAD = struct.Struct(">qib")  # base offset, batch length, (leader epoch...) magic at byte 16
 MAGIC_OFFSET = 16

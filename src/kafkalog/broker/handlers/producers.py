@@ -25,6 +25,7 @@ from ..protocol import (
     error_message,
 )
 from ..security.acl import allowed
+from .common import same_named
 
 TopicResponse = DescribeProducersResponse.TopicResponse
 PartitionResponse = TopicResponse.PartitionResponse
@@ -55,6 +56,10 @@ def _topic_error(broker, name: str) -> tuple[int, str | None] | None:
     return None
 
 
+# an active producer's fields that report the producer state entry's attributes of the same name
+_PRODUCER_FIELDS = ("producer_id", "producer_epoch", "last_timestamp", "coordinator_epoch")
+
+
 def _partition(broker, topic: str, index: int) -> PartitionResponse:
     try:
         partition = broker.replica_manager.get_partition(topic, index)
@@ -74,11 +79,8 @@ def _partition(broker, topic: str, index: int) -> PartitionResponse:
         error_message=None,
         active_producers=[
             ProducerState(
-                producer_id=entry.producer_id,
-                producer_epoch=entry.producer_epoch,
+                **same_named(entry, _PRODUCER_FIELDS),
                 last_sequence=entry.last_seq,
-                last_timestamp=entry.last_timestamp,
-                coordinator_epoch=entry.coordinator_epoch,
                 current_txn_start_offset=-1
                 if entry.current_txn_first_offset is None
                 else entry.current_txn_first_offset,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import logging
+from collections.abc import Callable
 
 from ...errors import UnknownTopicOrPartitionError
 from ...logdir import validate_topic_name
@@ -23,11 +23,10 @@ from ..protocol import (
     error_message,
 )
 from ..security.acl import allowed, cluster_allowed
+from .common import log
 from .metadata import ZERO_UUID, topic_uuid
 
 _DENIED = "Authorization failed."
-
-log = logging.getLogger("kafka.server.KafkaApis")
 
 Created = CreateTopicsResponse.CreatableTopicResult
 Deleted = DeleteTopicsResponse.DeletableTopicResult
@@ -174,20 +173,25 @@ def _partitions_added(broker, topics) -> int:
     return total
 
 
+async def _each_topic(broker, request, local: Callable, clustered: Callable) -> list:
+    """One answer per topic of a CreateTopics or CreatePartitions request: through ZooKeeper on a cluster
+    (``clustered``, awaited), through the log manager on a single node (``local``, in a worker thread: the thread
+    runs in a copy of this request's context, so the ACL checks see its principal)."""
+    validate_only = bool(request.validate_only)
+    if getattr(broker, "cluster", None) is not None:
+        return [await clustered(broker, t, validate_only) for t in request.topics]
+    return [await asyncio.to_thread(local, broker, t, validate_only) for t in request.topics]
+
+
 async def handle_create(broker, header, request) -> Response:
     version = header.api_version
     if _partitions_requested(broker, request.topics) > MAX_PARTITIONS_PER_BATCH:
         message = "Excessively large number of partitions per request."
         results = [_refused(t.name, POLICY_VIOLATION, message) for t in request.topics]
         return Response.of(CreateTopicsResponse(version=version, throttle_time_ms=0, topics=results), version)
-    if getattr(broker, "cluster", None) is not None:
-        results = [await _create_in_cluster(broker, t, bool(request.validate_only)) for t in request.topics]
-        return Response.of(CreateTopicsResponse(version=version, throttle_time_ms=0, topics=results), version)
-    # Off the event loop (Kafka's controller creates topics on a thread of its own): a topic's directories, files
-    # and state take file-system calls and fsyncs, and other clients' requests must not wait for them. The
-    # thread runs in a copy of this request's context, so the ACL checks see its principal.
-    validate_only = bool(request.validate_only)
-    results = [await asyncio.to_thread(_create_one, broker, t, validate_only) for t in request.topics]
+    # Off the event loop on a single node (Kafka's controller creates topics on a thread of its own): a topic's
+    # directories, files and state take file-system calls and fsyncs, and other clients' requests must not wait.
+    results = await _each_topic(broker, request, _create_one, _create_in_cluster)
     return Response.of(CreateTopicsResponse(version=version, throttle_time_ms=0, topics=results), version)
 
 
@@ -305,11 +309,7 @@ async def handle_create_partitions(broker, header, request) -> Response:
         message = "Unable to perform excessively large batch operation."
         results = [Result(name=t.name, error_code=POLICY_VIOLATION, error_message=message) for t in request.topics]
         return Response.of(CreatePartitionsResponse(version=version, throttle_time_ms=0, results=results), version)
-    if getattr(broker, "cluster", None) is not None:
-        results = [await _grow_in_cluster(broker, t, bool(request.validate_only)) for t in request.topics]
-        return Response.of(CreatePartitionsResponse(version=version, throttle_time_ms=0, results=results), version)
     # Off the event loop, as CreateTopics: the new partitions' directories and files take file-system calls and
     # fsyncs (10,000 of them hold a loaded machine for minutes; the protocol fuzzer found 4,099 holding it 90 s).
-    validate_only = bool(request.validate_only)
-    results = [await asyncio.to_thread(_grow_one, broker, t, validate_only) for t in request.topics]
+    results = await _each_topic(broker, request, _grow_one, _grow_in_cluster)
     return Response.of(CreatePartitionsResponse(version=version, throttle_time_ms=0, results=results), version)

@@ -10,8 +10,6 @@ rewrite here is Kafka's: PRODUCER_FENCED becomes INVALID_PRODUCER_EPOCH for requ
 
 from __future__ import annotations
 
-import logging
-
 from kafka.protocol.admin.transactions import DescribeTransactionsResponse, ListTransactionsResponse
 from kafka.protocol.producer.transaction import (
     AddOffsetsToTxnResponse,
@@ -23,13 +21,12 @@ from kafka.protocol.producer.transaction import (
 
 from ...coordinator.group import GROUP_METADATA_TOPIC_NAME
 from ...coordinator.group import Errors as GroupErrors
-from ...coordinator.transaction import Errors
+from ...coordinator.transaction import Errors, TransactionDescription
 from ...coordinator.transaction.coordinator import append_marker
 from ...manager import TopicPartition
 from ..protocol import CLUSTER_AUTHORIZATION_FAILED, Response, error_code
 from ..security.acl import allowed, cluster_allowed
-
-log = logging.getLogger("kafka.server.KafkaApis")
+from .common import describe_each
 
 TOPIC_AUTHORIZATION_FAILED = 29
 GROUP_AUTHORIZATION_FAILED = 30
@@ -325,17 +322,31 @@ def _marker_written(broker, tp: TopicPartition, producer_id: int, commit: bool) 
 
 
 # ----- DescribeTransactions (65) -------------------------------------------------------------------------------
+# DescribeTransactions' fields of one id and the TransactionDescription attributes they report
+_DESCRIBED = (
+    ("transaction_state", "state"),
+    ("transaction_timeout_ms", "timeout_ms"),
+    ("transaction_start_time_ms", "start_time_ms"),
+    ("producer_id", "producer_id"),
+    ("producer_epoch", "producer_epoch"),
+)
+# what an id without a description (refused, unknown, not coordinated here) reports: Kafka's empty values
+_UNDESCRIBED = TransactionDescription("", "", -1, -1, 0, -1, [])
+
+
+def _state(txn_id: str, code: int, desc: TransactionDescription = _UNDESCRIBED, topics=()) -> object:
+    """One DescribeTransactions entry: the id's transaction, or ``code`` with Kafka's empty values."""
+    reported = {field: getattr(desc, attribute) for field, attribute in _DESCRIBED}
+    return DtState(error_code=code, transactional_id=txn_id, topics=list(topics), **reported)
+
+
 async def handle_describe_transactions(broker, header, request) -> Response:
     version = header.api_version
-    states = []
-    for txn_id in request.transactional_ids:
-        if not allowed(broker, "DESCRIBE", "TRANSACTIONAL_ID", txn_id):
-            states.append(_empty_state(txn_id, TRANSACTIONAL_ID_AUTHORIZATION_FAILED))
-            continue
+
+    def describe(txn_id: str) -> object:
         error, desc = broker.txn_coordinator.describe(txn_id)
         if desc is None:
-            states.append(_empty_state(txn_id, int(error)))
-            continue
+            return _state(txn_id, int(error))
         by_topic: dict[str, list[int]] = {}
         for topic, partition in desc.partitions:
             by_topic.setdefault(topic, []).append(partition)
@@ -345,33 +356,12 @@ async def handle_describe_transactions(broker, header, request) -> Response:
             for t, ps in by_topic.items()
             if allowed(broker, "DESCRIBE", "TOPIC", t, log_denied=False)
         ]
-        states.append(
-            DtState(
-                error_code=0,
-                transactional_id=txn_id,
-                transaction_state=desc.state,
-                transaction_timeout_ms=desc.timeout_ms,
-                transaction_start_time_ms=desc.start_time_ms,
-                producer_id=desc.producer_id,
-                producer_epoch=desc.producer_epoch,
-                topics=topics,
-            )
-        )
+        return _state(txn_id, 0, desc, topics)
+
+    denied = TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    states = describe_each(broker, "TRANSACTIONAL_ID", request.transactional_ids, denied, describe, _state)
     response = DescribeTransactionsResponse(version=version, throttle_time_ms=0, transaction_states=states)
     return Response.of(response, version)
-
-
-def _empty_state(txn_id: str, code: int):
-    return DtState(
-        error_code=code,
-        transactional_id=txn_id,
-        transaction_state="",
-        transaction_timeout_ms=0,
-        transaction_start_time_ms=-1,
-        producer_id=-1,
-        producer_epoch=-1,
-        topics=[],
-    )
 
 
 # ----- ListTransactions (66) -----------------------------------------------------------------------------------

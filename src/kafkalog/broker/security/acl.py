@@ -16,9 +16,7 @@ The bindings of this node are one JSON file (``acls.json`` in the first log dir)
 
 from __future__ import annotations
 
-import json
 import logging
-import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -27,11 +25,10 @@ from ...errors import (
     ClusterAuthorizationFailedError,
     GroupAuthorizationFailedError,
     InvalidConfigurationError,
-    KafkaStorageError,
     TopicAuthorizationFailedError,
     TransactionalIdAuthorizationFailedError,
 )
-from ...storage.files import atomic_write
+from ..file_store import JsonFileStore
 from .context import CURRENT
 
 log = logging.getLogger("kafka.authorizer.logger")
@@ -158,20 +155,15 @@ def _pattern_matches(b: AclBinding, name: str) -> bool:
     return b.pattern_type == "PREFIXED" and name.startswith(b.resource_name)
 
 
-class AclStore:
+class AclStore(JsonFileStore):
     """The bindings of this node. Invariant: the file equals ``bindings`` whenever a change has returned."""
 
     def __init__(self, log_dir: str | Path) -> None:
-        self.path = Path(log_dir) / STORE_FILE
-        self._lock = threading.Lock()
+        super().__init__(log_dir, STORE_FILE, "ACLs")
         self.bindings: frozenset[AclBinding] = frozenset()
         self._literal: dict[tuple[str, str], list[AclBinding]] = {}
         self._prefixed: dict[str, list[AclBinding]] = {}
-        if self.path.exists():
-            try:
-                self._set(frozenset(AclBinding(**item) for item in json.loads(self.path.read_text())))
-            except (ValueError, TypeError) as e:
-                raise KafkaStorageError(f"Cannot read the ACLs in {self.path}: {e}") from None
+        self._set(self._load(lambda items: frozenset(AclBinding(**item) for item in items)) or frozenset())
 
     def _set(self, bindings: frozenset[AclBinding]) -> None:
         """Install ``bindings`` with their index (literal by (type, name), prefixed by type), built off to the
@@ -210,7 +202,7 @@ class AclStore:
             return matched
 
     def _write(self, bindings: Iterable[AclBinding]) -> None:
-        atomic_write(self.path, json.dumps([asdict(b) for b in sorted(bindings)], indent=1).encode())
+        self._save([asdict(b) for b in sorted(bindings)], indent=1)
 
 
 class Authorizer:

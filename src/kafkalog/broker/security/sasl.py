@@ -117,16 +117,24 @@ def listener_sasl(props: Mapping[str, str], endpoint: Endpoint) -> ListenerSasl:
     return ListenerSasl(mechanisms, users, oauth)
 
 
+def jaas_config(props: Mapping[str, str], listener: str, mechanism: str) -> tuple[str, str | None]:
+    """(property, text) of the JAAS configuration of ``mechanism`` on ``listener``, as Kafka looks it up:
+    ``listener.name.<listener>.<mechanism>.sasl.jaas.config`` first, then ``sasl.jaas.config``; text None when
+    neither is set (the property named is then the general one)."""
+    key = f"listener.name.{listener.lower()}.{mechanism.lower()}.sasl.jaas.config"
+    text = props.get(key)
+    if text is None:
+        key, text = "sasl.jaas.config", props.get("sasl.jaas.config")
+    return key, text
+
+
 def _jaas_options(
     props: Mapping[str, str], endpoint: Endpoint, mechanism: str, example: str
 ) -> tuple[str, dict[str, str]]:
     """The JAAS options of ``mechanism`` on a listener: ``listener.name.<l>.<mechanism>.sasl.jaas.config`` first,
     then ``sasl.jaas.config``; a listener enabling the mechanism without either is refused (as Kafka refuses to
     start without a JAAS entry)."""
-    key = f"listener.name.{endpoint.name.lower()}.{mechanism.lower()}.sasl.jaas.config"
-    text = props.get(key)
-    if text is None:
-        key, text = "sasl.jaas.config", props.get("sasl.jaas.config")
+    key, text = jaas_config(props, endpoint.name, mechanism)
     if text is None:
         raise InvalidConfigurationError(
             f"listener {endpoint.name} enables {mechanism} but no JAAS configuration is set: set "

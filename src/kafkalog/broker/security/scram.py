@@ -13,14 +13,11 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
-import json
 import secrets
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...errors import KafkaStorageError
-from ...storage.files import atomic_write
+from ..file_store import JsonFileStore
 
 STORE_FILE = "scram-credentials.json"
 MECHANISMS = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}
@@ -78,21 +75,22 @@ def new_credential(mechanism: str, password: str, iterations: int = MIN_ITERATIO
     return credential_from_salted(mechanism, salted_password(mechanism, password, salt, iterations), salt, iterations)
 
 
-class CredentialStore:
+def _checked_users(users: dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:
+    """The stored users (user -> mechanism -> credential text), each credential checked to parse."""
+    for mechanisms in users.values():
+        for text in mechanisms.values():
+            ScramCredential.from_text(text)
+    return users
+
+
+class CredentialStore(JsonFileStore):
     """The SCRAM users of this node. Invariant: the file on disk always equals ``_users`` after a change returns."""
 
     def __init__(self, log_dir: str | Path) -> None:
-        self.path = Path(log_dir) / STORE_FILE
-        self._lock = threading.Lock()
-        self._users: dict[str, dict[str, str]] = {}
-        if self.path.exists():
-            try:
-                self._users = json.loads(self.path.read_text())
-                for mechanisms in self._users.values():
-                    for text in mechanisms.values():
-                        ScramCredential.from_text(text)
-            except (ValueError, TypeError, KeyError, AttributeError) as e:
-                raise KafkaStorageError(f"Cannot read the SCRAM credentials in {self.path}: {e}") from None
+        super().__init__(log_dir, STORE_FILE, "SCRAM credentials")
+        self._users: dict[str, dict[str, str]] = (
+            self._load(_checked_users, (ValueError, TypeError, KeyError, AttributeError)) or {}
+        )
 
     def get(self, user: str, mechanism: str) -> ScramCredential | None:
         text = self._users.get(user, {}).get(mechanism)
@@ -118,7 +116,7 @@ class CredentialStore:
             self._users = users
 
     def _write(self, users: dict[str, dict[str, str]]) -> None:
-        atomic_write(self.path, json.dumps(users, indent=1, sort_keys=True).encode(), mode=0o600)
+        self._save(users, mode=0o600, indent=1, sort_keys=True)
 
 
 def _attributes(message: str) -> dict[str, str]:
