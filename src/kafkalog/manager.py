@@ -53,6 +53,7 @@ from .logdir import (
     DeferredPartitionMetadata,
     LogDirLock,
     MetaProperties,
+    PartitionMetadataFile,
     has_collision_chars,
     new_uuid,
     unify_collision_chars,
@@ -188,6 +189,8 @@ class LogManager:
             resolution = resolve_topic(topic, stored, self.cluster_metadata, [path for _, path in parts], partitions)
             if resolution.state != stored:
                 changed[topic] = resolution.state
+            if resolution.state.origin == ORIGIN_KAFKALOG:  # kafkalog's own topic: its id is known, so heal
+                _write_missing_metadata(topic, [path for _, path in parts], resolution.state.topic_id)
             if resolution.state.origin == ORIGIN_UNKNOWN and topic not in INTERNAL_TOPIC_CONFIGS:
                 self._unconfirmed[topic] = resolution.reason or "its configs are unknown"  # internal: compacted
         if changed:
@@ -759,3 +762,14 @@ def _broker_config(config, log_dirs) -> BrokerConfig:
         dirs = [log_dirs] if isinstance(log_dirs, str | Path) else list(log_dirs)
         values["log.dirs"] = ",".join(str(d) for d in dirs)
     return BrokerConfig(values)
+
+
+def _write_missing_metadata(topic: str, partition_dirs: list[Path], topic_id: str) -> None:
+    """partition.metadata for the partitions of ``topic`` that lack it (its deferred write cut short by a crash)."""
+    try:
+        written = PartitionMetadataFile.write_missing(partition_dirs, topic_id)
+    except KafkaStorageError as e:  # its dir is failing: loading it takes it offline
+        log.error("Could not write the missing partition.metadata of topic %s: %s", topic, e)
+        return
+    if written:
+        log.info("Wrote the missing partition.metadata of %s", ", ".join(d.name for d in written))
