@@ -31,8 +31,10 @@ confluent-kafka clients and the samplers, at most 4 per client: bootstrap, broke
 
 - one descriptor per segment (its ``.log``; ``.index`` and ``.timeindex`` are memory maps that hold none, the
   ``.txnindex`` is opened only for a segment with aborted transactions), one per connection, and every thread
-  may hold two for a moment (a checkpoint being written, an index file being mapped):
-  ``fds <= fds_base + P * segments_per_partition + C + K + 2 * threads``; segments_per_partition is 1 here: the
+  may hold two for a moment (a checkpoint being written, an index file being mapped), and a client connection
+  in the middle of a fetch answer one more (the region being sent, on a dup of its segment's descriptor, taken
+  when its turn comes and released once sent):
+  ``fds <= fds_base + P * segments_per_partition + C + 2 * K + 2 * threads``; segments_per_partition is 1 here: the
   run appends a few hundred bytes per partition, far below segment.bytes (1 GiB) and segment.ms (7 days); P counts
   the calibration topic and __consumer_offsets (offsets.topic.num.partitions = 50, created when the consumers
   look up their group coordinator) besides the run's topics.
@@ -202,7 +204,8 @@ def predict(p: ScaleParams, base: dict[str, int], calibrated: dict[str, Any]) ->
     segments = (p.partitions + p.calibration_partitions + OFFSETS_TOPIC_PARTITIONS) * 1
     clients = (p.producers + p.consumers + 2) * CONNECTIONS_PER_CLIENT  # + the admin client and the offsets reader
     threads = base["threads"] + 4  # the recovery pool, the scheduler's and asyncio's executor threads may start
-    fds = base["fds"] + segments + p.connections + clients + 2 * threads
+    # + one descriptor per client connection in the middle of sending a fetch answer's region (FileRegion.open)
+    fds = base["fds"] + segments + p.connections + 2 * clients + 2 * threads
     maps = base["maps"] + 2 * segments + 2 * threads + 64
     c_partition, c_connection = calibrated["c_partition"], calibrated["c_connection"]
     response = p.metadata_storm * p.partitions * METADATA_BYTES_PER_PARTITION
@@ -656,7 +659,7 @@ def print_scale(console: Console, r: dict[str, Any]) -> None:
 
 def _formulas() -> str:
     return (
-        "fds <= fds_base + P*segments + C + K + 2*threads; maps <= maps_base + 2*P*segments + 2*threads + 64; "
+        "fds <= fds_base + P*segments + C + 2*K + 2*threads; maps <= maps_base + 2*P*segments + 2*threads + 64; "
         "RSS <= RSS_cal + 1.25*((P_run+50)*c_partition + (C+K)*c_connection + storm*P*2 KiB) + 32 MiB"
     )
 

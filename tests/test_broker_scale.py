@@ -10,6 +10,8 @@ acknowledged record.
 from __future__ import annotations
 
 import os
+import socket
+import time
 from dataclasses import replace
 
 import pytest
@@ -42,3 +44,64 @@ def test_hundreds_of_partitions_and_connections_within_bounds_across_restarts(tm
     assert result["metadata_storm"]["connections"] == PARAMS.metadata_storm
     for kind in ("clean", "unclean"):
         assert result["restart"][kind]["partitions_loaded"] == partitions
+
+
+def test_a_fetch_answer_waiting_to_be_sent_holds_no_descriptor_per_partition(tmp_path):
+    """A fetch of every partition of a 300-partition topic, answered to a client that does not read: the answer
+    carries a region of each partition's segment; only the region being sent holds a descriptor of its own (a
+    consumer of 10,000 partitions would otherwise hold 10,000 more than the segments' own)."""
+    if not os.path.isdir("/proc/self/fd"):
+        pytest.skip("needs /proc to count the broker's descriptors")
+    from confluent_kafka import Producer
+    from kafka.protocol.consumer import FetchRequest
+
+    from benchmarks.bench_scale import create_topics, proc_figures
+    from tests.brokertools import BrokerProcess, encode_request
+
+    partitions = 300
+    with BrokerProcess(tmp_path / "logs") as broker:
+        create_topics(broker.bootstrap, ["wide"], partitions, 1)
+        producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 20})
+        for p in range(partitions):
+            producer.produce("wide", b"x" * 20_000, partition=p)
+        assert producer.flush(60) == 0
+        pid = broker.proc.pid
+        base = proc_figures(pid, maps=False)["fds"]
+        T = FetchRequest.FetchTopic
+        fetch = FetchRequest(
+            replica_id=-1,
+            max_wait_ms=0,
+            min_bytes=0,
+            max_bytes=50 << 20,
+            isolation_level=0,
+            session_id=0,
+            session_epoch=-1,
+            forgotten_topics_data=[],
+            rack_id="",
+            topics=[
+                T(
+                    topic="wide",
+                    partitions=[
+                        T.FetchPartition(
+                            partition=p,
+                            current_leader_epoch=-1,
+                            fetch_offset=0,
+                            last_fetched_epoch=-1,
+                            log_start_offset=-1,
+                            partition_max_bytes=1 << 20,
+                        )
+                        for p in range(partitions)
+                    ],
+                )
+            ],
+        )
+        greedy = socket.socket()
+        greedy.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        greedy.connect((broker.host, broker.port))
+        try:
+            greedy.sendall(encode_request(fetch, 12))  # ~6 MB of answer, of which the client reads nothing
+            time.sleep(2.0)
+            held = proc_figures(pid, maps=False)["fds"] - base
+            assert held <= 10, f"{held} descriptors held by one unsent fetch answer of {partitions} partitions"
+        finally:
+            greedy.close()

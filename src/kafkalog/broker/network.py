@@ -399,12 +399,13 @@ class SocketServer:
         """
         self.sendfile_calls += 1
         sent, eof = 0, False
+        fd = part.open()  # one descriptor per region being sent, released when it is
         sock = writer.get_extra_info("socket")
         if sock is not None and writer.transport.get_write_buffer_size() == 0:
             out = sock.fileno()
             try:
                 while sent < part.size:
-                    n = os.sendfile(out, part.fd, part.position + sent, part.size - sent)
+                    n = os.sendfile(out, fd, part.position + sent, part.size - sent)
                     if n == 0:  # end of file: truncated under the send
                         eof = True
                         break
@@ -414,7 +415,8 @@ class SocketServer:
         if sent < part.size and not eof:
             loop = asyncio.get_running_loop()
             rest = part.size - sent
-            sent += await loop.sendfile(writer.transport, _Fd(part.fd), part.position + sent, rest, fallback=False)
+            sent += await loop.sendfile(writer.transport, _Fd(fd), part.position + sent, rest, fallback=False)
+        part.close()
         if sent != part.size:  # a file truncated under the send: the frame cannot be completed (FileRecords.writeTo)
             raise ConnectionError(f"Size of {part.path} was truncated during a send: sent {sent} of {part.size}")
 

@@ -495,31 +495,49 @@ def response_header(spec: ApiSpec, header: RequestHeader) -> bytes:
 
 
 class FileRegion:
-    """``size`` bytes at ``position`` of a segment file, on a descriptor of its own.
+    """``size`` bytes at ``position`` of a segment file, sent on a descriptor of its own.
 
-    The descriptor is a dup of the segment's, taken when the region is read from the log, so the bytes stay
-    reachable even if the segment is closed or deleted before the response is written (Kafka holds the
-    FileChannel the same way); ``close`` releases it.
+    The descriptor is a dup of the segment's, taken when the region's turn to be sent comes (``open``) and
+    released as soon as it is sent (``close``), so that the bytes stay reachable while they are being written even
+    if the segment is closed meanwhile, as Kafka's FileRecords slice holds its FileChannel. Not at read time: a
+    fetch answer waiting to be sent would hold one descriptor per partition it carries (a consumer of 10,000
+    partitions, 10,000 descriptors beside the segments' own, past a 20,000 RLIMIT_NOFILE). A segment closed
+    between the read and the send (its topic deleted) cannot be sent: the connection is closed, as Kafka's send
+    on a closed channel fails.
     """
 
-    __slots__ = ("fd", "path", "position", "size")
+    __slots__ = ("_file", "fd", "path", "position", "size")
 
     def __init__(self, records: RecordsSlice) -> None:
-        self.fd = os.dup(records.file._fd)
+        self._file = records.file
+        self.fd = -1
         self.path = records.file.path
         self.position = records.position
         self.size = records.size
 
+    def open(self) -> int:
+        """The region's own descriptor (taken now if not yet): ConnectionError if the segment was closed."""
+        if self.fd < 0:
+            fd = self._file.duplicate_fd()
+            if fd is None:
+                raise ConnectionError(f"{self.path} was closed before its region of {self.size} bytes was sent")
+            self.fd = fd
+        return self.fd
+
     def read(self) -> bytes:
         """The region's bytes (the copying path): fewer only if the file was truncated."""
+        fd = self.open()
         chunks, position, left = [], self.position, self.size
-        while left > 0:
-            chunk = os.pread(self.fd, left, position)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            position += len(chunk)
-            left -= len(chunk)
+        try:
+            while left > 0:
+                chunk = os.pread(fd, left, position)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                position += len(chunk)
+                left -= len(chunk)
+        finally:
+            self.close()
         return b"".join(chunks)
 
     def close(self) -> None:

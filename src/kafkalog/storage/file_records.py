@@ -343,6 +343,12 @@ class FileRecords:
                 os.close(self._fd)
                 self._fd = -1
 
+    def duplicate_fd(self) -> int | None:
+        """A descriptor of its own on this file (a dup, taken under the lock so it never races a close), for a
+        send that may outlive this object's descriptor (the broker's zero-copy fetch answers); None once closed."""
+        with self._lock:
+            return os.dup(self._fd) if self._fd >= 0 else None
+
     def close_handlers(self) -> None:
         """Close the file without trimming it."""
         with self._lock:
