@@ -43,9 +43,10 @@ confluent-kafka clients and the samplers, at most 4 per client: bootstrap, broke
   2 * threads + 64``; checked against vm.max_map_count too.
 - ``RSS <= RSS_calibrated + 1.25 * ((P_run + 50) * c_partition + (C + K) * c_connection + response) + 32 MiB``,
   with c_partition and c_connection the RSS per partition and per connection measured in step 1, and
-  ``response`` the largest answer held at once: an all-topics Metadata answer (its encoded bytes plus its
-  message objects, ``METADATA_BYTES_PER_PARTITION`` per partition) for each connection of the storm whose
-  answer the kernel has not taken yet (bounded by the storm's size); 25 % + 32 MiB cover the allocator.
+  ``response = P_all * (2 * 2 KiB + storm * 32 B)``: all-topics Metadata answers (P_all = every partition of the
+  broker): each partition's answer objects in the broker's cache and in the one answer being built (the event
+  loop builds one at a time), and the encoded answer of every connection of the storm waiting in its write
+  buffer at worst; 25 % + 32 MiB cover the allocator.
 
 The descriptor bound is also checked against the broker's RLIMIT_NOFILE before the run: a configuration that
 needs more descriptors than the limit fails at once.
@@ -72,9 +73,12 @@ from rich.table import Table
 from . import common
 
 MiB = 1 << 20
-# what one partition adds to an all-topics Metadata answer while it is being built and sent: ~40 encoded bytes
-# and the per-partition message objects (kafka-python's Struct with its lists), measured ~1.2 KB; rounded up
-METADATA_BYTES_PER_PARTITION = 2048
+# what one partition adds to an all-topics Metadata answer: its message objects (kafka-python's Struct with its
+# lists, ~1.2 KB measured; rounded up), held once in the broker's cache of partition answers and once in the
+# answer being built (the event loop builds one at a time), and its encoded bytes (26 at v12; rounded up), which
+# wait in a connection's write buffer until the kernel takes them
+METADATA_OBJECT_BYTES_PER_PARTITION = 2048
+METADATA_ENCODED_BYTES_PER_PARTITION = 32
 CONNECTIONS_PER_CLIENT = 4
 OFFSETS_TOPIC_PARTITIONS = 50  # Kafka's offsets.topic.num.partitions default
 
@@ -208,7 +212,10 @@ def predict(p: ScaleParams, base: dict[str, int], calibrated: dict[str, Any]) ->
     fds = base["fds"] + segments + p.connections + 2 * clients + 2 * threads
     maps = base["maps"] + 2 * segments + 2 * threads + 64
     c_partition, c_connection = calibrated["c_partition"], calibrated["c_connection"]
-    response = p.metadata_storm * p.partitions * METADATA_BYTES_PER_PARTITION
+    all_partitions = p.partitions + p.calibration_partitions + OFFSETS_TOPIC_PARTITIONS
+    response = all_partitions * (
+        2 * METADATA_OBJECT_BYTES_PER_PARTITION + p.metadata_storm * METADATA_ENCODED_BYTES_PER_PARTITION
+    )
     dynamic = (
         (p.partitions + OFFSETS_TOPIC_PARTITIONS) * c_partition + (p.connections + clients) * c_connection + response
     )
@@ -660,7 +667,7 @@ def print_scale(console: Console, r: dict[str, Any]) -> None:
 def _formulas() -> str:
     return (
         "fds <= fds_base + P*segments + C + 2*K + 2*threads; maps <= maps_base + 2*P*segments + 2*threads + 64; "
-        "RSS <= RSS_cal + 1.25*((P_run+50)*c_partition + (C+K)*c_connection + storm*P*2 KiB) + 32 MiB"
+        "RSS <= RSS_cal + 1.25*((P_run+50)*c_partition + (C+K)*c_connection + P_all*(4 KiB + storm*32 B)) + 32 MiB"
     )
 
 
