@@ -40,7 +40,14 @@ from .layout import (
     REPLICATION_OFFSET_CHECKPOINT,
     deleted_dir_name,
 )
-from .log_loading import PartitionStart, ensure_meta_properties, open_logs, read_log_dir, scan_partition_dirs
+from .log_loading import (
+    PartitionStart,
+    close_logs,
+    ensure_meta_properties,
+    open_logs,
+    read_log_dir,
+    scan_partition_dirs,
+)
 from .logdir import (
     CleanShutdownFile,
     DeferredPartitionMetadata,
@@ -305,11 +312,7 @@ class LogManager:
                 self.cleaner.shutdown()
             if self._owns_scheduler:
                 self.scheduler.shutdown()
-            for log_obj in self._logs.values():
-                try:
-                    log_obj.close()
-                except KafkaStorageError as e:  # its dir is offline now (no marker, no checkpoint); go on
-                    log.warning("Error while closing %s: %s", log_obj, e)
+            close_logs(self._logs, self._dir_of, int(self.broker.num_recovery_threads_per_data_dir))
             self.checkpoint_recovery_points()
             self.checkpoint_log_start_offsets()
             self.checkpoint_high_watermarks()
