@@ -15,7 +15,7 @@ import time
 import pytest
 from click.testing import CliRunner
 
-from brokertools import BrokerProcess
+from brokertools import BrokerProcess, wait_until
 
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
 
@@ -449,5 +449,7 @@ def test_create_partitions_with_an_admin_client(broker):
     assert producer.flush(20) == 0
     got = _ck_consume(broker, "growing", 0, 1, partition=4)
     assert [m.value() for m in got] == [b"to the new partition"]
-    topic_ids = {(broker.log_dir / f"growing-{p}" / "partition.metadata").read_text() for p in range(5)}
+    files = [broker.log_dir / f"growing-{p}" / "partition.metadata" for p in range(5)]
+    assert wait_until(lambda: all(f.exists() for f in files))  # the broker's flush-metadata-file task, as Kafka's
+    topic_ids = {f.read_text() for f in files}
     assert len(topic_ids) == 1  # the new partitions carry the topic's id

@@ -234,27 +234,29 @@ def test_read_ahead_workers_yield_to_the_cleaning_thread():
 
 
 def _walk_both(arena, sections, start_offset):
-    """(records and digests of walk_records then digest_records, the same of walk_keys_and_hash), as lists."""
+    """(records and digests of walk_records then digest_records, the same of walk_records hashing), as lists."""
     starts, ends, counts, bases = (np.array(column, np.int64) for column in zip(*sections, strict=True))
     n = int(counts.sum())
+    append = np.zeros(len(bases), bool)
     out = [np.zeros(n, np.int64) for _ in range(8)]
-    separate = kernels.walk_records(arena, starts, ends, counts, bases, bases, bases, np.zeros(len(bases), bool),
-                                    *out, True)  # fmt: skip
+    separate = kernels.walk_records(arena, starts, ends, counts, bases, bases, bases, append, *out, True, 0,
+                                    np.zeros(0, np.uint8))  # fmt: skip
     digests = SkimpyOffsetMap(1024).digest_records(arena, out[5], out[6], out[3], start_offset)
-    fused = [np.zeros(n, np.int64) for _ in range(3)]
+    fused = [np.zeros(n, np.int64) for _ in range(8)]
     fused_digests = np.zeros(16 * n, np.uint8)
-    together = kernels.walk_keys_and_hash(arena, starts, ends, counts, bases, *fused, start_offset, fused_digests)
+    together = kernels.walk_records(arena, starts, ends, counts, bases, bases, bases, append, *fused, True,
+                                    start_offset, fused_digests)  # fmt: skip
     hashed = [(out[6] >= 0) & (out[3] >= start_offset)] * 16
     mask = np.stack(hashed, axis=1).reshape(-1)  # the digests of the records a put takes
     return (
         (tuple(separate), [a.tolist() for a in (out[3], out[5], out[6])], digests[mask].tolist()),
-        (tuple(together), [a.tolist() for a in fused], fused_digests[mask].tolist()),
+        (tuple(together), [a.tolist() for a in (fused[3], fused[5], fused[6])], fused_digests[mask].tolist()),
     )
 
 
 @pytest.mark.parametrize("seed", range(8))
 def test_walking_and_hashing_at_once_equals_walking_then_hashing(seed):
-    """The map pass's walk hashes the keys as it reads them (walk_keys_and_hash): the same records as walk_records
+    """The map pass's walk hashes the keys as it reads them (walk_records, digests): the same records as walk_records
     (keys only) and the same digests as SkimpyOffsetMap.digest_records, for keys of every length (long ones take
     several MD5 blocks), null keys, and records below the start offset (not hashed); a malformed record gives the
     same error."""

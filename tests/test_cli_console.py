@@ -93,13 +93,15 @@ def test_produce_writes_lines_as_they_arrive_and_lets_go_of_the_lock_while_waiti
     try:
         producer.stdin.write(b"first\n")
         producer.stdin.flush()
-        waited = wait_for(lambda: consumed(d, "t") == ["first"], timeout=15)
-        assert producer.poll() is None and waited < 15
+        # Without the fix the line waits for 500 more lines or EOF, i.e. forever here; the bound only allows for a
+        # slow start of the producer process on a loaded machine (15 s timed out at load 17).
+        waited = wait_for(lambda: consumed(d, "t") == ["first"], timeout=60)
+        assert producer.poll() is None and waited < 60
         # idle: the lock is free (another writer could take the dir now)
         wait_for(lambda: _lock_free(tmp_path), timeout=5)
         producer.stdin.write(b"second\nthird\n")
         producer.stdin.flush()
-        wait_for(lambda: consumed(d, "t") == ["first", "second", "third"], timeout=15)
+        wait_for(lambda: consumed(d, "t") == ["first", "second", "third"], timeout=60)
         assert producer.poll() is None
     finally:
         _, err = producer.communicate(timeout=30)

@@ -233,6 +233,19 @@ def test_partition_metadata_is_written_by_the_scheduler_or_before_the_first_appe
     assert (tmp_path / "closed-0" / "partition.metadata").read_text() == f"version: 0\ntopic_id: {topic_id}"
 
 
+def test_a_missing_partition_metadata_of_a_kafkalog_topic_is_written_at_startup(tmp_path):
+    """A crash between a topic's creation and its deferred partition.metadata write leaves dirs without the file;
+    the next startup writes it from the topic's stored id, as Kafka's log loading does for a topic id it knows."""
+    with LogManager([tmp_path], clock=MockTime()) as m:
+        topic_id = m.create_topic("cut-short", 2).topic_id
+    for p in range(2):
+        (tmp_path / f"cut-short-{p}" / "partition.metadata").unlink()
+    with LogManager([tmp_path], clock=MockTime()) as m:
+        assert m.describe_topic("cut-short").topic_id == topic_id
+    for p in range(2):
+        assert (tmp_path / f"cut-short-{p}" / "partition.metadata").read_text() == f"version: 0\ntopic_id: {topic_id}"
+
+
 def test_partition_metadata_that_cannot_be_written_refuses_appends_and_stays_pending(tmp_path, monkeypatch):
     import kafkalog.logdir as logdir
 

@@ -1,4 +1,5 @@
-"""Loading a broker's log dirs at startup (Kafka's LogManager.loadLogs and the MetaPropertiesEnsemble check).
+"""Loading a broker's log dirs at startup (Kafka's LogManager.loadLogs and the MetaPropertiesEnsemble check), and
+closing their logs at shutdown with as many threads.
 
 What is found in the dirs and opened, without deciding what the log manager keeps: the dirs' meta.properties
 checked (and written where missing), the topics' partition directories listed, and the logs of one dir opened
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .dir_checkpoints import read_dir_checkpoint
+from .errors import KafkaStorageError
 from .layout import (
     DELETE_DIR_SUFFIX,
     FUTURE_DIR_SUFFIX,
@@ -147,3 +149,31 @@ def open_logs(
         error = future.exception()
         opened.append((tp, path, error if error is not None else future.result()))
     return opened
+
+
+def close_logs(logs: dict[TopicPartition, Log], dir_of: dict[TopicPartition, Path], threads: int) -> None:
+    """Flush and close every log, each dir's in a pool of ``threads`` threads of its own, as Kafka's
+    LogManager.shutdown closes them (num.recovery.threads.per.data.dir): the fsyncs and file work of one log
+    overlap another's, where a serial close of 10,000 partitions took minutes. A log whose dir is offline now is
+    logged and left (its dir gets no marker and no checkpoint). Every close has finished when this returns; any
+    other error a close raised is raised then."""
+    by_dir: dict[Path, list[Log]] = {}
+    for tp, log_obj in logs.items():
+        by_dir.setdefault(dir_of[tp], []).append(log_obj)
+    pools = [ThreadPoolExecutor(max(1, threads), thread_name_prefix=f"log-closing-{d}") for d in by_dir]
+    try:
+        futures = [
+            pool.submit(_close, lg) for pool, dir_logs in zip(pools, by_dir.values(), strict=True) for lg in dir_logs
+        ]
+    finally:
+        for pool in pools:
+            pool.shutdown(wait=True)
+    for future in futures:
+        future.result()
+
+
+def _close(log_obj: Log) -> None:
+    try:
+        log_obj.close()
+    except KafkaStorageError as e:
+        log.warning("Error while closing %s: %s", log_obj, e)

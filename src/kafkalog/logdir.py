@@ -628,6 +628,15 @@ class PartitionMetadataFile:
             where = current.path.absolute() if current is not None else "?"
             raise KafkaStorageError(f"Error while writing partition metadata file {where}: {e}") from e
 
+    @classmethod
+    def write_missing(cls, partition_dirs: list[Path], topic_id: str) -> list[Path]:
+        """Write the file into those of ``partition_dirs`` (one topic's) that have none, as Kafka's log loading does
+        for a log whose topic id it knows (a creation cut short before its deferred write); the dirs written."""
+        missing = [d for d in partition_dirs if not (Path(d) / PARTITION_METADATA_FILE).exists()]
+        if missing:
+            cls.write_all(missing, topic_id)
+        return missing
+
     def read(self) -> str:
         """The topic id; KafkaStorageError (Kafka's wording) if the file is missing or malformed."""
         location = str(self.path.absolute())

@@ -40,12 +40,20 @@ from .layout import (
     REPLICATION_OFFSET_CHECKPOINT,
     deleted_dir_name,
 )
-from .log_loading import PartitionStart, ensure_meta_properties, open_logs, read_log_dir, scan_partition_dirs
+from .log_loading import (
+    PartitionStart,
+    close_logs,
+    ensure_meta_properties,
+    open_logs,
+    read_log_dir,
+    scan_partition_dirs,
+)
 from .logdir import (
     CleanShutdownFile,
     DeferredPartitionMetadata,
     LogDirLock,
     MetaProperties,
+    PartitionMetadataFile,
     has_collision_chars,
     new_uuid,
     unify_collision_chars,
@@ -181,6 +189,8 @@ class LogManager:
             resolution = resolve_topic(topic, stored, self.cluster_metadata, [path for _, path in parts], partitions)
             if resolution.state != stored:
                 changed[topic] = resolution.state
+            if resolution.state.origin == ORIGIN_KAFKALOG:  # kafkalog's own topic: its id is known, so heal
+                _write_missing_metadata(topic, [path for _, path in parts], resolution.state.topic_id)
             if resolution.state.origin == ORIGIN_UNKNOWN and topic not in INTERNAL_TOPIC_CONFIGS:
                 self._unconfirmed[topic] = resolution.reason or "its configs are unknown"  # internal: compacted
         if changed:
@@ -302,11 +312,7 @@ class LogManager:
                 self.cleaner.shutdown()
             if self._owns_scheduler:
                 self.scheduler.shutdown()
-            for log_obj in self._logs.values():
-                try:
-                    log_obj.close()
-                except KafkaStorageError as e:  # its dir is offline now (no marker, no checkpoint); go on
-                    log.warning("Error while closing %s: %s", log_obj, e)
+            close_logs(self._logs, self._dir_of, int(self.broker.num_recovery_threads_per_data_dir))
             self.checkpoint_recovery_points()
             self.checkpoint_log_start_offsets()
             self.checkpoint_high_watermarks()
@@ -756,3 +762,14 @@ def _broker_config(config, log_dirs) -> BrokerConfig:
         dirs = [log_dirs] if isinstance(log_dirs, str | Path) else list(log_dirs)
         values["log.dirs"] = ",".join(str(d) for d in dirs)
     return BrokerConfig(values)
+
+
+def _write_missing_metadata(topic: str, partition_dirs: list[Path], topic_id: str) -> None:
+    """partition.metadata for the partitions of ``topic`` that lack it (its deferred write cut short by a crash)."""
+    try:
+        written = PartitionMetadataFile.write_missing(partition_dirs, topic_id)
+    except KafkaStorageError as e:  # its dir is failing: loading it takes it offline
+        log.error("Could not write the missing partition.metadata of topic %s: %s", topic, e)
+        return
+    if written:
+        log.info("Wrote the missing partition.metadata of %s", ", ".join(d.name for d in written))

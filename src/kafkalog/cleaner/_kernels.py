@@ -36,13 +36,23 @@ def _uvarint_size_of_zz32(v):
 @njit(cache=True, nogil=True)
 def walk_records(
     arena, sec_start, sec_end, counts, base_offset, base_ts, append_ts, use_append_ts,
-    rec_start, tail_start, rec_end, offsets, timestamps, key_pos, key_len, val_len, keys_only,
+    rec_start, tail_start, rec_end, offsets, timestamps, key_pos, key_len, val_len, keys_only, hash_from, digests,
 ):  # fmt: skip
     """Walk every record of every section; fill the per-record arrays. Returns (code, batch, record).
 
     ``keys_only`` (the map pass): every record is still read in full (DefaultRecord.readFrom's checks), but only
     ``offsets``, ``key_pos`` and ``key_len`` are filled: storing the other fields costs more than reading them.
+    With ``keys_only`` and a non-empty ``digests``, each key a put takes (keyed, at or after ``hash_from``) is
+    hashed as the walk reads it: its MD5 into ``digests[16 * r:]``, as SkimpyOffsetMap.digest_records makes it
+    (hashing a run apart reads every key again, after the walk has moved megabytes past it).
     """
+    hashing = keys_only and digests.shape[0] > 0
+    words = np.empty(16 * MD5_LANES, np.uint32)
+    state = np.empty(4 * MD5_LANES, np.uint32)
+    queued = np.empty(MD5_LANES, np.int64)
+    longer = np.empty(offsets.shape[0] if hashing else 0, np.int64)
+    n_queued = 0
+    n_long = 0
     r = 0
     for b in range(sec_start.shape[0]):
         pos = sec_start[b]
@@ -54,7 +64,8 @@ def walk_records(
             code, pos, tsd, od, kp, kl, _vp, vl, _hp, _hc = _read_record(arena, pos, end)
             if code != OK:
                 return code, b, i
-            offsets[r] = base_offset[b] + od
+            o = base_offset[b] + od
+            offsets[r] = o
             key_pos[r] = kp
             key_len[r] = kl
             if not keys_only:
@@ -64,40 +75,7 @@ def walk_records(
                 rec_end[r] = pos
                 timestamps[r] = append_ts[b] if use_append_ts[b] else base_ts[b] + tsd
                 val_len[r] = vl
-            r += 1
-        if pos != end:
-            return ERR_REMAINING, b, counts[b]
-    return OK, 0, 0
-
-
-@njit(cache=True, nogil=True)
-def walk_keys_and_hash(arena, sec_start, sec_end, counts, base_offset, offsets, key_pos, key_len, start_offset,
-                       digests):  # fmt: skip
-    """walk_records with ``keys_only`` (the map pass), hashing each key a put takes (keyed, at or after
-    ``start_offset``) as the walk reads it: its MD5 into ``digests[16 * r:]``, as SkimpyOffsetMap.digest_records
-    makes it. Hashing a run apart reads every key again, after the walk has moved megabytes past it. Returns (code,
-    batch, record)."""
-    words = np.empty(16 * MD5_LANES, np.uint32)
-    state = np.empty(4 * MD5_LANES, np.uint32)
-    queued = np.empty(MD5_LANES, np.int64)
-    longer = np.empty(offsets.shape[0], np.int64)
-    n_queued = 0
-    n_long = 0
-    r = 0
-    for b in range(sec_start.shape[0]):
-        pos = sec_start[b]
-        end = sec_end[b]
-        for i in range(counts[b]):
-            if pos >= end:
-                return ERR_PREMATURE_EOF, b, i
-            code, pos, _tsd, od, kp, kl, _vp, _vl, _hp, _hc = _read_record(arena, pos, end)
-            if code != OK:
-                return code, b, i
-            o = base_offset[b] + od
-            offsets[r] = o
-            key_pos[r] = kp
-            key_len[r] = kl
-            if kl >= 0 and o >= start_offset:
+            elif hashing and kl >= 0 and o >= hash_from:
                 if kl < MD5_ONE_BLOCK:
                     md5_load_block(arena, kp, kl, 0, words, n_queued)
                     queued[n_queued] = r

@@ -78,7 +78,7 @@ def decode(batches: list[RecordBatch]) -> Records:
     append = np.fromiter((bool(b.attributes & 0x08) for b in batches), np.bool_, nb)
     out = [np.empty(n, np.int64) for _ in range(8)]
     code, bi, ri = kernels.walk_records(arena, starts, ends, counts, base_offset, base_ts, max_ts, append, *out,
-                                        False)  # fmt: skip
+                                        False, 0, NO_DIGESTS)  # fmt: skip
     if code != kernels.OK:
         bad = batches[bi]
         raise bad.invalid_record(
@@ -105,6 +105,7 @@ def batch_runs(view, start: int, end: int, max_run: int):
 
 
 NO_MARKS = np.zeros(0, np.uint8)
+NO_DIGESTS = np.zeros(0, np.uint8)  # walk_records without hashing
 
 
 # Runs of plain batches read ahead of the one being put in the map or written, each walked (and prepared) by one of
@@ -428,21 +429,18 @@ def walk_keys(run: PlainRun, hash_from: int | None = None) -> Records | None:
     """The map pass's walk of a run of plain batches into its scratch arrays: every record read in full, only the
     offsets and keys kept (_kernels.walk_records, keys only); None on a malformed record (the reference path
     raises). With ``hash_from``, the keys a put takes (keyed, at or after that offset) are hashed as the walk reads
-    them (walk_keys_and_hash), into the run's scratch digests: SkimpyOffsetMap.digest_records's, for put_digests."""
+    them, into the run's scratch digests: SkimpyOffsetMap.digest_records's, for put_digests."""
     hdr, nb = run.hdr, run.batches
     counts = hdr[kernels.H_COUNT, :nb]
     n = int(counts.sum())
     starts = hdr[kernels.H_POS, :nb] + RECORDS_OFFSET
     ends = hdr[kernels.H_POS, :nb] + hdr[kernels.H_SIZE, :nb]
     out = run.scratch.record_arrays(n)
-    if hash_from is None:
-        append = (hdr[kernels.H_ATTR, :nb] & 0x08) != 0
-        code, _, _ = kernels.walk_records(run.arena, starts, ends, counts, hdr[kernels.H_BASE, :nb],
-                                          hdr[kernels.H_BASE_TS, :nb], hdr[kernels.H_MAX_TS, :nb], append, *out,
-                                          True)  # fmt: skip
-    else:
-        code, _, _ = kernels.walk_keys_and_hash(run.arena, starts, ends, counts, hdr[kernels.H_BASE, :nb], out[3],
-                                                out[5], out[6], hash_from, run.scratch.digest_array(n))  # fmt: skip
+    digests = NO_DIGESTS if hash_from is None else run.scratch.digest_array(n)
+    append = (hdr[kernels.H_ATTR, :nb] & 0x08) != 0
+    code, _, _ = kernels.walk_records(run.arena, starts, ends, counts, hdr[kernels.H_BASE, :nb],
+                                      hdr[kernels.H_BASE_TS, :nb], hdr[kernels.H_MAX_TS, :nb], append, *out, True,
+                                      hash_from or 0, digests)  # fmt: skip
     if code != kernels.OK:
         return None
     first = np.zeros(nb + 1, np.int64)

@@ -16,7 +16,7 @@ import numpy as np
 
 from ..errors import KafkaStorageError
 from ..record.batch import RecordBatch
-from ..record.builder import assemble_batch
+from ..record.builder import assemble_batch, producer_fields
 from ..record.legacy import LegacyBatch
 from ..record.legacy_builder import build_legacy
 from ..record.types import NO_TIMESTAMP, TimestampType
@@ -232,11 +232,6 @@ def _reassemble(batch: RecordBatch, section: bytes, **fields: Any) -> bytes:
         last_offset_delta=batch.last_offset_delta,
         base_offset=batch.base_offset,
         timestamp_type=batch.timestamp_type_id,
-        producer_id=batch.producer_id,
-        producer_epoch=batch.producer_epoch,
-        base_sequence=batch.base_sequence,
-        is_transactional=batch.is_transactional,
-        is_control=batch.is_control,
-        partition_leader_epoch=batch.partition_leader_epoch,
+        **producer_fields(batch),
         **fields,
     )

@@ -12,6 +12,7 @@ from __future__ import annotations
 import enum
 import logging
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from ..errors import UnknownTopicOrPartitionError
@@ -31,6 +32,29 @@ def partition_for(key: str, partitions: int) -> int:
     """Kafka's partitionFor: ``Utils.abs(key.hashCode) % partitions`` (Utils.abs(MIN_VALUE) == 0)."""
     h = java_string_hash(key)
     return (0 if h == -(1 << 31) else abs(h)) % partitions
+
+
+@dataclass(frozen=True)
+class InternalTopic:
+    """A coordinator's internal topic: its name, and how Kafka's errors name it and its replication-factor config."""
+
+    name: str
+    description: str  # as Kafka's error message names it: "offsets topic", "transactions state topic"
+    replication_factor_config: str
+
+    def too_few_brokers(self, alive: int, replication_factor: int) -> str:
+        """Kafka's message when the topic cannot be created because fewer brokers are alive than its replicas."""
+        return (
+            f"Number of alive brokers '{alive}' does not meet the required replication factor '{replication_factor}' "
+            f"for the {self.description} (configured via '{self.replication_factor_config}'). This error can be "
+            "ignored if the cluster is starting up and not all brokers are up yet."
+        )
+
+
+OFFSETS = InternalTopic("__consumer_offsets", "offsets topic", "offsets.topic.replication.factor")
+TRANSACTION_STATE = InternalTopic(
+    "__transaction_state", "transactions state topic", "transaction.state.log.replication.factor"
+)
 
 
 class Coordination(enum.Enum):
@@ -65,9 +89,7 @@ class InternalTopicMixin(ABC):
     ``_drop_partition``.
     """
 
-    TOPIC: ClassVar[str]
-    TOPIC_DESCRIPTION: ClassVar[str]  # as Kafka's error message names it: "offsets topic", ...
-    REPLICATION_FACTOR_CONFIG: ClassVar[str]
+    INTERNAL_TOPIC: ClassVar[InternalTopic]
     LOG: ClassVar[logging.Logger]
 
     def __init__(self, log_manager: Any, config: Any, clock: Any, scheduler: Any) -> None:
@@ -102,7 +124,7 @@ class InternalTopicMixin(ABC):
     def internal_topic_partitions(self) -> list[int] | None:
         """The partitions of the internal topic present here, None when the topic does not exist."""
         try:
-            return [p.partition for p in self.log_manager.describe_topic(self.TOPIC).partitions]
+            return [p.partition for p in self.log_manager.describe_topic(self.INTERNAL_TOPIC.name).partitions]
         except UnknownTopicOrPartitionError:
             return None
 
@@ -125,21 +147,14 @@ class InternalTopicMixin(ABC):
             return True
         partitions, replication_factor, configs = self._internal_topic_settings()
         if replication_factor != 1:
-            self.LOG.error(
-                "Number of alive brokers '1' does not meet the required replication factor '%d' for the %s "
-                "(configured via '%s'). This error can be ignored if the cluster is starting up and not all brokers "
-                "are up yet.",
-                replication_factor,
-                self.TOPIC_DESCRIPTION,
-                self.REPLICATION_FACTOR_CONFIG,
-            )
+            self.LOG.error("%s", self.INTERNAL_TOPIC.too_few_brokers(1, replication_factor))
             return False
         try:
-            self.log_manager.create_topic(self.TOPIC, partitions, configs)
-            self.LOG.info("Created internal topic %s with %d partitions", self.TOPIC, partitions)
+            self.log_manager.create_topic(self.INTERNAL_TOPIC.name, partitions, configs)
+            self.LOG.info("Created internal topic %s with %d partitions", self.INTERNAL_TOPIC.name, partitions)
         except Exception as e:  # a concurrent creation is fine; anything else is the client's retriable error
             if self.internal_topic_partitions() is None:
-                self.LOG.warning("Creation of %s failed: %s", self.TOPIC, e)
+                self.LOG.warning("Creation of %s failed: %s", self.INTERNAL_TOPIC.name, e)
                 return False
         return True
 
@@ -181,7 +196,7 @@ class InternalTopicMixin(ABC):
         if partition in self.owned:
             self.owned.discard(partition)
             self._drop_partition(partition)
-            self.LOG.info("Resigned as the coordinator of %s-%d", self.TOPIC, partition)
+            self.LOG.info("Resigned as the coordinator of %s-%d", self.INTERNAL_TOPIC.name, partition)
 
     def begin_loading(self, partition: int) -> None:
         """This broker became the leader of ``partition``: its keys answer COORDINATOR_LOAD_IN_PROGRESS until

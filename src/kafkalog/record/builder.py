@@ -25,6 +25,7 @@ from .batch import (
     MAX_RECORD_OVERHEAD,
     RECORDS_OFFSET,
     TRANSACTIONAL_MASK,
+    RecordBatch,
 )
 from .checksums import crc32c
 from .types import (
@@ -261,13 +262,8 @@ class RecordBatchBuilder:
             compression_type=self.compression_type,
             compression_level=self.compression_level,
             timestamp_type=self.timestamp_type,
-            producer_id=self.producer_id,
-            producer_epoch=self.producer_epoch,
-            base_sequence=self.base_sequence,
-            is_transactional=self.is_transactional,
-            is_control=self.is_control,
             has_delete_horizon=self.delete_horizon_ms is not None,
-            partition_leader_epoch=self.partition_leader_epoch,
+            **producer_fields(self),
         )
 
 
@@ -299,6 +295,19 @@ def _check_headers(headers: Iterable[Header]) -> tuple[Header, ...]:
             raise TypeError(f"header value must be bytes or None, not {type(hvalue).__name__}")
         out.append((hkey, hvalue))
     return tuple(out)
+
+
+def producer_fields(source: RecordBatch | RecordBatchBuilder) -> dict[str, Any]:
+    """The producer, transaction and leader-epoch fields of a batch (or of a builder) as assemble_batch takes them:
+    what a batch rebuilt around new records keeps of the one it replaces."""
+    return {
+        "producer_id": source.producer_id,
+        "producer_epoch": source.producer_epoch,
+        "base_sequence": source.base_sequence,
+        "is_transactional": source.is_transactional,
+        "is_control": source.is_control,
+        "partition_leader_epoch": source.partition_leader_epoch,
+    }
 
 
 def assemble_batch(

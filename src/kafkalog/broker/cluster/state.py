@@ -7,11 +7,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...coordinator.internal_topic import OFFSETS, TRANSACTION_STATE
 from ...manager import TopicPartition
 from . import zkdata as zk
 
-OFFSETS_TOPIC = "__consumer_offsets"
-TRANSACTION_STATE_TOPIC = "__transaction_state"
+OFFSETS_TOPIC = OFFSETS.name
+TRANSACTION_STATE_TOPIC = TRANSACTION_STATE.name
 
 
 def int_property(props: Mapping[str, Any], key: str, default: int) -> int:

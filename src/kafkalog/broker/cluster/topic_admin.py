@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import time
 
+from ...coordinator.internal_topic import OFFSETS, InternalTopic
 from ...errors import (
     CoordinatorNotAvailableError,
     InvalidReplicationFactorError,
@@ -21,7 +22,7 @@ from ...manager import TopicPartition
 from ...storage.config import LogConfig
 from . import zkdata as zk
 from .assignment import assign_replicas
-from .state import OFFSETS_TOPIC, ClusterView
+from .state import ClusterView
 from .zk_node import ZkNode, log
 
 
@@ -110,30 +111,24 @@ class TopicAdminMixin(ZkNode):
 
     # ----- the coordinators' internal topics (Kafka's AutoTopicCreationManager for FindCoordinator) ------------
     async def ensure_internal_topic(
-        self, name: str, partitions: int, replication_factor: int, config: dict[str, str], rf_config: str, what: str
+        self, topic: InternalTopic, partitions: int, replication_factor: int, config: dict[str, str]
     ) -> None:
         """Create a coordinator's internal topic in ZooKeeper on first use: refused with CoordinatorNotAvailableError
-        while fewer brokers are alive than its replication factor (``rf_config``; Kafka's message names the
-        ``what`` topic); returns once every partition has a leader state."""
-        if name in self.view.topics:
+        (Kafka's message) while fewer brokers are alive than its replication factor; returns once every partition
+        has a leader state."""
+        if topic.name in self.view.topics:
             return
         brokers = await asyncio.to_thread(self.zk.get_children, zk.BROKER_IDS)
         if len(brokers) < replication_factor:
-            raise CoordinatorNotAvailableError(
-                f"Number of alive brokers '{len(brokers)}' does not meet the required replication factor "
-                f"'{replication_factor}' for the {what} topic (configured via '{rf_config}'). This error can be "
-                "ignored if the cluster is starting up and not all brokers are up yet."
-            )
+            raise CoordinatorNotAvailableError(topic.too_few_brokers(len(brokers), replication_factor))
         with contextlib.suppress(TopicExistsError):
-            await self.create_topic(name, partitions, replication_factor, config, False)
-            log.info("[Broker %d] created internal topic %s with %d partitions", self.broker_id, name, partitions)
-        await self.wait_for_topic(name)
+            await self.create_topic(topic.name, partitions, replication_factor, config, False)
+            log.info("[Broker %d] created internal topic %s with %d partitions", self.broker_id, topic.name, partitions)
+        await self.wait_for_topic(topic.name)
 
     async def ensure_offsets_topic(self, num_partitions: int, replication_factor: int, config: dict[str, str]) -> None:
         """Create __consumer_offsets on first use (the group coordinator's FindCoordinator)."""
-        await self.ensure_internal_topic(
-            OFFSETS_TOPIC, num_partitions, replication_factor, config, "offsets.topic.replication.factor", "offsets"
-        )
+        await self.ensure_internal_topic(OFFSETS, num_partitions, replication_factor, config)
 
     # ----- partitions added to a topic (Kafka's AdminZkClient.addPartitions) -------------------------------------
     async def create_partitions(

@@ -24,6 +24,7 @@ import logging
 import struct
 from typing import Any
 
+from ...coordinator.internal_topic import TRANSACTION_STATE
 from ...coordinator.transaction import TRANSACTION_STATE_TOPIC_NAME
 from ...coordinator.transaction.coordinator import MarkerSend
 from ...errors import (
@@ -81,12 +82,7 @@ class TransactionCluster:
     # ----- the state topic and who coordinates an id -----------------------------------------------------
     async def ensure_state_topic(self) -> None:
         await self.node.ensure_internal_topic(
-            TRANSACTION_STATE_TOPIC_NAME,
-            self.num_partitions,
-            self.replication_factor,
-            self.topic_config,
-            "transaction.state.log.replication.factor",
-            "transactions state",
+            TRANSACTION_STATE, self.num_partitions, self.replication_factor, self.topic_config
         )
         self.refresh_partition_count()
 

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from ...manager import TopicPartition
 from ...record.builder import RecordBatchBuilder
 from ...storage.producer_state import AppendOrigin
-from ..internal_topic import InternalTopicMixin
+from ..internal_topic import OFFSETS, InternalTopicMixin
 from . import records as rec
 from .config import GroupCoordinatorConfig
 from .consumer_group import ConsumerGroup
@@ -24,7 +24,7 @@ from .group import ClassicGroup, GroupState, OffsetAndMetadata
 
 log = logging.getLogger("org.apache.kafka.coordinator.group.GroupCoordinatorService")
 
-GROUP_METADATA_TOPIC_NAME = "__consumer_offsets"
+GROUP_METADATA_TOPIC_NAME = OFFSETS.name
 UNKNOWN_MEMBER_ID = ""
 NO_GENERATION = -1
 EMPTY, PREPARING, COMPLETING, STABLE, DEAD = (
@@ -44,9 +44,7 @@ class GroupMetadataManager(InternalTopicMixin):
     ``groups``; a group id is either a classic group with members or a consumer group, never both.
     """
 
-    TOPIC = GROUP_METADATA_TOPIC_NAME
-    TOPIC_DESCRIPTION = "offsets topic"
-    REPLICATION_FACTOR_CONFIG = "offsets.topic.replication.factor"
+    INTERNAL_TOPIC = OFFSETS
     LOG = log
 
     config: GroupCoordinatorConfig

@@ -17,7 +17,7 @@ from ...manager import TopicPartition
 from ...partition import LOG_END
 from ...record.builder import RecordBatchBuilder
 from ...storage.producer_state import AppendOrigin
-from ..internal_topic import InternalTopicMixin
+from ..internal_topic import TRANSACTION_STATE, InternalTopicMixin
 from . import records as rec
 from .config import TransactionCoordinatorConfig
 from .errors import Errors, append_error
@@ -26,7 +26,7 @@ from .state import TransactionState
 
 log = logging.getLogger("kafka.coordinator.transaction.TransactionCoordinator")
 
-TRANSACTION_STATE_TOPIC_NAME = "__transaction_state"
+TRANSACTION_STATE_TOPIC_NAME = TRANSACTION_STATE.name
 S = TransactionState
 MarkerListener = Callable[[TopicPartition, int, bool], None]
 
@@ -39,9 +39,7 @@ class TransactionStateManager(InternalTopicMixin):
     ``pending_state`` CompleteCommit/CompleteAbort and an entry in ``_unsent``.
     """
 
-    TOPIC = TRANSACTION_STATE_TOPIC_NAME
-    TOPIC_DESCRIPTION = "transactions state topic"
-    REPLICATION_FACTOR_CONFIG = "transaction.state.log.replication.factor"
+    INTERNAL_TOPIC = TRANSACTION_STATE
     LOG = log
 
     config: TransactionCoordinatorConfig
