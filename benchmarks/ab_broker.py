@@ -16,6 +16,8 @@ the creations' total time.
 (a fresh ``NUMBA_CACHE_DIR`` per round, the record kernels compiled into it before the broker starts): a compacted
 topic gets ``--keyed`` keyed records over small segments, then ApiVersions round trips run for ``--window`` s
 while the cleaner compiles its kernels and cleans.
+``--latency --create-during N`` adds another client creating N topics of ``--partitions`` partitions from 2 s
+into each run (a shape beside the goal's: the goal's load with some admin work).
 ``--a-producer``/``--b-producer`` (JSON) give each side's paced producer more arguments, to A/B the harness
 itself on one tree: ``python -m benchmarks.ab_broker HEAD HEAD --latency --a-producer '{"pacing": "spin"}'``.
 """
@@ -28,6 +30,7 @@ import statistics
 import subprocess
 import sys
 import tarfile
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -104,12 +107,26 @@ def _latency_round(tree: Path, work: Path, args: argparse.Namespace, producer: d
     with brokertools.BrokerProcess(work / "logs", {"num.partitions": "1"}) as server:
         for i in range(args.repeat):
             _create_topic(server.bootstrap, f"latency-{i}", 1)
+            creator = None
+            if args.create_during:  # another client's admin work meanwhile: topics made from 2 s in
+                creator = threading.Timer(2.0, _create_topics, (server.bootstrap, f"side-{i}", args))
+                creator.start()
             runs.append(_e2e_latency_at(server.bootstrap, f"latency-{i}", args.rate, args.seconds, producer))
+            if creator is not None:
+                creator.join()
     out = {f"{key[:-3]} ms": statistics.median(r[key] for r in runs) for key in ("p50_ms", "p99_ms", "p999_ms")}
     out["max ms"] = max(r["max_ms"] for r in runs)
     out["producer behind ms"] = max(r["producer_max_behind_ms"] for r in runs)
     out["lost"] = sum(r["sent"] - r["records"] for r in runs)
     return out
+
+
+def _create_topics(bootstrap: str, prefix: str, args: argparse.Namespace) -> None:
+    """``args.create_during`` topics of ``args.partitions`` partitions, one after another."""
+    from .bench_broker import _create_topic
+
+    for j in range(args.create_during):
+        _create_topic(bootstrap, f"{prefix}-{j}", args.partitions)
 
 
 def _create_stall_round(tree: Path, work: Path, args: argparse.Namespace) -> dict[str, float]:
@@ -250,6 +267,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cleaner-stall", action="store_true", help="only: other clients' delay at the first clean")
     parser.add_argument("--keyed", type=int, default=20_000, help="--cleaner-stall: keyed records produced")
     parser.add_argument("--window", type=float, default=60.0, help="--cleaner-stall: seconds of round trips")
+    parser.add_argument("--create-during", type=int, default=0, help="--latency: topics another client creates")
     parser.add_argument("--a-producer", type=json.loads, default={}, help="--latency: paced producer args of A")
     parser.add_argument("--b-producer", type=json.loads, default={}, help="--latency: paced producer args of B")
     args = parser.parse_args(argv)

@@ -57,7 +57,9 @@ alternating rounds: benchmarks/ab_broker.py, figures in results/broker-ab.json):
   sends; p99 stays 50-150 ms and swings 2-10x between rounds of the same code. The broker alone (both sides
   with the sleeping producer, session start vs end, 6 rounds each, two runs) gave p99 B/A 1.28 and 0.39, each
   side winning 3 of 6 rounds in the second: no steady-state change beyond the noise, as expected, since the
-  causes removed are one-off stalls (results/latency-ab-broker-only*.json).
+  causes removed are one-off stalls (results/latency-ab-broker-only*.json). With another client creating 3 topics
+  of 50 partitions during each 10 s run (``--latency --create-during 3``), p99 went 269 -> 61 ms (medians of 6
+  alternating rounds, the new broker ahead in all 6; results/latency-ab-create-during.json).
 
 Changes measured (B/A, medians of 3 alternating rounds; CPU per GB from /proc, so 10 ms ticks): stream reader
 limit 1 MiB (CPU/GB produced 0.84-0.88x); numba loaded at startup (first produce 958 -> 49 ms); no quota

@@ -23,7 +23,7 @@ from ..partition import readonly as logfiles
 from ..record.batch import HEADER_SIZE_UP_TO_MAGIC
 from ..record.scan import batch_size_at
 from ..storage.config import LogConfig
-from ..storage.retention import plan_retention
+from ..storage.retention import plan_topic_retention
 from ..topic_store import TopicConfigStore
 
 EXPORT_STATE_FILE = "_kafkalog_offsets.json"
@@ -411,17 +411,15 @@ class _ReportSegment:
 
 
 def _retention_doomed(segs: list, part: logfiles.PartitionDir, config: LogConfig, now: int) -> list:
-    """The segments a retention check at ``now`` deletes (``storage.retention.plan_retention``: the log start,
-    size and time rules, the active segment included when every segment goes)."""
+    """The segments a retention check at ``now`` deletes (``storage.retention.plan_topic_retention``: the log
+    start, size and time rules, the active segment included when every segment goes)."""
     offsets = _partition_offsets(part)
-    plan = plan_retention(
+    plan = plan_topic_retention(
         [_ReportSegment(r, part.directory) for r in segs],
+        config,
         log_start_offset=offsets.log_start,
         log_end_offset=offsets.log_end,
         high_watermark=offsets.latest,
-        delete_policy=config.delete,
-        retention_bytes=config.retention_bytes,
-        retention_ms=config.retention_ms,
         now_ms=now,
     )
     return [segs[d.index] for d in plan.deletions]

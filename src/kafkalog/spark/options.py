@@ -10,6 +10,7 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 from pyspark.sql.types import (
     ArrayType,
@@ -221,8 +222,10 @@ def format_partitions(tps) -> str:
 
 @dataclass(frozen=True)
 class _RangeEnd:
-    """The options of one end of a batch query's range, and the offset Spark refuses there."""
+    """The options of one end of a batch query's range, the offset Spark refuses there, and the ReadOptions
+    fields the end fills (``field``, ``field``_timestamp, ``field``_by_timestamp)."""
 
+    field: str
     timestamp: str
     by_timestamp: str
     offsets: str
@@ -234,23 +237,31 @@ class _RangeEnd:
 
 
 _STARTING = _RangeEnd(
-    "startingTimestamp", "startingOffsetsByTimestamp", "startingOffsets", "earliest", "latest", LATEST,
+    "starting", "startingTimestamp", "startingOffsetsByTimestamp", "startingOffsets", "earliest", "latest", LATEST,
     "starting offset", "startingOffsets",
 )  # fmt: skip
 _ENDING = _RangeEnd(
-    "endingTimestamp", "endingOffsetsByTimestamp", "endingOffsets", "latest", "earliest", EARLIEST,
+    "ending", "endingTimestamp", "endingOffsetsByTimestamp", "endingOffsets", "latest", "earliest", EARLIEST,
     "ending offset", "ending offset",
 )  # fmt: skip
 
 
-def _parse_limit(opts: Mapping[str, str], end: _RangeEnd) -> tuple[str | dict, int | None, dict | None]:
-    """(offsets, global timestamp, timestamps by partition) of one end of the range, with Spark's precedence
+def _limit_fields(
+    end: _RangeEnd, offsets: str | dict, timestamp: int | None = None, by_timestamp: dict | None = None
+) -> dict[str, Any]:
+    """The ReadOptions fields of one end of the range: its offsets, global timestamp and timestamps by partition."""
+    return {end.field: offsets, f"{end.field}_timestamp": timestamp, f"{end.field}_by_timestamp": by_timestamp}
+
+
+def _parse_limit(opts: Mapping[str, str], end: _RangeEnd) -> dict[str, Any]:
+    """The ReadOptions fields of one end of the range (``_limit_fields``), with Spark's precedence
     (KafkaSourceProvider.getKafkaOffsetRangeLimit): the global timestamp, then the one by partition, then
     the offsets; the options that do not apply are not looked at. validateBatchOptions' checks and wording."""
     if end.timestamp.lower() in opts:
-        return end.default, _parse_timestamp(end.timestamp, opts[end.timestamp.lower()]), None
+        return _limit_fields(end, end.default, timestamp=_parse_timestamp(end.timestamp, opts[end.timestamp.lower()]))
     if end.by_timestamp.lower() in opts:
-        return end.default, None, _parse_timestamps(end.by_timestamp, opts[end.by_timestamp.lower()])
+        by_timestamp = _parse_timestamps(end.by_timestamp, opts[end.by_timestamp.lower()])
+        return _limit_fields(end, end.default, by_timestamp=by_timestamp)
     offsets = parse_offsets(end.offsets, opts.get(end.offsets.lower(), end.default))
     if offsets == end.refused:
         raise InvalidConfigurationError(f"{end.whole} can't be {end.refused} for batch queries on kafkalog")
@@ -260,11 +271,21 @@ def _parse_limit(opts: Mapping[str, str], end: _RangeEnd) -> tuple[str | dict, i
                 raise InvalidConfigurationError(
                     f"{end.per_partition} for {topic}-{partition} can't be {end.refused} for batch queries on kafkalog"
                 )
-    return offsets, None, None
+    return _limit_fields(end, offsets)
 
 
-def _parse_strategy(opts: Mapping[str, str]) -> tuple[str, tuple[str, ...], str, tuple[tuple[str, int], ...]]:
-    """(strategy, topics, pattern, assignment) from exactly one of assign, subscribe, subscribePattern."""
+class _Subscription(NamedTuple):
+    """Which topic-partitions a query reads (Spark's ConsumerStrategy): the option given, and its topics,
+    pattern or assignment; the ReadOptions fields of the same names."""
+
+    strategy: str
+    topics: tuple[str, ...] = ()
+    pattern: str = ""
+    assign: tuple[tuple[str, int], ...] = ()
+
+
+def _parse_strategy(opts: Mapping[str, str]) -> _Subscription:
+    """The subscription from exactly one of assign, subscribe, subscribePattern."""
     given = [s for s in STRATEGY_OPTIONS if s.lower() in opts]
     if not given:
         raise InvalidConfigurationError(
@@ -278,16 +299,14 @@ def _parse_strategy(opts: Mapping[str, str]) -> tuple[str, tuple[str, ...], str,
         )
     strategy = given[0]
     value = opts[strategy.lower()]
-    topics: tuple[str, ...] = ()
-    pattern = ""
-    assign: tuple[tuple[str, int], ...] = ()
     if strategy == "subscribe":
         topics = tuple(dict.fromkeys(t.strip() for t in value.split(",") if t.strip()))
         if not topics:
             raise InvalidConfigurationError(
                 f"No topics to subscribe to as specified value for option 'subscribe' is '{value}'"
             )
-    elif strategy == "subscribePattern":
+        return _Subscription(strategy, topics=topics)
+    if strategy == "subscribePattern":
         pattern = value.strip()
         if not pattern:
             raise InvalidConfigurationError(
@@ -299,10 +318,8 @@ def _parse_strategy(opts: Mapping[str, str]) -> tuple[str, tuple[str, ...], str,
             raise InvalidConfigurationError(
                 f"Option 'subscribePattern' is not a valid regex '{pattern}': {e}"
             ) from None
-    else:
-        assign = _parse_assign(value)
-
-    return strategy, topics, pattern, assign
+        return _Subscription(strategy, pattern=pattern)
+    return _Subscription(strategy, assign=_parse_assign(value))
 
 
 def _check_timestamp_limits(starting: dict[tuple[str, int], int], ending: dict[tuple[str, int], int]) -> None:
@@ -335,7 +352,7 @@ def parse_options(options: Mapping[str, str]) -> ReadOptions:
             f"Invalid value {isolation} for option 'kafka.isolation.level': it must be one of "
             f"{', '.join(ISOLATION_LEVELS)}"
         )
-    strategy, topics, pattern, assign = _parse_strategy(opts)
+    subscription = _parse_strategy(opts)
 
     timestamp_strategy = opts.get("startingoffsetsbytimestampstrategy", "error").strip().lower()
     if timestamp_strategy not in TIMESTAMP_STRATEGIES:
@@ -343,24 +360,17 @@ def parse_options(options: Mapping[str, str]) -> ReadOptions:
             f"Option 'startingOffsetsByTimestampStrategy' must be one of {', '.join(TIMESTAMP_STRATEGIES)}, "
             f"not '{opts['startingoffsetsbytimestampstrategy']}'"
         )
-    starting, starting_timestamp, starting_by_timestamp = _parse_limit(opts, _STARTING)
-    ending, ending_timestamp, ending_by_timestamp = _parse_limit(opts, _ENDING)
-    if starting_by_timestamp is not None and ending_by_timestamp is not None:
-        _check_timestamp_limits(starting_by_timestamp, ending_by_timestamp)
+    starting = _parse_limit(opts, _STARTING)
+    ending = _parse_limit(opts, _ENDING)
+    if starting["starting_by_timestamp"] is not None and ending["ending_by_timestamp"] is not None:
+        _check_timestamp_limits(starting["starting_by_timestamp"], ending["ending_by_timestamp"])
     return ReadOptions(
         paths=_paths(opts),
-        strategy=strategy,
-        topics=topics,
-        pattern=pattern,
-        assign=assign,
-        starting=starting,
-        ending=ending,
+        **subscription._asdict(),
+        **starting,
+        **ending,
         fail_on_data_loss=_bool_option(opts, "failOnDataLoss", True),
         include_headers=_bool_option(opts, "includeHeaders", False),
-        starting_timestamp=starting_timestamp,
-        starting_by_timestamp=starting_by_timestamp,
-        ending_timestamp=ending_timestamp,
-        ending_by_timestamp=ending_by_timestamp,
         timestamp_strategy=timestamp_strategy,
         min_partitions=_positive_option(opts, "minPartitions"),
         max_records_per_partition=_positive_option(opts, "maxRecordsPerPartition"),

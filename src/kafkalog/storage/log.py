@@ -43,7 +43,7 @@ from .log_append import LogAppend
 from .log_compaction import CleanerSupport
 from .producer_snapshot import sync_snapshot_if_exists
 from .producer_state import ProducerStateManager
-from .retention import RULE_LOG_START, RULE_SIZE, RULE_TIME, plan_retention
+from .retention import RULE_LOG_START, RULE_SIZE, RULE_TIME, plan_topic_retention
 from .segment import FetchDataInfo, LogOffsetMetadata, LogSegment, TimestampAndOffset
 from .segments import LogSegments
 from .txn_index import AbortedTxn
@@ -532,22 +532,20 @@ class Log(LogAppend, CleanerSupport):
     def delete_old_segments(self) -> int:
         """One retention pass (UnifiedLog.deleteOldSegments): log start, size and time rules; return segments.
 
-        The plan comes from ``storage.retention.plan_retention``; this carries it out walk by walk: roll first when
-        a walk takes every segment, move the log start offset, rename the files ``.deleted``. A closed or offline
+        The plan comes from ``storage.retention.plan_topic_retention``; this carries it out walk by walk: roll first
+        when a walk takes every segment, move the log start offset, rename the files ``.deleted``. A closed or offline
         log is left alone: a pass that took it from the manager just before its topic was deleted must not rename
         files in a directory that is going (the error would take the log dir offline)."""
         with self._lock:
             if self._closed or self._offline_reason is not None:
                 return 0
             segments = list(self.segments)
-            plan = plan_retention(
+            plan = plan_topic_retention(
                 segments,
+                self.config,
                 log_start_offset=self._log_start_offset,
                 log_end_offset=self._log_end_offset,
                 high_watermark=self._high_watermark,
-                delete_policy=self.config.delete,
-                retention_bytes=self.config.retention_bytes,
-                retention_ms=self.config.retention_ms,
                 now_ms=self.clock.milliseconds(),
             )
             deleted = 0

@@ -22,6 +22,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from .config import LogConfig
+
 RULE_LOG_START = "log-start-offset"
 RULE_SIZE = "retention.bytes"
 RULE_TIME = "retention.ms"
@@ -155,3 +157,26 @@ def plan_retention(
 
         walks.run(RULE_TIME, time)
     return plan
+
+
+def plan_topic_retention(
+    segments: Sequence[RetentionSegment],
+    config: LogConfig,
+    *,
+    log_start_offset: int,
+    log_end_offset: int,
+    high_watermark: int,
+    now_ms: int,
+) -> RetentionPlan:
+    """``plan_retention`` under a topic's configs: its cleanup.policy (``delete`` or not), retention.bytes and
+    retention.ms (what the log's own retention pass and the Spark sink's retention job both apply)."""
+    return plan_retention(
+        segments,
+        log_start_offset=log_start_offset,
+        log_end_offset=log_end_offset,
+        high_watermark=high_watermark,
+        delete_policy=config.delete,
+        retention_bytes=config.retention_bytes,
+        retention_ms=config.retention_ms,
+        now_ms=now_ms,
+    )
