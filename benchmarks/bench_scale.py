@@ -21,7 +21,9 @@ segment.index.bytes 10 MiB, num.recovery.threads.per.data.dir 1, the default flu
 7. clean restart: SIGTERM (time to exit), then start (time until the listener is up); ListOffsets of every
    partition must give its log end offset as written; unclean restart: one more record to each partition, SIGKILL
    as soon as they are acknowledged, start (recovery of the unflushed segments), ListOffsets again: nothing
-   acknowledged is lost (a process kill keeps the page cache).
+   acknowledged is lost (a process kill keeps the page cache). Both restarts then again with
+   ``tuned_recovery_threads`` recovery threads (num.recovery.threads.per.data.dir; Kafka's default is 1), which
+   open the logs at startup and close them at shutdown in parallel.
 
 A sampler reads the broker's /proc every 250 ms all through: open descriptors, memory maps, RSS, threads; the
 peaks are checked against the bounds (a bound exceeded fails the benchmark).
@@ -97,6 +99,9 @@ class ScaleParams:
     consumers: int
     calibration_partitions: int
     calibration_connections: int
+    # then the two restarts again with num.recovery.threads.per.data.dir raised, as an operator of this many
+    # partitions would (Kafka's default is 1; 0 skips them)
+    tuned_recovery_threads: int = 0
     settings: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -115,6 +120,7 @@ FULL = ScaleParams(
     consumers=2,
     calibration_partitions=500,
     calibration_connections=200,
+    tuned_recovery_threads=8,
 )
 QUICK = replace(
     FULL,
@@ -128,6 +134,7 @@ QUICK = replace(
     consumers=1,
     calibration_partitions=100,
     calibration_connections=100,
+    tuned_recovery_threads=0,
 )
 
 
@@ -552,6 +559,23 @@ def _check_offsets(server: Any, expected: dict[str, int], rounds: int) -> int:
     return len(offsets)
 
 
+def tuned_restarts(
+    server: Any, p: ScaleParams, log_dir: Path, settings: dict[str, str], expected: dict[str, int], first_round: int
+) -> tuple[Any, dict[str, Any]]:
+    """The clean and the unclean restart again with ``tuned_recovery_threads`` recovery threads (which also close
+    the logs at shutdown): the broker is restarted with them first (not timed), each restart follows a round of one
+    record per partition (rounds ``first_round`` and the next), and every partition must have every round after."""
+    tuned = settings | {"num.recovery.threads.per.data.dir": str(p.tuned_recovery_threads)}
+    topics = list(expected)
+    server, _ = _restart(server, log_dir, tuned, signal.SIGTERM)
+    out: dict[str, Any] = {"threads": p.tuned_recovery_threads}
+    for i, (kind, how) in enumerate((("clean", signal.SIGTERM), ("unclean", signal.SIGKILL))):
+        produce_everywhere(server.bootstrap, topics, p.partitions_per_topic, first_round + i, p.producers)
+        server, out[kind] = _restart(server, log_dir, tuned, how)
+        out[kind]["partitions_loaded"] = _check_offsets(server, expected, first_round + i + 1)
+    return server, out
+
+
 def run_scale(p: ScaleParams, root: Path) -> dict[str, Any]:
     """Steps 1-7 of the module docstring on a broker in ``root``; the figures, the bounds and the failures."""
     log_dir = root / "logs"
@@ -601,6 +625,8 @@ def run_scale(p: ScaleParams, root: Path) -> dict[str, Any]:
         server, unclean = _restart(server, log_dir, settings, signal.SIGKILL)
         unclean["partitions_loaded"] = _check_offsets(server, expected, 2)
         result["restart"] = {"clean": clean, "unclean": unclean}
+        if p.tuned_recovery_threads:
+            server, result["restart_tuned"] = tuned_restarts(server, p, log_dir, settings, expected, first_round=2)
         result["failures"] = check_bounds(result["peaks"], bounds, limits)
         code = server.stop(timeout=1800)
         if code != 0:
@@ -639,13 +665,15 @@ def print_scale(console: Console, r: dict[str, Any]) -> None:
     )
     table.add_row(f"consume every partition from 0 ({p['consumers']} consumers)", f"{r['consume_s']:.1f} s")
     table.add_row("raw connections still answering ApiVersions", f"{r['connections']['answering_after']:,}")
-    for kind in ("clean", "unclean"):
-        x = r["restart"][kind]
-        how = "SIGTERM" if kind == "clean" else "SIGKILL"
-        table.add_row(
-            f"restart after {how}: stop, start (partitions loaded)",
-            f"{x['stop_s']:.1f} s, {x['start_s']:.1f} s ({x['partitions_loaded']:,})",
-        )
+    restarts = [("restart", 1)] + ([("restart_tuned", r["restart_tuned"]["threads"])] if "restart_tuned" in r else [])
+    for key, threads in restarts:
+        for kind in ("clean", "unclean"):
+            x = r[key][kind]
+            how = "SIGTERM" if kind == "clean" else "SIGKILL"
+            table.add_row(
+                f"restart after {how}, {threads} recovery thread(s): stop, start (partitions loaded)",
+                f"{x['stop_s']:.1f} s, {x['start_s']:.1f} s ({x['partitions_loaded']:,})",
+            )
     console.print(table)
     b, peaks = r["bounds"], r["peaks"]
     bt = Table(title="Broker resources: peak against the bound computed before the run", caption=_formulas())
