@@ -258,3 +258,24 @@ def test_alter_client_quotas_refuses_values_the_throttle_cannot_use(broker, key,
     assert [(e.error_code, message in e.error_message) for e in response.entries] == [(42, True)]
     produce = seed_requests()[[k for k, _, _ in seed_requests()].index(0)][2]  # a valid Produce v3
     assert broker.check(produce) == "answered"
+
+
+def test_consumer_group_describe_reads_no_log(broker, monkeypatch) -> None:
+    """The fuzzer found ConsumerGroupDescribe of ten copies of a group assigned a topic of thousands of partitions
+    holding the event loop 20 s: each topic id was looked up through describe_topic, which sizes every partition's
+    log (fixed on main meanwhile by LogManager.topic_id_and_partitions; this keeps it so)."""
+    join = valid_request(APIS[68], 0)
+    join.group_id, join.member_id = "fuzz-kip848", "fuzz-member-1"
+    joined = decode_response(68, 0, _answer(broker, encode_frame(APIS[68], 0, join, 20)))
+    assert joined.error_code == 0
+
+    def sizing(name):
+        raise AssertionError(f"describe_topic({name!r}) sizes every log of the topic")
+
+    monkeypatch.setattr(broker._server.log_manager, "describe_topic", sizing)
+    describe = valid_request(APIS[69], 0)
+    describe.group_ids = ["fuzz-kip848"] * 10
+    described = decode_response(69, 0, _answer(broker, encode_frame(APIS[69], 0, describe, 21)))
+    members = [m for g in described.groups for m in g.members]
+    assert len(members) == 10 and all(m.member_id == "fuzz-member-1" for m in members)
+    assert {t.topic_name for m in members for t in m.target_assignment.topic_partitions} == {"fuzz"}

@@ -77,6 +77,9 @@ FIELD_HINTS: dict[str, Any] = {
     "v3_and_below_transactional_id": FUZZ_TXN,
     "member_id": "",
     "group_instance_id": None,
+    "instance_id": None,
+    "server_assignor": None,  # the broker's default assignor
+    "subscribed_topic_regex": None,
     "protocols.name": "range",
     # ConsumerProtocolSubscription v0 (topics ["fuzz"]) and ConsumerProtocolAssignment v0 (fuzz-0)
     "protocols.metadata": b"\0\0\0\0\0\x01\0\x04fuzz\xff\xff\xff\xff",
