@@ -105,3 +105,35 @@ def test_a_fetch_answer_waiting_to_be_sent_holds_no_descriptor_per_partition(tmp
             assert held <= 10, f"{held} descriptors held by one unsent fetch answer of {partitions} partitions"
         finally:
             greedy.close()
+
+
+def test_metadata_by_topic_id_among_many_topics(tmp_path):
+    """Metadata v12 naming topics by id (as KIP-848 consumers ask) finds the topic among many without sizing their
+    logs, and answers UNKNOWN_TOPIC_ID for an id no topic has."""
+    import uuid
+
+    from kafka.protocol.metadata import MetadataRequest
+
+    from benchmarks.bench_scale import create_topics
+    from tests.brokertools import BrokerProcess, RawClient
+
+    names = [f"by-id-{i}" for i in range(20)]
+    with BrokerProcess(tmp_path / "logs") as broker:
+        create_topics(broker.bootstrap, names, 5, 10)
+        with RawClient(broker.bootstrap) as client:
+            every = client.call(MetadataRequest(topics=None, allow_auto_topic_creation=False), 12)
+            ids = {t.name: t.topic_id for t in every.topics}
+            wanted = ids["by-id-13"]
+            unknown = uuid.uuid4()
+            T = MetadataRequest.MetadataRequestTopic
+            answer = client.call(
+                MetadataRequest(
+                    topics=[T(topic_id=wanted, name=None), T(topic_id=unknown, name=None)],
+                    allow_auto_topic_creation=False,
+                ),
+                12,
+            )
+    found, missing = answer.topics
+    assert (found.error_code, found.name, found.topic_id) == (0, "by-id-13", wanted)
+    assert sorted(p.partition_index for p in found.partitions) == [0, 1, 2, 3, 4]
+    assert (missing.error_code, missing.name) == (100, None)  # UNKNOWN_TOPIC_ID

@@ -561,7 +561,7 @@ class _TopicIds:
         self._names: dict | None = None
 
     def id_of(self, name: str):
-        return topic_uuid(self.log_manager.describe_topic(name).topic_id)
+        return topic_uuid(self.log_manager.topic_id_and_partitions(name)[0])  # no log read: every topic's, per call
 
     def name_of(self, topic_id) -> str | None:
         if self._names is None:

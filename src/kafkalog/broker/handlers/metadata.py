@@ -91,7 +91,7 @@ def _topic_by_id(broker, topic_id) -> Topic:
     UNKNOWN_TOPIC_ID."""
     for name in broker.log_manager.topics():
         try:
-            if topic_uuid(broker.log_manager.describe_topic(name).topic_id) == topic_id:
+            if topic_uuid(broker.log_manager.topic_id_and_partitions(name)[0]) == topic_id:
                 if not allowed(broker, "DESCRIBE", "TOPIC", name):
                     return Topic(
                         error_code=TOPIC_AUTHORIZATION_FAILED,

@@ -292,7 +292,7 @@ class ConsumerProtocolMixin(GroupMetadataManager):
         counts = {}
         for topic in group.subscribed_topics(topics):
             try:
-                counts[topic] = len(self.log_manager.describe_topic(topic).partitions)
+                counts[topic] = len(self.log_manager.topic_id_and_partitions(topic)[1])  # no log read, per heartbeat
             except UnknownTopicOrPartitionError:
                 continue
         return counts
@@ -392,7 +392,7 @@ class ConsumerProtocolMixin(GroupMetadataManager):
         out = {}
         for name in self.log_manager.topics():
             try:
-                out[name] = parse_uuid(self.log_manager.describe_topic(name).topic_id)
+                out[name] = parse_uuid(self.log_manager.topic_id_and_partitions(name)[0])
             except (UnknownTopicOrPartitionError, ValueError):
                 continue
         return out
