@@ -44,6 +44,7 @@ from . import common
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "restructure-ab.json"
 # The last key of a JSON path that holds a time (a cost: more is worse).
 _TIME_KEY = re.compile(r"(_s|_ms|_us)$|^(ms|us)_per_")
+_RATE_KEY = re.compile(r"per_s$|per_cpu_s")  # a rate (more is better): the same figure as its time, left out
 # Paths that are not figures of one run (lists of repeats, profiles, parameters, goals' thresholds).
 _SKIP = ("[", "profile", "/parameters", "/machine", "/goals")
 # Figures that do not run kafkalog code: the noise of the machine.
@@ -108,7 +109,7 @@ def figures(data: Any, path: str = "") -> dict[str, float]:
             out.update(figures(value, f"{path}/{key}"))
     elif isinstance(data, (int, float)) and not isinstance(data, bool):
         key = path.rsplit("/", 1)[-1]
-        if _TIME_KEY.search(key) and not any(s in path for s in _SKIP):
+        if _TIME_KEY.search(key) and not _RATE_KEY.search(key) and not any(s in path for s in _SKIP):
             out[path] = float(data)
     return out
 
@@ -136,6 +137,43 @@ def summarise(runs: dict[str, list[dict[str, float]]], old: str, new: str, thres
             }
         )
     return rows
+
+
+def _write(
+    args: argparse.Namespace,
+    argv: list[str] | None,
+    trees: dict[str, Path],
+    new: str,
+    names: list[str],
+    runs: dict[str, dict[str, list[dict[str, float]]]],
+    started: float,
+    done: int,
+) -> dict[str, Any]:
+    """Summarise the rounds done so far into ``args.out`` (rewritten after every round); the comparisons."""
+    comparisons = {
+        old: {name: summarise(runs[name], old, new, args.threshold) for name in names} for old in trees if old != new
+    }
+    result = {
+        "command": "python -m benchmarks.ab_trees " + " ".join(sys.argv[1:] if argv is None else argv),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "elapsed_s": time.time() - started,
+        "machine": common.platform_info(),
+        "load_average": os.getloadavg(),
+        "parameters": {
+            "rounds": args.rounds,
+            "rounds_done": done,
+            "quick": args.quick,
+            "clock": args.clock,
+            "threshold": args.threshold,
+            "warmup": args.warmup,
+        },
+        "new": new,
+        "comparisons": comparisons,
+        "runs": runs,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    return comparisons
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -181,30 +219,8 @@ def main(argv: list[str] | None = None) -> int:
                         f"round {rnd + 1} {name} {tree}: cpu {one['cpu_s']:.1f} s wall {one['wall_s']:.1f} s",
                         flush=True,
                     )
-    comparisons = {}
-    for old in trees:
-        if old == new:
-            continue
-        comparisons[old] = {name: summarise(runs[name], old, new, args.threshold) for name in names}
-    result = {
-        "command": "python -m benchmarks.ab_trees " + " ".join(sys.argv[1:] if argv is None else argv),
-        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "elapsed_s": time.time() - started,
-        "machine": common.platform_info(),
-        "load_average": os.getloadavg(),
-        "parameters": {
-            "rounds": args.rounds,
-            "quick": args.quick,
-            "clock": args.clock,
-            "threshold": args.threshold,
-            "warmup": args.warmup,
-        },
-        "new": new,
-        "comparisons": comparisons,
-        "runs": runs,
-    }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
+            _write(args, argv, trees, new, names, runs, started, rnd + 1)
+    comparisons = _write(args, argv, trees, new, names, runs, started, args.rounds)
     for old, per_bench in comparisons.items():
         print(f"\nnew {new} / old {old} (medians of {args.rounds} rounds, clock {args.clock})")
         for name, rows in per_bench.items():

@@ -136,7 +136,9 @@ def plan_retention(
     walks.run(RULE_LOG_START, log_start)
     if not delete_policy:
         return plan
-    log_bytes = sum(walks.size(i) for i in walks.left)
+    # The log's size only under a size limit: summing it costs a pass over every segment, which the steady
+    # check of a log without retention.bytes (the default) would pay on every pass for nothing.
+    log_bytes = sum(walks.size(i) for i in walks.left) if retention_bytes >= 0 else 0
     if retention_bytes >= 0 and log_bytes >= retention_bytes:
         excess = [log_bytes - retention_bytes]
 
