@@ -237,6 +237,7 @@ def test_keep_going_saves_each_distinct_failure_once(tmp_path, monkeypatch) -> N
     assert len(saved) == 2 and saved[1] == saved[0] + ".txt"
     assert "TypeError: a handler bug" in (tmp_path / saved[1]).read_text()
     assert (tmp_path / saved[0]).read_bytes() == b"\0" + frame
+    one_input.fuzzer.__exit__(None, None, None)
 
 
 @pytest.mark.parametrize(

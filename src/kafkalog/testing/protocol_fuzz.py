@@ -27,7 +27,6 @@ bodies behind a valid header); the atheris harness is ``fuzz/fuzz_protocol.py``,
 from __future__ import annotations
 
 import asyncio
-import atexit
 import contextlib
 import functools
 import logging
@@ -458,7 +457,6 @@ def atheris_entry(reset_every: int = 2000, keep_going: Path | None = None) -> Ca
     there as ``failure-<sha1>`` with the report beside it (``.txt``), once per distinct report, and the run goes
     on, so that one long run finds every bug instead of the first."""
     state = ProtocolFuzzer(reset_every).__enter__()
-    atexit.register(state.__exit__, None, None, None)  # libFuzzer ends the process: stop the broker, drop its dir
     seen: set[str] = set()
 
     def one_input(data: bytes) -> None:
@@ -470,6 +468,7 @@ def atheris_entry(reset_every: int = 2000, keep_going: Path | None = None) -> Ca
         except UnexpectedOutcome as e:
             _save_failure(keep_going, data, str(e), seen)
 
+    one_input.fuzzer = state  # type: ignore[attr-defined]  # libFuzzer exits without unwinding; a test closes it
     return one_input
 
 
