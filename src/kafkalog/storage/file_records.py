@@ -358,7 +358,7 @@ class FileRecords:
 
     def rename_to(self, new_path: Path) -> None:
         os.rename(self.path, new_path)
-        self.path = Path(new_path)
+        self.path = new_path if isinstance(new_path, Path) else Path(new_path)  # a Path is immutable: no copy
 
     def delete_if_exists(self) -> bool:
         self.close_handlers()

@@ -53,7 +53,7 @@ class SegmentIndexFile(ABC):
     def rename_to(self, new_path: str | os.PathLike[str]) -> None:
         """Move the file; the new path is adopted even if the move fails (an open mapping stays valid)."""
         with self._lock:
-            target = Path(new_path)
+            target = new_path if isinstance(new_path, Path) else Path(new_path)  # a Path is immutable: no copy
             try:
                 if not self.CREATED_LAZILY or self._path.exists():
                     atomic_move_with_fallback(self._path, target)

@@ -341,7 +341,7 @@ class ProducerStateManager:
                 return None
             target = path.with_name(path.name + DELETED_SUFFIX)
             try:
-                path.rename(target)
+                os.rename(path, target)  # not Path.rename: it builds one more Path, unused
             except FileNotFoundError:
                 log.info("Failed to rename producer state snapshot %s: it was already deleted", path)
                 return None

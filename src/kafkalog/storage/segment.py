@@ -551,10 +551,12 @@ class LogSegment:
             return path.with_name(name + new_suffix)
 
         self.log.rename_to(renamed(self.log.path))
-        for index, path in ((self._offset_index, self.offset_index_path()), (self._time_index, self.time_index_path())):
+        # An unopened index's path is built only when needed: a retention pass renames thousands of segments, and
+        # each Path costs microseconds.
+        for index, path_of in ((self._offset_index, self.offset_index_path), (self._time_index, self.time_index_path)):
             if index is not None:
                 index.rename_to(renamed(index.path))
-            elif path.exists():  # not opened yet: move the file itself
+            elif (path := path_of()).exists():  # not opened yet: move the file itself
                 os.rename(path, renamed(path))
         self.txn_index.rename_to(renamed(self.txn_index.path))
         base = self._suffix[: -len(old_suffix)] if old_suffix else self._suffix
