@@ -50,7 +50,10 @@ def test_settle_heap_freezes_what_is_alive_and_still_collects_later_cycles():
         del a, b
         gc.collect()
         assert gone() is None
-        assert gc.get_freeze_count() == frozen  # a later collection does not thaw anything
+        # A later collection does not thaw the frozen objects (gc.unfreeze would bring the count to 0); the count
+        # may still fall by the few frozen objects whose last reference went meanwhile (in a full test run, a
+        # cache entry replaced by another thread): refcounting frees frozen objects too.
+        assert gc.get_freeze_count() >= frozen * 0.9
         assert before.other is None
     finally:
         gc.unfreeze()

@@ -234,7 +234,12 @@ def test_create_partitions_across_brokers(cluster):
     md = cluster.metadata("grow")
     assert all(sorted(p["replicas"]) == [1, 2, 3] for p in md.values())
     assert len({p["leader"] for p in md.values()}) == 3  # the new leaders spread too
-    assert all(set(dirs) == {f"grow-{p}" for p in range(5)} for dirs in _replica_dirs(cluster, "grow").values())
+    # A new partition's ISR starts as all its replicas (as Kafka's does); each follower creates its log when it sees
+    # the assignment in ZooKeeper, which can come a moment after the metadata shows the partition.
+    everywhere = {f"grow-{p}" for p in range(5)}
+    cluster.wait_for(
+        lambda: all(set(dirs) == everywhere for dirs in _replica_dirs(cluster, "grow").values()), 30, "replica dirs"
+    )
     sent = produce(cluster.bootstrap, "grow", "g", 50)
     assert len(sent.acked) == 50, sent.failed[:5]
     # librdkafka's sticky partitioner may put 50 keyless records in only a few partitions: write to each one
