@@ -112,6 +112,50 @@ def encode_request(message, version: int, correlation_id: int = 1) -> bytes:
     return frame(message.API_KEY, version, message.encode(version=version), correlation_id)
 
 
+def fetch_request(
+    topic: str,
+    partitions: list[int],
+    *,
+    fetch_offset: int = 0,
+    partition_max_bytes: int = 1 << 20,
+    max_bytes: int = 50 << 20,
+    max_wait_ms: int = 0,
+    min_bytes: int = 0,
+):
+    """A consumer's FetchRequest (v12 fields, no fetch session) reading ``partitions`` of ``topic`` from
+    ``fetch_offset``; encode it with ``encode_request(request, version)``."""
+    from kafka.protocol.consumer import FetchRequest
+
+    T = FetchRequest.FetchTopic
+    return FetchRequest(
+        replica_id=-1,
+        max_wait_ms=max_wait_ms,
+        min_bytes=min_bytes,
+        max_bytes=max_bytes,
+        isolation_level=0,
+        session_id=0,
+        session_epoch=-1,
+        forgotten_topics_data=[],
+        rack_id="",
+        topics=[
+            T(
+                topic=topic,
+                partitions=[
+                    T.FetchPartition(
+                        partition=p,
+                        current_leader_epoch=-1,
+                        fetch_offset=fetch_offset,
+                        last_fetched_epoch=-1,
+                        log_start_offset=-1,
+                        partition_max_bytes=partition_max_bytes,
+                    )
+                    for p in partitions
+                ],
+            )
+        ],
+    )
+
+
 class RawClient:
     """One TCP connection speaking Kafka frames; responses are returned as (correlation id, body bytes)."""
 

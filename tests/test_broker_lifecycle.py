@@ -10,11 +10,10 @@ import time
 
 import pytest
 from click.testing import CliRunner
-from kafka.protocol.consumer import FetchRequest
 from kafka.protocol.metadata import ApiVersionsRequest, MetadataRequest
 from kafka.protocol.producer import ProduceRequest
 
-from brokertools import BrokerProcess, RawClient, api_versions_ok, encode_request
+from brokertools import BrokerProcess, RawClient, api_versions_ok, encode_request, fetch_request
 from kafkalog.broker.config import KafkaConfig
 from kafkalog.cli import main
 from kafkalog.errors import InvalidConfigurationError
@@ -39,32 +38,8 @@ def _produce(client, topic, value):
 
 
 def _fetch_request(topic, offset, max_wait=0, min_bytes=0, partition_max=1 << 20):
-    T = FetchRequest.FetchTopic
-    return FetchRequest(
-        replica_id=-1,
-        max_wait_ms=max_wait,
-        min_bytes=min_bytes,
-        max_bytes=50 << 20,
-        isolation_level=0,
-        session_id=0,
-        session_epoch=-1,
-        forgotten_topics_data=[],
-        rack_id="",
-        topics=[
-            T(
-                topic=topic,
-                partitions=[
-                    T.FetchPartition(
-                        partition=0,
-                        current_leader_epoch=-1,
-                        fetch_offset=offset,
-                        last_fetched_epoch=-1,
-                        log_start_offset=-1,
-                        partition_max_bytes=partition_max,
-                    )
-                ],
-            )
-        ],
+    return fetch_request(
+        topic, [0], fetch_offset=offset, partition_max_bytes=partition_max, max_wait_ms=max_wait, min_bytes=min_bytes
     )
 
 

@@ -53,10 +53,9 @@ def test_a_fetch_answer_waiting_to_be_sent_holds_no_descriptor_per_partition(tmp
     if not os.path.isdir("/proc/self/fd"):
         pytest.skip("needs /proc to count the broker's descriptors")
     from confluent_kafka import Producer
-    from kafka.protocol.consumer import FetchRequest
 
     from benchmarks.bench_scale import create_topics, proc_figures
-    from tests.brokertools import BrokerProcess, encode_request
+    from tests.brokertools import BrokerProcess, encode_request, fetch_request
 
     partitions = 300
     with BrokerProcess(tmp_path / "logs") as broker:
@@ -67,34 +66,7 @@ def test_a_fetch_answer_waiting_to_be_sent_holds_no_descriptor_per_partition(tmp
         assert producer.flush(60) == 0
         pid = broker.proc.pid
         base = proc_figures(pid, maps=False)["fds"]
-        T = FetchRequest.FetchTopic
-        fetch = FetchRequest(
-            replica_id=-1,
-            max_wait_ms=0,
-            min_bytes=0,
-            max_bytes=50 << 20,
-            isolation_level=0,
-            session_id=0,
-            session_epoch=-1,
-            forgotten_topics_data=[],
-            rack_id="",
-            topics=[
-                T(
-                    topic="wide",
-                    partitions=[
-                        T.FetchPartition(
-                            partition=p,
-                            current_leader_epoch=-1,
-                            fetch_offset=0,
-                            last_fetched_epoch=-1,
-                            log_start_offset=-1,
-                            partition_max_bytes=1 << 20,
-                        )
-                        for p in range(partitions)
-                    ],
-                )
-            ],
-        )
+        fetch = fetch_request("wide", list(range(partitions)))
         greedy = socket.socket()
         greedy.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         greedy.connect((broker.host, broker.port))
