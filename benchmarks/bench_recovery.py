@@ -13,7 +13,7 @@ one record, so the segment holding both records is recovered). The child then ki
 the dir is exactly what a killed broker leaves (no clean-shutdown marker, indexes at their preallocated size,
 no producer snapshot, the page cache warm).
 
-Timed, each on a fresh sparse copy (``cp -a --sparse=always``) of that dir, for every thread count
+Timed, each on a fresh sparse copy (``cp -a --sparse=always``, then ``sync -f``) of that dir, for every thread count
 (num.recovery.threads.per.data.dir):
 
 - ``unclean_start``: ``LogManager.startup()`` of the killed dir (every partition's segment is recovered: indexes
@@ -124,9 +124,13 @@ def _build(directory: Path, partitions: int) -> float:
 
 
 def _copy(source: Path, target: Path) -> None:
-    """A fresh copy of a log dir, holes kept (the 10 MiB preallocated indexes stay sparse, as the broker left them)."""
+    """A fresh copy of a log dir, holes kept (the 10 MiB preallocated indexes stay sparse, as the broker left them),
+    written out before it is used (``sync -f``: the file system's syncfs). Otherwise the copy's dirty pages are
+    written back by whichever fsync comes first: the startup's snapshot writes or the shutdown's flushes, which then
+    measure the copy, more so the faster the startup before them was."""
     shutil.rmtree(target, ignore_errors=True)
     subprocess.run(["cp", "-a", "--sparse=always", str(source), str(target)], check=True)
+    subprocess.run(["sync", "-f", str(target)], check=True)
 
 
 def _manager(directory: Path, threads: int) -> Any:
