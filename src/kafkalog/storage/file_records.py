@@ -334,6 +334,24 @@ class FileRecords:
                 os.close(self._fd)
                 self._fd = -1
 
+    def read_region(self, position: int, size: int) -> bytes | None:
+        """``size`` bytes from ``position`` read under the lock, so that a close cannot pull the descriptor from
+        under the read (fewer bytes only if the file was truncated); None once closed. For small regions: it
+        holds appends to this file back while it reads."""
+        with self._lock:
+            if self._fd < 0:
+                return None
+            io = file_io()
+            parts = []
+            while size > 0:
+                chunk = io.pread(self._fd, size, position, self.path)
+                if not chunk:
+                    break
+                parts.append(chunk)
+                position += len(chunk)
+                size -= len(chunk)
+            return parts[0] if len(parts) == 1 else b"".join(parts)
+
     def duplicate_fd(self) -> int | None:
         """A descriptor of its own on this file (a dup, taken under the lock so it never races a close), for a
         send that may outlive this object's descriptor (the broker's zero-copy fetch answers); None once closed."""
