@@ -30,24 +30,19 @@ from __future__ import annotations
 import asyncio
 import base64
 import copy
-import logging
-import shutil
 import struct
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from ..broker.apis import RequestRouter
-from ..broker.config import KafkaConfig
 from ..broker.network import CLOSE, Connection
 from ..broker.protocol import APIS, InvalidRequestError
 from ..broker.security.scram import new_credential
 from ..broker.server import KafkaServer
 from .fuzz import UnexpectedOutcome, mutate
-from .protocol_fuzz import _ErrorLog, _HiddenErrors, _response_bytes, decode_response, judge
+from .protocol_fuzz import FuzzBroker, _response_bytes, decode_response, judge
 from .protocol_messages import Choices, encode_frame, mutate_message, seed_message, try_encode
 from .sasl_model import ANONYMOUS, Expect, KafkaSaslModel, Users, scram_proof
 
@@ -288,38 +283,16 @@ class _Clock:
         return self.now
 
 
-class SaslFuzzer:
+class SaslFuzzer(FuzzBroker):
     """One in-process broker with a SASL listener, and the oracle around its router. A context manager."""
 
+    config = BROKER_CONFIG
+    prefix = "kafkalog-sasl-fuzz-"
+
     def __init__(self, reset_every: int = 5000) -> None:
-        self.reset_every = reset_every
-        self.loop = asyncio.new_event_loop()
-        self.errors = _ErrorLog()
-        self.hidden = _HiddenErrors()
-        self.cases = 0
-        self.outcomes: dict[str, int] = {}
-        self._server: KafkaServer | None = None
-        self._root: str | None = None
-        self._index = 0
+        super().__init__(reset_every)
 
-    def __enter__(self) -> SaslFuzzer:
-        logging.getLogger().addHandler(self.errors)
-        self.hidden.__enter__()
-        self._start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop()
-        self.hidden.__exit__()
-        logging.getLogger().removeHandler(self.errors)
-        self.loop.close()
-
-    def _start(self) -> None:
-        self._root = tempfile.mkdtemp(prefix="kafkalog-sasl-fuzz-")
-        server = KafkaServer(KafkaConfig({**BROKER_CONFIG, "log.dirs": self._root}))
-        self.loop.run_until_complete(server.startup())
-        self._server = server
-        self.router = RequestRouter(server)
+    def _prepare(self, server: KafkaServer) -> None:
         assert server.log_manager is not None and server.credential_store is not None
         assert server.socket_server is not None and server.socket_server.security.sasl_factory is not None
         server.log_manager.create_topic("fuzz", 1)
@@ -333,19 +306,6 @@ class SaslFuzzer:
         )
         self.endpoint = next(e for e in server.config.listeners if e.sasl)
         self.factory = server.socket_server.security.sasl_factory
-        self.errors.records.clear()
-
-    def _stop(self) -> None:
-        if self._server is not None:
-            self.loop.run_until_complete(self._server.shutdown())
-            self._server = None
-        if self._root is not None:
-            shutil.rmtree(self._root, ignore_errors=True)
-            self._root = None
-
-    def reset(self) -> None:
-        self._stop()
-        self._start()
 
     def connection(self, reauth_ms: int, clock: Callable[[], float]) -> Connection:
         """A fresh SASL_PLAINTEXT connection (its socket ends are never used)."""
@@ -363,22 +323,14 @@ class SaslFuzzer:
         if self.cases and self.cases % self.reset_every == 0:
             self.reset()
         self.cases += 1
-        self.hidden.seen.clear()
-        try:
+
+        def run() -> str:
             principal = self.run_plan(control)
             self.run_plan(FOLLOW_UP_LOGINS[self.cases % 3], expect_login=True)
             self._raise_logged(control)
-        except UnexpectedOutcome as e:
-            self.reset()
-            if self.hidden.seen:
-                raise UnexpectedOutcome(f"{e} (hidden: {'; '.join(self.hidden.seen[:3])})") from e
-            raise
-        except BaseException:
-            self.reset()
-            raise
-        outcome = "refused" if principal == ANONYMOUS else "authenticated"
-        self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
-        return outcome
+            return "refused" if principal == ANONYMOUS else "authenticated"
+
+        return self._case(run)
 
     def run_plan(self, control: bytes, expect_login: bool = False, plan: list[str] | None = None) -> str:
         """One connection through the plan of ``control`` (or ``plan``, its details still drawn from
@@ -525,7 +477,8 @@ def run_cases(cases: int, seed: int = 0, reset_every: int = 5000) -> tuple[dict[
 def check_one(control: bytes) -> str:
     """One case on a fresh broker: how a failure input is reproduced."""
     with SaslFuzzer() as f:
-        return f.check(control)
+        outcome: str = f.check(control)
+        return outcome
 
 
 def atheris_entry(reset_every: int = 5000, keep_going: Path | None = None) -> Callable[[bytes], None]:
