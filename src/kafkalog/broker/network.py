@@ -297,13 +297,18 @@ class SocketServer:
     async def _serve(self, conn: Connection) -> None:
         while not self._stopping:
             size = await self._read_frame_size(conn)
-            if size < 0 or size > self.max_request_bytes:
+            limit, setting = self.max_request_bytes, "socket.request.max.bytes"
+            if conn.sasl is not None and not conn.sasl.authenticated:
+                # Kafka's SaslServerAuthenticator reads no larger frame from a client that has not logged in
+                limit, setting = conn.sasl.settings.max_receive_size, "sasl.server.max.receive.size"
+            if size < 0 or size > limit:
                 log.warning(
-                    "Closing connection %s: frame size %d is %s (socket.request.max.bytes=%d)",
+                    "Closing connection %s: frame size %d is %s (%s=%d)",
                     conn.id,
                     size,
                     "negative" if size < 0 else "larger than the limit",
-                    self.max_request_bytes,
+                    setting,
+                    limit,
                 )
                 return
             frame = await self._read_frame_body(conn, size)
