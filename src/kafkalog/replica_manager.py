@@ -53,12 +53,16 @@ class ReplicaManager:
     """The Partition of every log a LogManager holds, each led by ``broker_id`` with an ISR of itself.
 
     Invariant: one Partition per loaded log, made leader when the log is registered (so its high watermark is
-    its log end offset from the start); a deleted topic's partitions leave with its logs.
+    its log end offset from the start) and its leader epoch recorded then, as Kafka's makeLeader records it (a
+    new log's epoch 0 at offset 0: the first produce writes no checkpoint); a deleted topic's partitions leave
+    with its logs. With ``epochs_from_controller`` (a broker of a cluster) that leadership is provisional and
+    records no epoch: the controller's state makes each partition leader or follower at its epoch.
     """
 
     def __init__(self, log_manager: LogManager, broker_id: int = 0) -> None:
         self.log_manager = log_manager
         self.broker_id = broker_id
+        self.epochs_from_controller = False
         self._partitions: dict[TopicPartition, Partition] = {}
         self._listeners: list[Callable[[TopicPartition], None]] = []
         self._lock = threading.RLock()
@@ -71,7 +75,7 @@ class ReplicaManager:
         with self._lock:
             self._partitions[tp] = partition
         try:
-            partition.make_leader()
+            partition.make_leader(provisional=self.epochs_from_controller)
         except (OSError, KafkaLogError) as e:  # e.g. its dir failed while loading: it serves nothing, as the dir
             log.error("Could not make %s leader: %s", tp, e)
             if _caused_by_io(e):
