@@ -45,6 +45,7 @@ def measure(partitions: int, settle: float, log_dir: Path) -> dict:
     with BrokerProcess(log_dir) as broker:
         created = create_topics(broker.bootstrap, ["fresh"], partitions, 1)[0]
         time.sleep(settle)
+        checkpoints_before = sum(1 for _ in log_dir.glob("fresh-*/leader-epoch-checkpoint"))
         stop = threading.Event()
         rtts: list[float] = []
 
@@ -61,19 +62,26 @@ def measure(partitions: int, settle: float, log_dir: Path) -> dict:
 
         pinger = threading.Thread(target=ping, daemon=True)
         pinger.start()
-        time.sleep(0.5)
+        deadline = time.monotonic() + 60
+        while len(rtts) < 20 and time.monotonic() < deadline:  # the loop answering before the produce
+            time.sleep(0.05)
         baseline = max(rtts) if rtts else 0.0
         before = len(rtts)
         with RawClient(broker.bootstrap, timeout=120) as producer:
             t0 = time.perf_counter()
             response = producer.call(_produce_request("fresh", partitions), 9)
             produce_s = time.perf_counter() - t0
+            time.sleep(0.5)
+            between = len(rtts)
+            t0 = time.perf_counter()
+            producer.call(_produce_request("fresh", partitions), 9, correlation_id=2)
+            second_s = time.perf_counter() - t0
         time.sleep(0.5)
         stop.set()
         pinger.join(10)
         errors = [p for t in response.responses for p in t.partition_responses if p.error_code != 0]
         checkpoints = sum(1 for _ in log_dir.glob("fresh-*/leader-epoch-checkpoint"))
-    during = rtts[before:]
+    during, second = rtts[before:between], rtts[between:]
     return {
         "partitions": partitions,
         "create_topics_s": round(created, 3),
@@ -81,6 +89,9 @@ def measure(partitions: int, settle: float, log_dir: Path) -> dict:
         "api_versions_max_rtt_s_idle": round(baseline, 4),
         "api_versions_max_rtt_s_during_produce": round(max(during), 4) if during else None,
         "api_versions_calls_during": len(during),
+        "second_produce_rtt_s": round(second_s, 3),
+        "api_versions_max_rtt_s_during_second_produce": round(max(second), 4) if second else None,
+        "checkpoints_before_produce": checkpoints_before,
         "produce_errors": len(errors),
         "checkpoints_on_disk": checkpoints,
     }

@@ -149,6 +149,29 @@ class ReplicaManager:
                 results[tp] = AppendResult(e, None)
         return results
 
+    def files_pending(self, tps) -> list[TopicPartition]:
+        """Those of ``tps`` whose new log still waits for its deferred files (partition.metadata, the first
+        leader-epoch-checkpoint: DeferredPartitionMetadata), which its first append would write first."""
+        pending = []
+        for tp in tps:
+            partition = self._partitions.get(tp)
+            if partition is not None and partition.log.metadata_flush is not None:
+                pending.append(tp)
+        return pending
+
+    def flush_pending_files(self, tps) -> None:
+        """Write the deferred files of ``tps`` now (blocking on the creation's background pass if it is running):
+        a broker calls this from a worker thread before a produce, so that the appends on its event loop find
+        them written. A failure is left for the append to meet and report (it tries again)."""
+        for tp in tps:
+            partition = self._partitions.get(tp)
+            if partition is None:
+                continue
+            try:
+                partition.log.flush_metadata()
+            except (OSError, KafkaLogError) as e:
+                log.debug("Deferred files of %s not written yet: %s", tp, e)
+
     # ----- reads ----------------------------------------------------------------------------------------
     def fetch_messages(
         self,
