@@ -1,0 +1,127 @@
+"""Metadata answers assembled from encoded topic entries, byte for byte what kafka-python's encoder writes.
+
+An all-topics Metadata answer of a broker with 10,000 partitions is ~260 KB, and most of the time of building it
+was kafka-python's generic encoder walking 10,000 partition objects per request (60 %, issue 23). A topic's
+entry in the answer depends only on the topic's state and the response version (not on the client, its
+listener or its principal, but for the topic's authorized operations, which are spliced in per request), so it
+is encoded once per state and version and the answer is joined from the cached entries:
+
+    head (throttle time, brokers, cluster id, controller id) + topic count + entries + tail (cluster authorized
+    operations v8-10, the tag buffer v9+)
+
+The head and tail are the generic encoder's own bytes for the answer with no topic (one broker or a few: cheap),
+cut around the empty topic array; the entries are the generic encoder's bytes for each topic's struct at that
+version. ``encode_response`` of a message equals ``MetadataResponse.encode`` of it (tests/test_metadata_encoding.py
+checks every version this broker serves).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any
+
+from ...record.varint import encode_unsigned_varint
+from ..protocol import MetadataResponse
+
+_TOPICS_FIELD: Any = MetadataResponse._struct.fields["topics"]  # type: ignore[attr-defined]
+_TOPIC_STRUCT: Any = _TOPICS_FIELD.array_of
+_INT32 = struct.Struct(">i")
+_UINT32 = struct.Struct(">I")
+# what an unset authorized-operations field holds on the wire (Kafka's -2147483648: "not requested")
+OPERATIONS_OMITTED = -(1 << 31)
+
+
+def flexible(version: int) -> bool:
+    return bool(MetadataResponse.flexible_version_q(version))
+
+
+def encode_topic(topic: Any, version: int) -> bytes:
+    """One topic's entry of a Metadata answer at ``version``: the generic encoder's bytes for its struct."""
+    compact = flexible(version)
+    return bytes(_TOPIC_STRUCT.encode(topic, version=version, compact=compact, tagged=compact))
+
+
+def _array_length(n: int, version: int) -> bytes:
+    return encode_unsigned_varint(n + 1) if flexible(version) else _INT32.pack(n)
+
+
+def _operations_bits(operations: set[int] | None) -> bytes:
+    bits = 0
+    for op in operations if operations is not None else (31,):
+        bits |= 1 << op
+    return _UINT32.pack(bits)
+
+
+def with_operations(entry: bytes, operations: set[int] | None, version: int) -> bytes:
+    """``entry`` (a topic's entry at ``version`` >= 8) with its authorized operations set to ``operations``
+    (Kafka's bit field of ACL operation codes; None = not requested). The field is the entry's last before its tag
+    buffer, which is empty in every entry this broker writes (one byte, 0, in flexible versions)."""
+    end = len(entry) - (1 if flexible(version) else 0)
+    return entry[: end - 4] + _operations_bits(operations) + entry[end:]
+
+
+def encode_response(response: Any, version: int, entries: Sequence[bytes]) -> bytes:
+    """The body of ``response`` at ``version`` with ``entries`` (encoded topic entries) as its topics; the
+    ``topics`` of ``response`` itself are ignored (set to an empty list while its head and tail are encoded)."""
+    response.topics = []
+    empty = bytes(response.encode(version=version))
+    empty_array = _array_length(0, version)
+    head_size = _head_size(response, version)
+    if empty[head_size : head_size + len(empty_array)] != empty_array:  # never: the topics field moved
+        raise AssertionError(f"Metadata v{version}: the topic array is not where it was expected")
+    return b"".join(
+        (empty[:head_size], _array_length(len(entries), version), *entries, empty[head_size + len(empty_array) :])
+    )
+
+
+def _head_size(response: Any, version: int) -> int:
+    """The size of the fields before the topic array of ``response`` at ``version``, as the generic encoder writes
+    them (field by field)."""
+    compact = flexible(version)
+    size = 0
+    for schema_field in MetadataResponse._struct.untagged_fields(version):  # type: ignore[attr-defined]
+        if schema_field.name == "topics":
+            return size
+        value = getattr(response, schema_field.name)
+        size += len(schema_field.encode(value, version=version, compact=compact, tagged=compact))
+    raise AssertionError("MetadataResponse has no topics field")
+
+
+class TopicEntries:
+    """Encoded Metadata entries of topics, per topic name and response version, valid while the topic's state
+    is the one they were encoded from.
+
+    Invariant: an entry under ``name`` was encoded from the Topic that ``build()`` returned for the state ``state``
+    stored beside it; a lookup with another state (anything an entry shows changed: id, partitions, leaders,
+    epochs, replicas, ISR, offline replicas, errors) drops every version's entry of that topic and encodes anew.
+    The states are compared by value, so no change can be missed by a forgotten invalidation; a deleted topic's
+    entries stay until ``retain`` (called with the topics that exist) drops them.
+    """
+
+    def __init__(self) -> None:
+        self._entries: dict[str, tuple[Hashable, Any, dict[int, bytes]]] = {}
+
+    def entry(self, name: str, state: Hashable, build: Callable[[], Any], version: int) -> bytes:
+        """The entry of topic ``name`` at ``version`` for ``state``; ``build()`` makes its Topic if not cached."""
+        cached = self._entries.get(name)
+        if cached is None or cached[0] != state:
+            cached = (state, build(), {})
+            self._entries[name] = cached
+        by_version = cached[2]
+        encoded = by_version.get(version)
+        if encoded is None:
+            encoded = by_version[version] = encode_topic(cached[1], version)
+        return encoded
+
+    def discard(self, name: str) -> None:
+        """Drop the entries of topic ``name`` (found deleted)."""
+        self._entries.pop(name, None)
+
+    def retain(self, names: Callable[[str], bool]) -> None:
+        """Drop the entries of every topic for which ``names(topic)`` is false (deleted topics)."""
+        for name in [n for n in self._entries if not names(n)]:
+            del self._entries[name]
+
+    def __len__(self) -> int:
+        return len(self._entries)
