@@ -276,3 +276,37 @@ def test_cached_entries_do_not_carry_the_listener_or_the_principal(tmp_path):
         user = ask_as("User:alice", "external.example")
         assert [t.name for t in user.topics] == ["public"]
         assert [b.host for b in user.brokers] == ["external.example"]
+
+
+def test_unchanged_topics_are_answered_without_reading_their_partitions(tmp_path, monkeypatch):
+    """While no change is noted (storage/metadata_changes.py), an all-topics answer reuses every entry without
+    reading a partition; a change noted by any of the places that make one is seen by the next answer."""
+    from kafkalog.manager import LogManager, TopicPartition
+
+    with LogManager(tmp_path / "logs", clock=MockTime()) as manager:
+        broker = _broker(manager)
+        manager.create_topic("a", 4)
+        manager.create_topic("b", 4)
+        first = _ask(broker, 12)
+        reads: list[str] = []
+        original = handler._local_state
+
+        def counting(broker_, name):
+            reads.append(name)
+            return original(broker_, name)
+
+        monkeypatch.setattr(handler, "_local_state", counting)
+        assert _shape(_ask(broker, 12)) == _shape(first) and reads == []
+        assert _ask(broker, 11, ["a", "b"]).topics[1].name == "b" and reads == []
+        partition = broker.replica_manager.partition(TopicPartition("b", 2))
+        partition.make_leader(3)  # the leader epoch: noted by the partition
+        assert _shape(_ask(broker, 12))["b"][2][3] == 3
+        assert sorted(reads) == ["a", "b"]  # every topic's state compared once; only b's entry encoded anew
+        reads.clear()
+        partition.update_isr({0})  # the ISR: noted too
+        _ask(broker, 12)
+        assert sorted(reads) == ["a", "b"]
+        reads.clear()
+        partition.log.mark_offline("test")  # an offline log: noted by the log
+        assert _shape(_ask(broker, 12))["b"][2][1:3] == (5, -1)
+        assert sorted(reads) == ["a", "b"]

@@ -27,6 +27,7 @@ from ..errors import (
     UnknownLeaderEpochError,
 )
 from ..record.types import Record
+from ..storage import metadata_changes
 from ..storage.leader_epoch import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
 from ..storage.log import (
     DEFAULT_FETCH_BYTES,
@@ -140,6 +141,7 @@ class Partition:
             self._isr = isr
             self._remote_leos = {r: self._remote_leos.get(r, 0) for r in isr if r != self.local_broker_id}
             self.leader_replica_id = self.local_broker_id
+            metadata_changes.note_change()
             latest = self.log.leader_epoch_cache.latest_epoch
             if is_new_epoch and not restart and (latest is None or leader_epoch > latest):
                 # A new epoch from whoever elects leaders: it starts at the log end (Kafka's makeLeader). A node
@@ -156,6 +158,7 @@ class Partition:
             self.leader_replica_id = leader_id
             self._isr = frozenset()
             self._remote_leos.clear()
+            metadata_changes.note_change()
             if self.log.leader_hw_rule == self._advance_high_watermark:
                 self.log.leader_hw_rule = _no_rule
 
@@ -177,6 +180,7 @@ class Partition:
             leos = known_leos or {}
             self._isr = isr
             self._remote_leos = {r: self._remote_leos.get(r, leos.get(r, 0)) for r in isr if r != self.local_broker_id}
+            metadata_changes.note_change()
         return self.maybe_increment_leader_hw()
 
     def update_follower_high_watermark(self, leader_high_watermark: int) -> int:

@@ -8,6 +8,7 @@ import uuid
 from ...errors import InvalidTopicError, TopicExistsError, UnknownTopicOrPartitionError
 from ...logdir import parse_uuid, validate_topic_name
 from ...manager import TopicPartition
+from ...storage import metadata_changes
 from ..protocol import (
     INVALID_TOPIC_EXCEPTION,
     LEADER_NOT_AVAILABLE,
@@ -179,9 +180,12 @@ def topic_entries(broker) -> TopicEntries:
     return entries
 
 
-def _entry(broker, name: str, clustered: bool, version: int) -> bytes | None:
+def _entry(broker, name: str, clustered: bool, version: int, stamp: int | None = None) -> bytes | None:
     """Topic ``name``'s encoded entry at ``version`` (from the ZooKeeper cluster's view when ``clustered``, else
-    this node's logs), encoded anew only if its state changed since it was cached; None if it does not exist."""
+    this node's logs), encoded anew only if its state changed since it was cached; None if it does not exist.
+
+    ``stamp`` (this node's logs only) is metadata_changes.stamp() read at the start of the request: an entry whose
+    state was checked under it is answered without reading the topic's partitions again."""
     entries = topic_entries(broker)
     if clustered:
         cluster_state = _cluster_state(broker, name)
@@ -189,12 +193,15 @@ def _entry(broker, name: str, clustered: bool, version: int) -> bytes | None:
             entries.discard(name)
             return None
         return entries.entry(name, ("cluster", cluster_state), lambda: _cluster_topic_of(name, cluster_state), version)
+    found = entries.current(name, stamp, version)
+    if found is not None:
+        return found
     try:
         local_state = _local_state(broker, name)
     except UnknownTopicOrPartitionError:
         entries.discard(name)
         return None
-    return entries.entry(name, ("local", local_state), lambda: _local_topic_of(name, local_state), version)
+    return entries.entry(name, ("local", local_state), lambda: _local_topic_of(name, local_state), version, stamp)
 
 
 async def _topic_or_error(broker, name: str, allow_auto_create: bool, clustered: bool, version: int) -> bytes | Topic:
@@ -208,7 +215,7 @@ async def _topic_or_error(broker, name: str, allow_auto_create: bool, clustered:
         validate_topic_name(name)
     except InvalidTopicError:
         return _error_topic(name, INVALID_TOPIC_EXCEPTION)
-    found = _entry(broker, name, clustered, version)
+    found = _entry(broker, name, clustered, version, None if clustered else metadata_changes.stamp())
     if found is not None:
         return found
     if not (allow_auto_create and broker.config.auto_create_topics_enable):
@@ -277,11 +284,12 @@ async def handle(broker, header, request) -> Response:
     if request.topics is None or (version == 0 and not request.topics):
         # Every topic the principal may DESCRIBE; the others are left out, as if they did not exist. A topic
         # deleted meanwhile (between the listing and its lookup) is left out too.
+        stamp = metadata_changes.stamp()  # before anything is read
         names = broker.log_manager.topics()
         topics = [
             t
             for n in names
-            if allowed(broker, "DESCRIBE", "TOPIC", n, False) and (t := _entry(broker, n, False, version))
+            if allowed(broker, "DESCRIBE", "TOPIC", n, False) and (t := _entry(broker, n, False, version, stamp))
         ]
         _forget_deleted(broker, names)
     else:

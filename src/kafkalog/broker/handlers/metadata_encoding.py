@@ -95,23 +95,42 @@ class TopicEntries:
     Invariant: an entry under ``name`` was encoded from the Topic that ``build()`` returned for the state ``state``
     stored beside it; a lookup with another state (anything an entry shows changed: id, partitions, leaders,
     epochs, replicas, ISR, offline replicas, errors) drops every version's entry of that topic and encodes anew.
-    The states are compared by value, so no change can be missed by a forgotten invalidation; a deleted topic's
-    entries stay until ``retain`` (called with the topics that exist) drops them.
+    The states are compared by value. A lookup by stamp (``current``) skips reading the state when no change was
+    noted since it was last compared (storage/metadata_changes.py). A deleted topic's entries stay until
+    ``discard`` or ``retain`` (called with the topics that exist) drops them.
     """
 
     def __init__(self) -> None:
-        self._entries: dict[str, tuple[Hashable, Any, dict[int, bytes]]] = {}
+        # name -> [stamp, state, Topic, {version: entry}]
+        self._entries: dict[str, list[Any]] = {}
 
-    def entry(self, name: str, state: Hashable, build: Callable[[], Any], version: int) -> bytes:
-        """The entry of topic ``name`` at ``version`` for ``state``; ``build()`` makes its Topic if not cached."""
+    def current(self, name: str, stamp: int | None, version: int) -> bytes | None:
+        """The entry of topic ``name`` at ``version`` if its state was last checked under ``stamp`` (the
+        storage's metadata_changes stamp, read before the check: nothing changed since), else None."""
         cached = self._entries.get(name)
-        if cached is None or cached[0] != state:
-            cached = (state, build(), {})
+        if cached is None or stamp is None or cached[0] != stamp:
+            return None
+        return self._encoded(cached, version)
+
+    def entry(
+        self, name: str, state: Hashable, build: Callable[[], Any], version: int, stamp: int | None = None
+    ) -> bytes:
+        """The entry of topic ``name`` at ``version`` for ``state`` (checked under ``stamp``, if one: read before
+        ``state`` was); ``build()`` makes its Topic if the cached one is of another state."""
+        cached = self._entries.get(name)
+        if cached is None or cached[1] != state:
+            cached = [stamp, state, build(), {}]
             self._entries[name] = cached
-        by_version = cached[2]
+        else:
+            cached[0] = stamp
+        return self._encoded(cached, version)
+
+    @staticmethod
+    def _encoded(cached: list[Any], version: int) -> bytes:
+        by_version = cached[3]
         encoded = by_version.get(version)
         if encoded is None:
-            encoded = by_version[version] = encode_topic(cached[1], version)
+            encoded = by_version[version] = encode_topic(cached[2], version)
         return encoded
 
     def discard(self, name: str) -> None:
