@@ -67,7 +67,7 @@ def encode_response(response: Any, version: int, entries: Sequence[bytes]) -> by
     response.topics = []
     empty = bytes(response.encode(version=version))
     empty_array = _array_length(0, version)
-    head_size = _head_size(response, version)
+    head_size = len(empty) - _tail_size(response, version) - len(empty_array)
     if empty[head_size : head_size + len(empty_array)] != empty_array:  # never: the topics field moved
         raise AssertionError(f"Metadata v{version}: the topic array is not where it was expected")
     return b"".join(
@@ -75,17 +75,19 @@ def encode_response(response: Any, version: int, entries: Sequence[bytes]) -> by
     )
 
 
-def _head_size(response: Any, version: int) -> int:
-    """The size of the fields before the topic array of ``response`` at ``version``, as the generic encoder writes
-    them (field by field)."""
+def _tail_size(response: Any, version: int) -> int:
+    """The size of what follows the topic array of ``response`` at ``version`` as the generic encoder writes it:
+    the fields after it (a few bytes), then the tag buffer in flexible versions."""
     compact = flexible(version)
-    size = 0
-    for schema_field in MetadataResponse._struct.untagged_fields(version):  # type: ignore[attr-defined]
-        if schema_field.name == "topics":
-            return size
-        value = getattr(response, schema_field.name)
-        size += len(schema_field.encode(value, version=version, compact=compact, tagged=compact))
-    raise AssertionError("MetadataResponse has no topics field")
+    struct_field = MetadataResponse._struct  # type: ignore[attr-defined]
+    fields = struct_field.untagged_fields(version)
+    after = fields[[f.name for f in fields].index("topics") + 1 :]
+    size = sum(
+        len(f.encode(getattr(response, f.name), version=version, compact=compact, tagged=compact)) for f in after
+    )
+    if compact:
+        size += len(struct_field.tagged_fields(version).encode(response, version=version))
+    return size
 
 
 class TopicEntries:
