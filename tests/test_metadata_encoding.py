@@ -169,12 +169,18 @@ def _broker(manager, host: str = "localhost"):
     )
 
 
-def _ask(broker, version: int, names: list[str] | None = None) -> MetadataResponse:
-    """The broker's Metadata answer at ``version`` (all topics, or ``names``), decoded as a client reads it."""
+def _ask(broker, version: int, names: list[str] | None = None, operations: bool = False) -> MetadataResponse:
+    """The broker's Metadata answer at ``version`` (all topics, or ``names``; with the authorized operations if
+    ``operations``), decoded as a client reads it."""
     from kafka.protocol.metadata import MetadataRequest
 
     topics = None if names is None else [MetadataRequest.MetadataRequestTopic(name=n) for n in names]
-    request = MetadataRequest(topics=topics, allow_auto_topic_creation=False)
+    request = MetadataRequest(
+        topics=topics,
+        allow_auto_topic_creation=False,
+        include_topic_authorized_operations=operations,
+        include_cluster_authorized_operations=operations,
+    )
     response = asyncio.run(handler.handle(broker, types.SimpleNamespace(api_version=version), request))
     (body,) = response.parts
     return MetadataResponse.decode(bytes(body), version=version)
@@ -252,8 +258,12 @@ def test_cached_entries_do_not_carry_the_listener_or_the_principal(tmp_path):
     from kafkalog.manager import LogManager
 
     class Authorizer:
+        """admin may do anything; alice only READ and DESCRIBE topic "public"."""
+
         def authorize(self, principal, host, operation, resource_type, name, log_denied):
-            return principal == "User:admin" or name != "secret"
+            if principal == "User:admin":
+                return True
+            return resource_type == "TOPIC" and name == "public" and operation in ("READ", "DESCRIBE")
 
     with LogManager(tmp_path / "logs", clock=MockTime()) as manager:
         broker = _broker(manager)
@@ -262,11 +272,11 @@ def test_cached_entries_do_not_carry_the_listener_or_the_principal(tmp_path):
         manager.create_topic("secret", 2)
         from kafkalog.broker.security.context import CURRENT
 
-        def ask_as(principal: str, host: str):
+        def ask_as(principal: str, host: str, version: int = 12, operations: bool = False, names=None):
             broker.advertised_endpoint = lambda: (host, 9092)
             token = CURRENT.set(dataclasses.replace(CURRENT.get(), principal=principal))
             try:
-                return _ask(broker, 12)
+                return _ask(broker, version, names, operations)
             finally:
                 CURRENT.reset(token)
 
@@ -276,6 +286,31 @@ def test_cached_entries_do_not_carry_the_listener_or_the_principal(tmp_path):
         user = ask_as("User:alice", "external.example")
         assert [t.name for t in user.topics] == ["public"]
         assert [b.host for b in user.brokers] == ["external.example"]
+
+        # authorized operations (v8+), asked for: the principal's own, on each topic it may describe
+        every_topic_op = {3, 4, 5, 6, 7, 8, 10, 11}  # READ WRITE CREATE DELETE ALTER DESCRIBE (DESCRIBE|ALTER)_CONFIGS
+        for version in (8, 9, 10, 11, 12):
+            admin = ask_as("User:admin", "h", version, operations=True)
+            assert {t.name: t.authorized_operations for t in admin.topics} == {
+                "public": every_topic_op,
+                "secret": every_topic_op,
+            }
+            alice = ask_as("User:alice", "h", version, operations=True)
+            assert {t.name: t.authorized_operations for t in alice.topics} == {"public": {3, 8}}
+            named = ask_as("User:alice", "h", version, operations=True, names=["public", "secret", "nope"])
+            # refused: no operations; unknown but describable would get them (alice may not describe "nope")
+            assert [(t.name, t.error_code, t.authorized_operations) for t in named.topics] == [
+                ("public", 0, {3, 8}),
+                ("secret", 29, None),
+                ("nope", 29, None),
+            ]
+            if version <= 10:  # the cluster's, v8-10 (none without DESCRIBE on the cluster)
+                assert admin.authorized_operations == {5, 7, 8, 9, 10, 11, 12}
+                assert alice.authorized_operations == set()
+            # not asked for: Kafka's "omitted" value, whatever was cached or asked before
+            plain = ask_as("User:admin", "h", version)
+            assert {t.authorized_operations for t in plain.topics} == {None}
+            assert plain.authorized_operations is None
 
 
 def test_unchanged_topics_are_answered_without_reading_their_partitions(tmp_path, monkeypatch):
@@ -310,3 +345,14 @@ def test_unchanged_topics_are_answered_without_reading_their_partitions(tmp_path
         partition.log.mark_offline("test")  # an offline log: noted by the log
         assert _shape(_ask(broker, 12))["b"][2][1:3] == (5, -1)
         assert sorted(reads) == ["a", "b"]
+
+
+def test_authorized_operations_without_an_authorizer_are_every_supported_one(tmp_path):
+    from kafkalog.manager import LogManager
+
+    with LogManager(tmp_path / "logs", clock=MockTime()) as manager:
+        broker = _broker(manager)
+        manager.create_topic("t", 1)
+        answer = _ask(broker, 10, None, True)
+        assert answer.topics[0].authorized_operations == {3, 4, 5, 6, 7, 8, 10, 11}
+        assert answer.authorized_operations == {5, 7, 8, 9, 10, 11, 12}

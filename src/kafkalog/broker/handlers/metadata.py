@@ -20,10 +20,10 @@ from ..protocol import (
     Response,
     error_code,
 )
-from ..security.acl import allowed, cluster_allowed
+from ..security.acl import CLUSTER_NAME, allowed, authorized_operations, cluster_allowed
 from ..security.context import CURRENT
 from .common import log
-from .metadata_encoding import TopicEntries, encode_response, encode_topic
+from .metadata_encoding import TopicEntries, encode_response, encode_topic, with_operations
 
 Broker = MetadataResponse.MetadataResponseBroker
 Topic = MetadataResponse.MetadataResponseTopic
@@ -243,18 +243,18 @@ async def _handle_cluster(broker, header, request) -> Response:
     version = header.api_version
     await broker.cluster.wait_ready()
     view = broker.cluster.view
-    topics: list[bytes | Topic]
+    topics: list[tuple[str | None, bytes | Topic]]
     if request.topics is None or (version == 0 and not request.topics):
         names = sorted(view.topics)
         topics = [
-            t
+            (name, t)
             for name in names
             if allowed(broker, "DESCRIBE", "TOPIC", name, False) and (t := _entry(broker, name, True, version))
         ]
         _forget_deleted(broker, names)
     else:
         allow = request.allow_auto_topic_creation if version >= 4 else True
-        topics = [await _topic_or_error(broker, t.name or "", allow, True, version) for t in request.topics]
+        topics = [(t.name, await _topic_or_error(broker, t.name or "", allow, True, version)) for t in request.topics]
     # Each broker's endpoint on the listener this request came in on (Kafka leaves out brokers without it).
     listener = CURRENT.get().listener
     brokers = [
@@ -273,21 +273,21 @@ async def _handle_cluster(broker, header, request) -> Response:
         controller_id=view.controller_id,
         topics=[],
     )
-    return _answer(response, version, topics)
+    return _answer(broker, request, response, version, topics)
 
 
 async def handle(broker, header, request) -> Response:
     if getattr(broker, "cluster", None) is not None:
         return await _handle_cluster(broker, header, request)
     version = header.api_version
-    topics: list[bytes | Topic]
+    topics: list[tuple[str | None, bytes | Topic]]
     if request.topics is None or (version == 0 and not request.topics):
         # Every topic the principal may DESCRIBE; the others are left out, as if they did not exist. A topic
         # deleted meanwhile (between the listing and its lookup) is left out too.
         stamp = metadata_changes.stamp()  # before anything is read
         names = broker.log_manager.topics()
         topics = [
-            t
+            (n, t)
             for n in names
             if allowed(broker, "DESCRIBE", "TOPIC", n, False) and (t := _entry(broker, n, False, version, stamp))
         ]
@@ -295,9 +295,9 @@ async def handle(broker, header, request) -> Response:
     else:
         allow = request.allow_auto_topic_creation if version >= 4 else True
         topics = [
-            _topic_by_id(broker, t.topic_id)
+            (None, _topic_by_id(broker, t.topic_id))
             if t.name is None and version >= 10
-            else await _topic_or_error(broker, t.name or "", allow, False, version)
+            else (t.name, await _topic_or_error(broker, t.name or "", allow, False, version))
             for t in request.topics
         ]
     host, port = broker.advertised_endpoint()
@@ -309,7 +309,7 @@ async def handle(broker, header, request) -> Response:
         controller_id=broker.node_id,
         topics=[],
     )
-    return _answer(response, version, topics)
+    return _answer(broker, request, response, version, topics)
 
 
 def _forget_deleted(broker, names: list[str]) -> None:
@@ -319,7 +319,31 @@ def _forget_deleted(broker, names: list[str]) -> None:
         entries.retain(set(names).__contains__)
 
 
-def _answer(response: MetadataResponse, version: int, topics: list[bytes | Topic]) -> Response:
-    """``response`` (with no topic) at ``version`` with ``topics`` (encoded entries, or Topics encoded here)."""
-    entries = [t if isinstance(t, bytes) else encode_topic(t, version) for t in topics]
+def _answer(
+    broker, request, response: MetadataResponse, version: int, topics: list[tuple[str | None, bytes | Topic]]
+) -> Response:
+    """``response`` (with no topic) at ``version`` with ``topics`` (each a topic's name, or None when asked by
+    id, and its encoded entry or its Topic, encoded here), and the authorized operations the request asks for
+    (v8+, as Kafka's handleTopicMetadataRequest): the principal's on each topic it may describe (not on a topic
+    refused or unknown by id) and, in v8-10, on the cluster (none without DESCRIBE on it)."""
+    operations = version >= 8 and request.include_topic_authorized_operations
+    entries = []
+    for name, answer in topics:
+        if isinstance(answer, bytes):
+            if operations and name is not None:
+                answer = with_operations(answer, authorized_operations(broker, "TOPIC", name), version)
+            entries.append(answer)
+            continue
+        if operations and answer.name is not None and answer.error_code not in _NO_OPERATIONS:
+            answer.authorized_operations = authorized_operations(broker, "TOPIC", answer.name)
+        entries.append(encode_topic(answer, version))
+    if 8 <= version <= 10 and request.include_cluster_authorized_operations:
+        response.authorized_operations = (
+            authorized_operations(broker, "CLUSTER", CLUSTER_NAME) if cluster_allowed(broker, "DESCRIBE") else set()
+        )
     return Response([encode_response(response, version, entries)])
+
+
+# answers whose authorized operations Kafka leaves unset: topics the principal may not describe (or create), and
+# topics asked by an id no topic has
+_NO_OPERATIONS = frozenset({TOPIC_AUTHORIZATION_FAILED, UNKNOWN_TOPIC_ID})
