@@ -266,6 +266,10 @@ def test_requests_out_of_turn_are_refused_as_kafka_refuses_them(broker):
         with contextlib.suppress(ConnectionError):  # closed before the frame was all read: the same refusal
             client.send(struct.pack(">i", len(token)) + token)
         assert client.closed_by_peer()
+    with RawClient(bootstrap) as client:  # refused at its size, before any of its body is read
+        client.send(struct.pack(">i", 50 << 20))
+        assert client.closed_by_peer()
+    assert wait_until(lambda: "(sasl.server.max.receive.size=524288)" in broker.log), broker.log
     with RawClient(bootstrap) as client:  # the listener still takes a valid login
         assert _handshake(client, "PLAIN").error_code == 0
         assert _authenticate(client, b"\x00admin\x00admin-secret").error_code == 0

@@ -310,8 +310,8 @@ class SaslFuzzer(FuzzBroker):
     def connection(self, reauth_ms: int, clock: Callable[[], float]) -> Connection:
         """A fresh SASL_PLAINTEXT connection (its socket ends are never used)."""
         self._index += 1
-        writer = SimpleNamespace(get_extra_info=lambda name: None)
-        conn = Connection(None, writer, self._index, self.endpoint)  # type: ignore[arg-type]
+        stream = SimpleNamespace(get_extra_info=lambda name: None)
+        conn = Connection(stream, self._index, self.endpoint)  # type: ignore[arg-type]
         conn.sasl = self.factory(self.endpoint)
         conn.sasl.reauth_ms, conn.sasl.clock = reauth_ms, clock
         return conn
