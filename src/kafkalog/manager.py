@@ -65,6 +65,7 @@ from .record import RecordBatchBuilder, default_partition
 from .replica_manager import ReplicaManager
 from .retention import RetentionExplanation, explain_retention
 from .scheduler import KafkaScheduler
+from .storage import metadata_changes
 from .storage.checkpoints import CheckpointError
 from .storage.cluster_metadata import ClusterMetadataImage
 from .storage.config import BrokerConfig, LogConfig
@@ -336,6 +337,7 @@ class LogManager:
         self._dir_of[tp] = directory
         self._partition_counts[tp.topic] = self._partition_counts.get(tp.topic, 0) + 1
         self._topic_partitions.setdefault(tp.topic, {})[tp.partition] = tp
+        metadata_changes.note_change()
         self._attach(log_obj, directory)
         self.replica_manager.add_partition(tp, log_obj)
 
@@ -345,6 +347,7 @@ class LogManager:
         self._dir_of.clear()
         self._partition_counts.clear()
         self._topic_partitions.clear()
+        metadata_changes.note_change()
 
     def _release_locks(self) -> None:
         for lock in self._locks:
@@ -602,6 +605,7 @@ class LogManager:
             numbers.pop(tp.partition, None)
             if not numbers:
                 del self._topic_partitions[tp.topic]
+        metadata_changes.note_change()
 
     def _partitions_of(self, topic: str) -> list[TopicPartition]:
         numbers = self._topic_partitions.get(topic, {})

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from .errors import InvalidRequiredAcksError, KafkaLogError, UnknownTopicOrPartitionError
 from .partition import READ_UNCOMMITTED, VALID_ACKS, Partition
 from .partition.topic_partition import TopicPartition
+from .storage import metadata_changes
 from .storage.log import Log
 from .storage.producer_state import AppendOrigin
 from .storage.segment import FetchDataInfo
@@ -74,6 +75,7 @@ class ReplicaManager:
         partition.add_listener(lambda _p, _hw, tp=tp: self._fire(tp))
         with self._lock:
             self._partitions[tp] = partition
+        metadata_changes.note_change()
         try:
             partition.make_leader(provisional=self.epochs_from_controller)
         except (OSError, KafkaLogError) as e:  # e.g. its dir failed while loading: it serves nothing, as the dir
@@ -85,12 +87,14 @@ class ReplicaManager:
     def remove_partition(self, tp: TopicPartition) -> None:
         with self._lock:
             partition = self._partitions.pop(tp, None)
+        metadata_changes.note_change()
         if partition is not None and partition.log.leader_hw_rule is not None:
             partition.log.leader_hw_rule = None
 
     def clear(self) -> None:
         with self._lock:
             self._partitions.clear()
+        metadata_changes.note_change()
 
     def get_partition(self, topic: str, partition: int) -> Partition:
         """The partition, or UnknownTopicOrPartitionError."""

@@ -27,6 +27,7 @@ from ..errors import (
     UnknownLeaderEpochError,
 )
 from ..record.types import Record
+from ..storage import metadata_changes
 from ..storage.leader_epoch import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
 from ..storage.log import (
     DEFAULT_FETCH_BYTES,
@@ -153,6 +154,7 @@ class Partition:
             self._isr = isr
             self._remote_leos = {r: self._remote_leos.get(r, 0) for r in isr if r != self.local_broker_id}
             self.leader_replica_id = self.local_broker_id
+            metadata_changes.note_change()
             self.log.leader_hw_rule = self._advance_high_watermark
         self.maybe_increment_leader_hw()
         return is_new_epoch
@@ -164,6 +166,7 @@ class Partition:
             self.leader_replica_id = leader_id
             self._isr = frozenset()
             self._remote_leos.clear()
+            metadata_changes.note_change()
             if self.log.leader_hw_rule == self._advance_high_watermark:
                 self.log.leader_hw_rule = _no_rule
 
@@ -185,6 +188,7 @@ class Partition:
             leos = known_leos or {}
             self._isr = isr
             self._remote_leos = {r: self._remote_leos.get(r, leos.get(r, 0)) for r in isr if r != self.local_broker_id}
+            metadata_changes.note_change()
         return self.maybe_increment_leader_hw()
 
     def update_follower_high_watermark(self, leader_high_watermark: int) -> int:

@@ -33,6 +33,7 @@ from ..layout import (
 )
 from ..record.scan import AnyBatch
 from ..record.types import Record
+from . import metadata_changes
 from .checkpoints import LeaderEpochCheckpointFile
 from .config import LogConfig
 from .file_records import EMPTY_SLICE
@@ -618,6 +619,7 @@ class Log(LogAppend, CleanerSupport):
         """Refuse every later append, read and flush with KafkaStorageError (its log dir failed)."""
         if self._offline_reason is None:
             self._offline_reason = reason
+            metadata_changes.note_change()
 
     def _io_failure(self, action: str, error: Exception) -> Exception:
         """Turn an I/O error into Kafka's KafkaStorageError, take the log (and, through ``on_io_error``, its
