@@ -447,7 +447,9 @@ def _produce_matrix(peers: _Peers, p: LoadParams, pid: int, scratch: Path) -> tu
         topic = f"produce-{parts}p-{size}b-acks{acks}-{codec}"
         peers.create(topic, parts)
         ours, cpu = _measured(pid, _load_produce, peers.server.bootstrap, topic, records, size, acks, codec)
-        mock = _load_produce(peers.mock_bootstrap, topic, records, size, acks, codec)
+        mock, mock_cpu = _measured(
+            peers.mock.hello["pid"], _load_produce, peers.mock_bootstrap, topic, records, size, acks, codec
+        )
         nbytes = records * size
         row = {
             "partitions": parts,
@@ -461,6 +463,11 @@ def _produce_matrix(peers: _Peers, p: LoadParams, pid: int, scratch: Path) -> tu
             "limit_mb_per_s": limits[size]["mb_per_s"],
             "broker_cpu_s": cpu,
             "broker_cpu_s_per_gb": cpu / (nbytes / 1e9),
+            # where a 2-core machine's CPU goes: the producer's own (all its threads) against each broker, and
+            # the mock's, to set beside the broker's
+            "client_cpu_s_per_gb": ours["client_cpu_s"] / (nbytes / 1e9),
+            "mock_client_cpu_s_per_gb": mock["client_cpu_s"] / (nbytes / 1e9),
+            "mock_cpu_s_per_gb": mock_cpu / (nbytes / 1e9),
         }
         row["ratio_vs_limit"] = row["kafkalog_mb_per_s"] / row["limit_mb_per_s"]
         row["ratio_vs_mock"] = row["kafkalog_mb_per_s"] / row["mock_mb_per_s"]
@@ -490,6 +497,10 @@ def _consume_shapes(peers: _Peers, p: LoadParams, pid: int, log_dir: Path) -> di
         "ratio_vs_sendfile": limit["seconds"] / ours["seconds"],
         "broker_cpu_s": cpu,
         "broker_cpu_s_per_gb": cpu / (segment_bytes / 1e9),
+        # the consumer process's CPU over its wall time (all its threads): near 1 or above, the client is what
+        # the read waits on, not the broker
+        "client_cpu_s": ours["client_cpu_s"],
+        "client_busy": ours["client_cpu_s"] / ours["seconds"],
         "kcat_mb_per_s": segment_bytes / kcat["seconds"] / 1e6 if kcat else None,
         "kcat_ratio_vs_sendfile": limit["seconds"] / kcat["seconds"] if kcat else None,
     }
@@ -511,6 +522,8 @@ def _consume_shapes(peers: _Peers, p: LoadParams, pid: int, log_dir: Path) -> di
         "payload_bytes": nbytes,
         "kafkalog_mb_per_s": nbytes / ours_m["seconds"] / 1e6,
         "mock_mb_per_s": nbytes / mock_m["seconds"] / 1e6,
+        "client_busy": ours_m["client_cpu_s"] / ours_m["seconds"],
+        "mock_client_busy": mock_m["client_cpu_s"] / mock_m["seconds"],
         "kcat_kafkalog_mb_per_s": nbytes / ours_k["seconds"] / 1e6 if ours_k else None,
         "kcat_mock_mb_per_s": nbytes / mock_k["seconds"] / 1e6 if mock_k else None,
     }
@@ -703,9 +716,12 @@ def print_load(console: Console, load: dict[str, Any], goals: list[dict[str, Any
     limits = ", ".join(f"{size} B values {v['mb_per_s']:.0f} MB/s" for size, v in load["produce_limits"].items())
     table = Table(
         title="Produce (separate processes, confluent-kafka; MB/s of values acknowledged)",
-        caption=f"limit = the same bytes by a plain sender over loopback into a file writer: {limits}",
+        caption=f"limit = the same bytes by a plain sender over loopback into a file writer: {limits}. CPU s/GB: "
+        "the broker's; client s/GB: the producer process's against kafkalog; mock+client: the mock's and the "
+        "producer's against it (2 cores: 2 s of CPU per wall second at most, shared by all of them)",
     )
-    for col in ("shape", "records", "kafkalog MB/s", "mock MB/s", "limit MB/s", "vs limit", "vs mock", "CPU s/GB"):
+    columns = ("shape", "records", "kafkalog MB/s", "mock MB/s", "limit MB/s", "vs limit", "vs mock", "CPU s/GB")
+    for col in (*columns, "client s/GB", "mock+client s/GB"):
         table.add_column(col, justify="right")
     for r in load["produce"]:
         table.add_row(
@@ -717,6 +733,8 @@ def print_load(console: Console, load: dict[str, Any], goals: list[dict[str, Any
             f"{r['ratio_vs_limit']:.3f}",
             f"{r['ratio_vs_mock']:.3f}",
             f"{r['broker_cpu_s_per_gb']:.1f}",
+            f"{r['client_cpu_s_per_gb']:.1f}",
+            f"{r['mock_cpu_s_per_gb']:.1f}+{r['mock_client_cpu_s_per_gb']:.1f}",
         )
     console.print(table)
     disk, vm = load["consume"]["on_disk"], load["consume"]["versus_mock"]
@@ -769,6 +787,10 @@ def print_load(console: Console, load: dict[str, Any], goals: list[dict[str, Any
             "",
         )
     console.print(table)
+    console.print(
+        f"Consumer process CPU over its wall time: {disk['client_busy']:.2f} on the 1p topic; "
+        f"{vm['client_busy']:.2f} against kafkalog and {vm['mock_client_busy']:.2f} against the mock on {vm_shape}."
+    )
     lat = load["latency"]
     table = Table(
         title="Produce-to-consume latency, 1 KiB, acks=all, linger.ms=1 (send times from the schedule)",

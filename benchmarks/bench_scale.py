@@ -60,7 +60,9 @@ What this row found and what was done (profiles: py-spy on the broker, cProfile/
   connections would pass a 20,000 RLIMIT_NOFILE). Now a region takes its dup when its turn to be sent comes.
 - An all-topics Metadata answer sized every log (describe_topic) and built a message object per partition per
   request; now it reads the topic index and reuses cached partition answers (about 1.6x fewer broker samples).
-  What is left is kafka-python's encoder (about 60 %): ~0.37 s per answer of 10,000 partitions at load 11.
+  What was left was kafka-python's encoder (about 60 %): ~0.37 s per answer of 10,000 partitions at load 11.
+  Now each topic's entry is encoded once per state and version and answers are joined from the cached entries
+  (handlers/metadata_encoding.py; A/B in benchmarks/ab_metadata.py).
   Topic-id lookups (Metadata by id, KIP-848 heartbeats) sized every log as well.
 - Shutdown closed the logs one by one; now in num.recovery.threads.per.data.dir threads per dir, as Kafka.
   Per log a clean close does what Kafka's does (fsync of the log and of its dir when a segment is new, the

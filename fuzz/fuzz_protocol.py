@@ -4,6 +4,10 @@ The target and its oracle are ``kafkalog.testing.protocol_fuzz`` (see fuzz/READM
 ``--write-corpus DIR`` writes the starting inputs: a valid request of every API and version the broker
 advertises, as a raw frame and as a structure-aware mutation seed. With ``KAFKALOG_FUZZ_KEEP_GOING=DIR`` in the
 environment, an input that breaks the oracle is saved in DIR (once per distinct report) and the run goes on.
+
+``--sasl`` (first argument) fuzzes SASL authentication instead: each input is a plan of frames on one
+SASL_PLAINTEXT connection (``kafkalog.testing.sasl_fuzz``, fuzz/README.md "Fuzzing SASL"); ``--sasl
+--write-corpus DIR`` writes its seeds.
 """
 
 import importlib.util
@@ -34,8 +38,15 @@ def _modules_outside(package: str) -> list[str]:
     return names
 
 
+SASL = len(sys.argv) > 1 and sys.argv[1] == "--sasl"
+if SASL:
+    del sys.argv[1]  # libFuzzer would take it for a flag of its own
+
 with atheris.instrument_imports(include=["kafkalog"], exclude=_modules_outside("kafkalog")):
-    from kafkalog.testing.protocol_fuzz import atheris_entry, corpus
+    if SASL:
+        from kafkalog.testing.sasl_fuzz import atheris_entry, corpus
+    else:
+        from kafkalog.testing.protocol_fuzz import atheris_entry, corpus
 
 
 def main() -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import threading
 
 import pytest
@@ -18,7 +19,7 @@ from kafka.protocol.producer import ProduceRequest
 from brokertools import RawClient, encode_request
 from kafkalog.broker.config import KafkaConfig
 from kafkalog.broker.handlers.fetch import PartitionAnswer, encode_response
-from kafkalog.broker.protocol import FileRegion
+from kafkalog.broker.protocol import SMALL_REGION_BYTES, FileRegion
 from kafkalog.broker.server import KafkaServer
 from kafkalog.record import RecordBatchBuilder
 from kafkalog.storage.file_records import EMPTY_SLICE, FileRecords
@@ -168,7 +169,16 @@ def _fetch_frame(topic: str) -> bytes:
     return encode_request(request, 12, correlation_id=9)
 
 
-def test_fetch_sends_records_with_sendfile_and_copying_gives_the_same_bytes(tmp_path, monkeypatch):
+@pytest.mark.parametrize(
+    ("value_bytes", "sent_by_sendfile"),
+    [(4000, True), (100, False)],
+    ids=["large-region-sendfile", "small-region-copied"],
+)
+def test_fetch_sends_records_with_sendfile_and_copying_gives_the_same_bytes(
+    tmp_path, monkeypatch, value_bytes, sent_by_sendfile
+):
+    """Regions above SMALL_REGION_BYTES go out with os.sendfile; a smaller one is copied into the same write as
+    the rest of the answer. Either way the bytes are those of the copying broker (zero_copy=False)."""
     calls: list[int] = []
     real_sendfile = os.sendfile
 
@@ -179,7 +189,10 @@ def test_fetch_sends_records_with_sendfile_and_copying_gives_the_same_bytes(tmp_
 
     monkeypatch.setattr(os, "sendfile", counting_sendfile)
     P = ProduceRequest.TopicProduceData
-    records = [_batch([b"r%d" % i * 50 for i in range(20)], codec) for codec in ("none", "zstd", "snappy")]
+    rng = random.Random(7)  # incompressible values: the compressed batches stay as large as the plain one
+    records = [_batch([rng.randbytes(value_bytes) for _ in range(20)], codec) for codec in ("none", "zstd", "snappy")]
+    stored = sum(len(r) for r in records)
+    assert (stored > SMALL_REGION_BYTES) == sent_by_sendfile
     with _InProcessBroker(tmp_path, zero_copy=True) as broker:
         broker.server.log_manager.create_topic("zc", 1)
         with RawClient(broker.bootstrap) as c:
@@ -194,9 +207,9 @@ def test_fetch_sends_records_with_sendfile_and_copying_gives_the_same_bytes(tmp_
             calls.clear()
             c.send(_fetch_frame("zc"))
             zero_copy = c.receive()
-        assert broker.server.socket_server.sendfile_calls == 1
-    stored = sum(len(r) for r in records)
-    assert sum(calls) == stored  # every record byte went through os.sendfile, none through a Python buffer
+        assert broker.server.socket_server.sendfile_calls == int(sent_by_sendfile)
+    # every record byte went through os.sendfile (none through a Python buffer), or none did
+    assert sum(calls) == (stored if sent_by_sendfile else 0)
     calls.clear()
     with _InProcessBroker(tmp_path, zero_copy=False) as broker, RawClient(broker.bootstrap) as c:
         c.send(_fetch_frame("zc"))

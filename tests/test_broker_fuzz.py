@@ -31,7 +31,7 @@ from kafkalog.record import RecordBatchBuilder
 
 # A real Connection on a plaintext listener (the router reads its principal, SASL state and addresses); the
 # socket ends are never touched by the router, so a writer that knows no addresses stands in for them.
-CONN = Connection(None, SimpleNamespace(get_extra_info=lambda name: None), 0)  # type: ignore[arg-type]
+CONN = Connection(SimpleNamespace(get_extra_info=lambda name: None), 0)  # type: ignore[arg-type]
 
 
 @pytest.fixture(scope="module")

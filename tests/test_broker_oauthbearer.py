@@ -483,7 +483,7 @@ def test_sessions_end_with_the_token_and_clients_reauthenticate(tmp_path):
             response = _authenticate(client, _first(jwt(_claims(sub="eve", life_s=30))))
             assert response.error_code == 58
             assert (
-                "Cannot change principals during re-authentication from User:alice: User:eve" in response.error_message
+                "Cannot change principals during re-authentication from User.alice: User.eve" in response.error_message
             )
 
         producer = Producer(_confluent(b, **_unsecured_jwt("alice")))

@@ -5,6 +5,7 @@ unauthenticated client may send, v0 handshakes, re-authentication, and the store
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import json
 import shutil
@@ -242,6 +243,36 @@ def test_an_unauthenticated_client_may_send_only_api_versions_and_sasl(broker):
         response = _authenticate(client, b"\x00bob\x00bob-secret")
         assert response.error_code == 0 and response.session_lifetime_ms == 0
         assert client.call(MetadataRequest(version=1, topics=None), 1).brokers
+
+
+def test_requests_out_of_turn_are_refused_as_kafka_refuses_them(broker):
+    """Over a real socket: during the exchange another request is answered ILLEGAL_SASL_STATE and the connection
+    closed; a second ApiVersions before the handshake, or a frame over sasl.server.max.receive.size before login,
+    closes it unanswered (Kafka's SaslServerAuthenticator; the SASL protocol fuzzer's regressions)."""
+    from kafka.protocol.metadata import ApiVersionsRequest
+
+    bootstrap = broker.bootstrap_of("SASL_PLAINTEXT")
+    with RawClient(bootstrap) as client:
+        assert _handshake(client, "SCRAM-SHA-256").error_code == 0
+        assert client.call(ApiVersionsRequest(version=0), 0).error_code == 34  # ILLEGAL_SASL_STATE
+        assert client.closed_by_peer()
+    with RawClient(bootstrap) as client:
+        assert client.call(ApiVersionsRequest(version=0), 0).error_code == 0
+        client.send(frame(18, 0, b""))
+        assert client.closed_by_peer()
+    with RawClient(bootstrap) as client:
+        assert _handshake(client, "PLAIN", version=0).error_code == 0
+        token = b"\x00admin\x00admin-secret" + b"x" * 524288
+        with contextlib.suppress(ConnectionError):  # closed before the frame was all read: the same refusal
+            client.send(struct.pack(">i", len(token)) + token)
+        assert client.closed_by_peer()
+    with RawClient(bootstrap) as client:  # refused at its size, before any of its body is read
+        client.send(struct.pack(">i", 50 << 20))
+        assert client.closed_by_peer()
+    assert wait_until(lambda: "(sasl.server.max.receive.size=524288)" in broker.log), broker.log
+    with RawClient(bootstrap) as client:  # the listener still takes a valid login
+        assert _handshake(client, "PLAIN").error_code == 0
+        assert _authenticate(client, b"\x00admin\x00admin-secret").error_code == 0
 
 
 def test_a_v0_handshake_takes_bare_tokens(broker):

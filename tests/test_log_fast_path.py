@@ -5,7 +5,6 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -61,24 +60,16 @@ def _files(directory: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(directory.iterdir()) if p.suffix in (".log", ".index", ".timeindex")}
 
 
-@pytest.fixture(params=["checked-then-written", "checked-while-written"])
-def overlap(request, monkeypatch) -> str:
-    """Run the fast path both ways: small batches inline, and (threshold 0) every batch overlapped."""
-    if request.param == "checked-while-written":
-        monkeypatch.setattr("kafkalog.storage.log_append.OVERLAP_MIN_BYTES", 0)
-    return request.param
-
-
 @settings(
     max_examples=120,
     deadline=None,
     derandomize=True,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+    suppress_health_check=[HealthCheck.too_slow],
 )
 @given(
     config=_config, batches=st.lists(st.lists(_record, min_size=1, max_size=6), min_size=1, max_size=5), data=st.data()
 )
-def test_fast_and_general_paths_agree(overlap, config, batches, data) -> None:
+def test_fast_and_general_paths_agree(config, batches, data) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         fast = Log.open(Path(tmp) / "fast-0", dict(config), clock=MockTime(start_ms=NOW))
         general = Log.open(Path(tmp) / "general-0", dict(config), clock=MockTime(start_ms=NOW))

@@ -298,14 +298,11 @@ def test_follower_appends_write_kafka_bytes(folder: str, tmp_path: Path) -> None
 CLIENT_REPLAYABLE = ["codec-none", "interval-150", "base-offset-1000000"]  # no producer ids, so a replay is exact
 
 
-@pytest.mark.parametrize("overlap", [False, True], ids=["checked-then-written", "checked-while-written"])
 @pytest.mark.parametrize("folder", CLIENT_REPLAYABLE)
-def test_client_appends_write_kafka_bytes(folder: str, overlap: bool, tmp_path: Path, monkeypatch) -> None:
+def test_client_appends_write_kafka_bytes(folder: str, tmp_path: Path) -> None:
     """(b') the same batches as a producer sends them (base offset 0, partition leader epoch -1) through
     Log.append with the leader epoch Kafka stamped: LogValidator's in-place path gives Kafka's .log, .index
-    and .timeindex. ``checked-while-written`` sends every batch through the overlapped path (threshold 0)."""
-    if overlap:
-        monkeypatch.setattr("kafkalog.storage.log_append.OVERLAP_MIN_BYTES", 0)
+    and .timeindex."""
     log_path, base, interval = _segment_files(folder)
     data = log_path.read_bytes()
     batches = scan_log(log_path)

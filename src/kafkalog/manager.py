@@ -65,6 +65,7 @@ from .record import RecordBatchBuilder, default_partition
 from .replica_manager import ReplicaManager
 from .retention import RetentionExplanation, explain_retention
 from .scheduler import KafkaScheduler
+from .storage import metadata_changes
 from .storage.checkpoints import CheckpointError
 from .storage.cluster_metadata import ClusterMetadataImage
 from .storage.config import BrokerConfig, LogConfig
@@ -344,6 +345,7 @@ class LogManager:
         self._dir_of[tp] = directory
         self._partition_counts[tp.topic] = self._partition_counts.get(tp.topic, 0) + 1
         self._topic_partitions.setdefault(tp.topic, {})[tp.partition] = tp
+        metadata_changes.note_change()
         self._attach(log_obj, directory)
         self.replica_manager.add_partition(tp, log_obj)
 
@@ -353,6 +355,7 @@ class LogManager:
         self._dir_of.clear()
         self._partition_counts.clear()
         self._topic_partitions.clear()
+        metadata_changes.note_change()
 
     def _release_locks(self) -> None:
         for lock in self._locks:
@@ -512,8 +515,10 @@ class LogManager:
             path = directory / f"{tp.topic}-{tp.partition}"
             path.mkdir(parents=True, exist_ok=True)
             log_obj = Log.open(path, log_config, self.clock, scheduler=self.scheduler, had_clean_shutdown=True)
-            DeferredPartitionMetadata([path], topic_id).defer([log_obj], self.scheduler)
+            metadata = DeferredPartitionMetadata([path], topic_id)
+            metadata.attach([log_obj])
             self._register_log(tp, log_obj, directory)
+            metadata.schedule(self.scheduler)
             count = max(tp.partition + 1, state.partitions if state is not None else 0)
             self._store.put(tp.topic, TopicState(topic_id, count, overrides))
             return log_obj
@@ -540,7 +545,8 @@ class LogManager:
 
     def _create_partition_logs(self, name: str, numbers: range, topic_id: str, log_config: LogConfig) -> None:
         """Create the new partitions ``numbers`` of topic ``name``, spread over the online log dirs: their
-        directories and logs, registered, and their partition.metadata files written by the scheduler soon after
+        directories and logs, registered (made leaders: each records its epoch 0 at offset 0), and their
+        partition.metadata and leader-epoch-checkpoint files written by the scheduler soon after
         (DeferredPartitionMetadata: off a broker's event loop, yet before any record reaches them)."""
         counts = self._partitions_per_dir()
         placed: list[tuple[int, Path, Path]] = []
@@ -555,9 +561,10 @@ class LogManager:
             Log.open(path, log_config, self.clock, scheduler=self.scheduler, had_clean_shutdown=True)
             for *_, path in placed
         ]
-        metadata.defer(logs, self.scheduler)
+        metadata.attach(logs)
         for (p, directory, _), log_obj in zip(placed, logs, strict=True):
             self._register_log(TopicPartition(name, p), log_obj, directory)
+        metadata.schedule(self.scheduler)  # after the logs were made leaders: the pass writes their epochs too
 
     def _partitions_per_dir(self) -> dict[Path, int]:
         counts = {d: 0 for d in self.log_dirs}
@@ -606,6 +613,7 @@ class LogManager:
             numbers.pop(tp.partition, None)
             if not numbers:
                 del self._topic_partitions[tp.topic]
+        metadata_changes.note_change()
 
     def _partitions_of(self, topic: str) -> list[TopicPartition]:
         numbers = self._topic_partitions.get(topic, {})

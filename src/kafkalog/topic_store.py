@@ -21,6 +21,7 @@ from .layout import (
     TOPICS_FILE,
 )
 from .logdir import parse_uuid, validate_topic_name
+from .storage import metadata_changes
 from .storage.files import atomic_write
 
 log = logging.getLogger(__name__)
@@ -136,6 +137,7 @@ class TopicConfigStore:
                 best = copy
         with self._lock:
             self.generation, self._topics = best if best is not None else (0, {})
+            metadata_changes.note_change()
             self._loaded = True
         return self
 
@@ -163,6 +165,7 @@ class TopicConfigStore:
             raise KafkaStorageError("Failed to write the topic state file in every log dir: " + "; ".join(failures))
         self.generation = generation
         self._topics = topics
+        metadata_changes.note_change()
 
     def put(self, topic: str, state: TopicState) -> None:
         """Record (or replace) a topic's state and persist it."""

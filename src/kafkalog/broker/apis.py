@@ -39,7 +39,7 @@ from .protocol import (
 )
 from .quota import TimedCoroutine, thread_percent_seconds
 from .security.context import CURRENT, THROTTLE_MS, RequestContext
-from .security.sasl import IllegalSaslState
+from .security.sasl import CLOSE_UNANSWERED, REFUSE, SERVE
 from .throttle import client_throttles, raise_throttle_time
 
 HANDLERS = {
@@ -108,23 +108,68 @@ def _metric_names(name: str, request) -> tuple[str, ...]:
     return (name, "FetchFollower" if getattr(request, "replica_id", -1) >= 0 else "FetchConsumer")
 
 
+def _refusal(sasl, name: str) -> str:
+    """Why a request closes a SASL connection unanswered (for the log)."""
+    if sasl.state == "complete":
+        return "its SASL session has expired (connections.max.reauth.ms)"
+    if sasl.state == "reauth_bad_mechanism":
+        return "re-authentication requested another SASL mechanism than the session's"
+    return f"Unexpected Kafka request of type {name} during SASL handshake."
+
+
+def illegal_sasl_state_response(spec, version: int, message: str) -> Response:
+    """The answer to a request other than SaslAuthenticate during a SASL exchange: that API's response with
+    ILLEGAL_SASL_STATE in its top-level error code (and message) where it has one (Kafka's getErrorResponse fills
+    per-item codes of some APIs as well; the connection closes after it either way)."""
+    klass = spec.response[version]
+    fields = klass._struct.fields
+    values = {
+        name: value
+        for name, value in (("error_code", 34), ("error_message", message))
+        if name in fields and fields[name].for_version_q(version)
+    }
+    return Response.of(klass(**values), version)
+
+
 class RequestRouter:
     """Turns one request frame into its response (or None, or CLOSE) for the socket server."""
 
     def __init__(self, broker) -> None:
         self.broker = broker
 
+    async def _before_login(self, conn: Connection, sasl, frame: memoryview):
+        """A frame on a SASL connection that has not logged in (or is re-authenticating): CLOSE for one larger
+        than ``sasl.server.max.receive.size`` (Kafka's authenticator reads no more before login); the answer to
+        a bare token after a v0 handshake; None for a request to route as usual."""
+        if len(frame) > sasl.settings.max_receive_size:
+            log.info(
+                "Closing connection %s: a %d-byte frame before login exceeds sasl.server.max.receive.size=%d",
+                conn.id,
+                len(frame),
+                sasl.settings.max_receive_size,
+            )
+            return CLOSE
+        if not sasl.raw_tokens:
+            return None
+        code, _, answer = await security.sasl_token(self.broker, conn, bytes(frame))
+        return CLOSE if code else (b"", Response([answer]))
+
     async def __call__(self, conn: Connection, frame: memoryview):
         started = time.perf_counter()
         sasl = conn.sasl
-        if sasl is not None and sasl.raw_tokens:  # after a v0 SaslHandshake: a bare token, answered bare
-            code, _, answer = await security.sasl_token(self.broker, conn, bytes(frame))
-            return CLOSE if code else (b"", Response([answer]))
+        if sasl is not None and not sasl.authenticated:
+            refused = await self._before_login(conn, sasl, frame)
+            if refused is not None:
+                return refused
         header, spec = parse_header(frame)
         if spec is None:
             raise InvalidRequestError(f"Unknown API key {header.api_key} (correlation id {header.correlation_id})")
+        verdict = SERVE if sasl is None else sasl.gate(spec.key)
+        if verdict == CLOSE_UNANSWERED:
+            log.info("Closing connection %s from %s: %s", conn.id, conn.client_host, _refusal(sasl, spec.name))
+            return CLOSE
         if not spec.min_version <= header.api_version <= spec.max_version:
-            if spec.key == API_VERSIONS_KEY:
+            if spec.key == API_VERSIONS_KEY and verdict == SERVE:
                 return header.correlation_id.to_bytes(
                     4, "big", signed=True
                 ), api_versions.unsupported_version_response()
@@ -132,16 +177,14 @@ class RequestRouter:
                 f"Received request api key {spec.name} with version {header.api_version} which is not enabled "
                 f"(supported: {spec.min_version}-{spec.max_version})"
             )
-        if sasl is not None:
-            try:
-                sasl.check_request(spec.key, spec.name)
-            except IllegalSaslState as e:
-                log.info("Closing connection %s from %s: %s", conn.id, conn.client_host, e)
-                return CLOSE
-            if sasl.session_expired() and spec.key not in CONNECTION_HANDLERS:
-                log.info("Closing connection %s: its SASL session has expired (connections.max.reauth.ms)", conn.id)
-                return CLOSE
         request = decode_request(spec, header, frame)
+        if verdict == REFUSE:  # Kafka's IllegalSaslStateException: the request's error response, then close
+            message = f"Unexpected Kafka request of type {spec.name} during SASL authentication."
+            log.info("Closing connection %s from %s: %s", conn.id, conn.client_host, message)
+            conn.close_after_send = True
+            return response_header(spec, header), illegal_sasl_state_response(spec, header.api_version, message)
+        if sasl is not None and spec.key == API_VERSIONS_KEY:
+            sasl.api_versions_seen = True
         conn.request_metric = (_metric_names(spec.name, request), header.api_version)
         group.CLIENT_ADDRESS.set(getattr(conn, "client_host", ""))
         context = RequestContext(

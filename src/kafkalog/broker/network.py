@@ -1,15 +1,19 @@
-"""The socket server: Kafka's framing on asyncio streams, one task per connection.
+"""The socket server: Kafka's framing on asyncio, one task per connection.
 
-Each connection reads a 4-byte size and that many bytes, hands the frame to the request router, and writes
+Each connection (a :class:`~.framing.FrameStream`) reads a 4-byte size and that many bytes, straight into a
+buffer of their own, hands the frame to the request router, and writes
 the response before it reads the next frame: as Kafka's processor mutes a channel while its request is being
 served, responses go out in request order and a client may pipeline as many requests as it likes (they wait
 in the socket). A frame larger than ``socket.request.max.bytes`` or a negative size closes the connection, as
 does a request the router cannot parse; nothing a client sends can stop the server or touch another
 connection.
 
-Fetch responses carry regions of segment files: with ``zero_copy`` they are written with ``loop.sendfile``,
-which uses ``os.sendfile`` on a plain socket, so record bytes never enter Python; on a TLS connection (or
-without zero_copy) they are read and copied, to the same bytes, since the kernel cannot encrypt them.
+Fetch responses carry regions of segment files: with ``zero_copy`` they are written with ``os.sendfile`` (through
+``loop.sendfile`` when the socket is full) on a plain socket, so record bytes never enter Python; on a TLS
+connection (or without zero_copy) they are read and copied, to the same bytes, since the kernel cannot encrypt
+them. A region of at most ``SMALL_REGION_BYTES`` (64 KiB) is copied too, into the same write as the rest of the
+response: for a long poll answered with a few new records, one ``send`` costs less than a write of the head, a
+descriptor, a sendfile and a write of the tail, and the client gets the answer in one segment, not three.
 
 Security (Kafka's SocketServer and channel builders): each listener has a security protocol. On SSL and
 SASL_SSL listeners the TLS handshake runs first (a failure is logged as Kafka logs a failed authentication and
@@ -42,7 +46,8 @@ from dataclasses import KW_ONLY, dataclass, field
 from typing import TYPE_CHECKING
 
 from .config import Endpoint
-from .protocol import FileRegion, InvalidRequestError, Response
+from .framing import FrameStream
+from .protocol import SMALL_REGION_BYTES, FileRegion, InvalidRequestError, Response
 from .security.context import ANONYMOUS
 from .security.sasl import SaslAuthenticator
 from .security.tls import NoMatchingRule, SslPrincipalMapper, principal_of
@@ -54,11 +59,6 @@ log = logging.getLogger("kafka.network.SocketServer")
 
 _SIZE = struct.Struct(">i")
 _LINGER_RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close() resets the connection
-# The stream reader's limit: a connection stops reading when twice this much is buffered and not yet taken.
-# asyncio's default (64 KiB) pauses and resumes the socket several times for each 1 MiB produce request,
-# each time through the selector; a limit above a throughput-tuned producer's request size reads a request
-# in one go (measured in benchmarks/ab_broker.py) and still bounds what a client can pipeline into memory.
-READ_AHEAD_LIMIT = 1 << 20
 CLOSE = object()  # a handler's answer meaning: close this connection (e.g. an acks=0 produce that failed)
 
 Handler = Callable[["Connection", memoryview], Awaitable["tuple[bytes, Response] | object | None"]]
@@ -86,13 +86,10 @@ class Connection:
     """One client connection: its address, the id Kafka's logs give it (local-remote-index), its listener,
     and who it is (``principal``; on a SASL listener, ``sasl`` holds the login state and its principal)."""
 
-    def __init__(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, index: int, endpoint: Endpoint | None = None
-    ) -> None:
-        self.reader = reader
-        self.writer = writer
-        local = writer.get_extra_info("sockname") or ("?", 0)
-        peer = writer.get_extra_info("peername") or ("?", 0)
+    def __init__(self, stream: FrameStream, index: int, endpoint: Endpoint | None = None) -> None:
+        self.stream = stream
+        local = stream.get_extra_info("sockname") or ("?", 0)
+        peer = stream.get_extra_info("peername") or ("?", 0)
         self.id = f"{local[0]}:{local[1]}-{peer[0]}:{peer[1]}-{index}"
         self.peer_host = str(peer[0])
         self.client_host = f"/{peer[0]}"  # as Kafka records a group member's host (InetAddress.toString)
@@ -159,8 +156,13 @@ class SocketServer:
         for endpoint in self.listeners:
             host = endpoint.host or None
             accept = functools.partial(self._accept, endpoint)
-            server = await asyncio.start_server(
-                accept, host, endpoint.port, reuse_address=True, backlog=1024, limit=READ_AHEAD_LIMIT
+            loop = asyncio.get_running_loop()
+            server = await loop.create_server(
+                lambda accept=accept: FrameStream(accept),  # type: ignore[misc]
+                host,
+                endpoint.port,
+                reuse_address=True,
+                backlog=1024,
             )
             self._servers.append(server)
             for sock in server.sockets:
@@ -178,12 +180,12 @@ class SocketServer:
     def _ip_limit(self, host: str) -> int:
         return self.security.max_connections_per_ip_overrides.get(host, self.security.max_connections_per_ip)
 
-    async def _accept(self, endpoint: Endpoint, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        sock = writer.get_extra_info("socket")
+    async def _accept(self, endpoint: Endpoint, stream: FrameStream) -> None:
+        sock = stream.get_extra_info("socket")
         if sock is not None:
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        peer = writer.get_extra_info("peername") or ("?", 0)
+        peer = stream.get_extra_info("peername") or ("?", 0)
         host = str(peer[0])
         if self._per_ip.get(host, 0) >= self._ip_limit(host):
             log.info(
@@ -191,13 +193,13 @@ class SocketServer:
                 host,
                 self._ip_limit(host),
             )
-            writer.close()
+            stream.close()
             with contextlib.suppress(Exception):
-                await writer.wait_closed()
+                await stream.wait_closed()
             return
         self._per_ip[host] = self._per_ip.get(host, 0) + 1
         self._index += 1
-        conn = Connection(reader, writer, self._index, endpoint)
+        conn = Connection(stream, self._index, endpoint)
         task = asyncio.current_task()
         self._connections[task] = conn
         slot = False
@@ -225,9 +227,9 @@ class SocketServer:
             if slot:
                 await self._release_slot()
             conn.closed = True
-            conn.writer.close()
+            stream.close()
             with contextlib.suppress(Exception):
-                await conn.writer.wait_closed()
+                await stream.wait_closed()
 
     async def _wait_for_slot(self) -> None:
         """Hold one of ``max.connections`` slots, waiting for one to free (Kafka's acceptor waits likewise)."""
@@ -246,7 +248,7 @@ class SocketServer:
         """Run the TLS handshake; on failure log it as Kafka logs a failed authentication and return False."""
         context = self.security.ssl_contexts[conn.endpoint.name]
         try:
-            await conn.writer.start_tls(context, ssl_handshake_timeout=self.security.ssl_handshake_timeout)
+            await conn.stream.start_tls(context, ssl_handshake_timeout=self.security.ssl_handshake_timeout)
         except (ssl.SSLError, ConnectionError, TimeoutError, OSError) as e:
             log.info(
                 "Failed authentication with %s (channelId=%s) (SSL handshake failed: %s)", conn.client_host, conn.id, e
@@ -255,68 +257,58 @@ class SocketServer:
         conn.tls = True
         try:
             mapper = self.security.principal_mappers.get(conn.endpoint.name)
-            conn.principal = principal_of(conn.writer.get_extra_info("ssl_object"), mapper)
+            conn.principal = principal_of(conn.stream.get_extra_info("ssl_object"), mapper)
         except NoMatchingRule as e:
             log.info("Failed authentication with %s (channelId=%s) (%s)", conn.client_host, conn.id, e)
             return False
         return True
 
-    async def _read_frame_head(self, conn: Connection) -> bytes:
+    async def _read_frame_size(self, conn: Connection) -> int:
         muted = conn.mute_until - time.monotonic()
         if muted > 0:  # a quota throttle: the next request waits in the socket
             await asyncio.sleep(muted)
         idle = self.security.connections_max_idle_ms
         if idle < 0:
-            return await conn.reader.readexactly(4)
+            return await conn.stream.read_size()
         try:
             async with asyncio.timeout(idle / 1000.0):  # a timer, not wait_for's extra task for every request
-                return await conn.reader.readexactly(4)
+                return await conn.stream.read_size()
         except TimeoutError:
             log.debug("Closing connection %s: idle for more than connections.max.idle.ms=%d", conn.id, idle)
             raise
 
-    async def _read_frame_body(self, conn: Connection, size: int) -> bytes:
+    async def _read_frame_body(self, conn: Connection, size: int) -> memoryview:
         """The ``size`` bytes of a request, closing the connection (TimeoutError) if they stop coming for
         ``connections.max.idle.ms``: Kafka's idle expiry counts a half-sent request as idle too, so a slowloris
-        client cannot hold a connection forever. Only what has arrived is held, never ``size`` up front."""
+        client cannot hold a connection forever. Only what has arrived takes memory (see ``framing``)."""
         idle = self.security.connections_max_idle_ms
-        if idle < 0:
-            return await conn.reader.readexactly(size)
-        seconds = idle / 1000.0
-        loop = asyncio.get_running_loop()
-        parts: list[bytes] = []
-        left = size
         try:
-            async with asyncio.timeout(seconds) as timer:
-                while left:
-                    chunk = await conn.reader.read(left)
-                    if not chunk:
-                        raise asyncio.IncompleteReadError(b"".join(parts), size)
-                    parts.append(chunk)
-                    left -= len(chunk)
-                    timer.reschedule(loop.time() + seconds)
+            return await conn.stream.read_body(size, None if idle < 0 else idle / 1000.0)
         except TimeoutError:
             log.debug(
-                "Closing connection %s: %d of a %d-byte request received, then nothing for connections.max.idle.ms=%d",
+                "Closing connection %s: part of a %d-byte request received, then nothing for "
+                "connections.max.idle.ms=%d",
                 conn.id,
-                size - left,
                 size,
                 idle,
             )
             raise
-        return parts[0] if len(parts) == 1 else b"".join(parts)
 
     async def _serve(self, conn: Connection) -> None:
         while not self._stopping:
-            head = await self._read_frame_head(conn)
-            (size,) = _SIZE.unpack(head)
-            if size < 0 or size > self.max_request_bytes:
+            size = await self._read_frame_size(conn)
+            limit, setting = self.max_request_bytes, "socket.request.max.bytes"
+            if conn.sasl is not None and not conn.sasl.authenticated:
+                # Kafka's SaslServerAuthenticator reads no larger frame from a client that has not logged in
+                limit, setting = conn.sasl.settings.max_receive_size, "sasl.server.max.receive.size"
+            if size < 0 or size > limit:
                 log.warning(
-                    "Closing connection %s: frame size %d is %s (socket.request.max.bytes=%d)",
+                    "Closing connection %s: frame size %d is %s (%s=%d)",
                     conn.id,
                     size,
                     "negative" if size < 0 else "larger than the limit",
-                    self.max_request_bytes,
+                    setting,
+                    limit,
                 )
                 return
             frame = await self._read_frame_body(conn, size)
@@ -324,7 +316,7 @@ class SocketServer:
             conn.busy = True
             conn.request_metric = None
             try:
-                answer = await self.handler(conn, memoryview(frame))
+                answer = await self.handler(conn, frame)
             except InvalidRequestError as e:
                 log.warning("Closing connection %s due to an invalid request: %s", conn.id, e)
                 return
@@ -359,21 +351,21 @@ class SocketServer:
                 "Closing connection %s: its response was not read within connections.max.idle.ms=%d", conn.id, idle
             )
             # Reset, not a graceful close: that would wait, with the unsent bytes, for a client that does not read.
-            sock = conn.writer.get_extra_info("socket")
+            sock = conn.stream.get_extra_info("socket")
             if sock is not None:
                 with contextlib.suppress(OSError):
                     sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_RESET)
-            conn.writer.transport.abort()
+            conn.stream.transport.abort()
             raise
 
     async def _send(self, conn: Connection, header: bytes, response: Response) -> None:
         """Write one response: its size and header, then each part (file regions by sendfile when zero-copy)."""
-        writer = conn.writer
+        writer = conn.stream
         pending = bytearray(_SIZE.pack(len(header) + response.size))
         pending += header
         for part in response.parts:
             if isinstance(part, FileRegion):
-                if self.zero_copy and not conn.tls:
+                if self.zero_copy and not conn.tls and part.size > SMALL_REGION_BYTES:
                     writer.write(bytes(pending))
                     pending.clear()
                     await self._sendfile(writer, part)
@@ -388,7 +380,7 @@ class SocketServer:
             writer.write(bytes(pending))
         await writer.drain()
 
-    async def _sendfile(self, writer: asyncio.StreamWriter, part: FileRegion) -> None:
+    async def _sendfile(self, writer: FrameStream, part: FileRegion) -> None:
         """Send a file region with os.sendfile: at once while the socket takes it, then through the loop.
 
         ``loop.sendfile`` waits for the transport to drain, pauses reading, and goes through a future and the

@@ -494,6 +494,9 @@ def response_header(spec: ApiSpec, header: RequestHeader) -> bytes:
     return correlation
 
 
+SMALL_REGION_BYTES = 64 * 1024  # a region this small is copied rather than sent with sendfile (network.py)
+
+
 class FileRegion:
     """``size`` bytes at ``position`` of a segment file, sent on a descriptor of its own.
 
@@ -525,7 +528,14 @@ class FileRegion:
         return self.fd
 
     def read(self) -> bytes:
-        """The region's bytes (the copying path): fewer only if the file was truncated."""
+        """The region's bytes (the copying path): fewer only if the file was truncated. A small region is read
+        under the segment file's lock (no descriptor of its own needed); ConnectionError if the segment was
+        closed, as for ``open``."""
+        if self.size <= SMALL_REGION_BYTES and self.fd < 0:
+            data = self._file.read_region(self.position, self.size)
+            if data is None:
+                raise ConnectionError(f"{self.path} was closed before its region of {self.size} bytes was sent")
+            return data
         fd = self.open()
         chunks, position, left = [], self.position, self.size
         try:

@@ -8,11 +8,10 @@ like Kafka's FileRecords.slice.
 from __future__ import annotations
 
 import ctypes
-import errno
 import os
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -82,8 +81,7 @@ class FileRecords:
 
     Invariants: the logical ``size`` never exceeds the file's length (a preallocated file is longer) nor
     Int32.MAX; bytes below it are whole batches once an append returns, and a reader never sees bytes past it.
-    An append that fails, or that ``before_commit`` refuses, leaves the size as it was: its bytes are cut off
-    again before anyone can read them.
+    An append that fails leaves the size as it was: its bytes are cut off again before anyone can read them.
     """
 
     def __init__(self, path: Path, fd: int, size: int, mutable: bool) -> None:
@@ -133,14 +131,11 @@ class FileRecords:
         self,
         data: BytesLike | list[BytesLike],
         size: int | None = None,
-        before_commit: Callable[[], bytes | None] | None = None,
     ) -> int:
         """Write ``data`` (a buffer, or a list of buffers written in order) at the logical end; return its size.
 
-        ``before_commit()`` runs after the write and before the logical size moves, so readers never see the
-        bytes until it returns. Bytes it returns are written over the start of the append (a batch's real
-        header over a placeholder). If it raises, the write is cut off again and the exception propagates.
-        """
+        The logical size moves only once every byte is written, so readers never see part of an append; if
+        the write fails, what it wrote is cut off again and the error propagates."""
         parts = data if isinstance(data, list) else [data]
         n = sum(map(len, parts)) if size is None else size  # bytes or byte memoryviews: len counts bytes
         if len(parts) > 1 and n < _JOIN_BELOW:
@@ -163,10 +158,6 @@ class FileRecords:
                         step = io.pwrite(self._fd, rest, self._size + written, self.path)
                         written += step
                         rest = rest[step:]
-                if before_commit is not None:
-                    head = before_commit()
-                    if head and io.pwrite(self._fd, head, self._size, self.path) < len(head):
-                        raise OSError(errno.EIO, "short write of a batch header")
             except OSError as e:
                 raise self._failed_append(e, n) from e
             except BaseException:
@@ -342,6 +333,24 @@ class FileRecords:
                     self.trim()
                 os.close(self._fd)
                 self._fd = -1
+
+    def read_region(self, position: int, size: int) -> bytes | None:
+        """``size`` bytes from ``position`` read under the lock, so that a close cannot pull the descriptor from
+        under the read (fewer bytes only if the file was truncated); None once closed. For small regions: it
+        holds appends to this file back while it reads."""
+        with self._lock:
+            if self._fd < 0:
+                return None
+            io = file_io()
+            parts = []
+            while size > 0:
+                chunk = io.pread(self._fd, size, position, self.path)
+                if not chunk:
+                    break
+                parts.append(chunk)
+                position += len(chunk)
+                size -= len(chunk)
+            return parts[0] if len(parts) == 1 else b"".join(parts)
 
     def duplicate_fd(self) -> int | None:
         """A descriptor of its own on this file (a dup, taken under the lock so it never races a close), for a

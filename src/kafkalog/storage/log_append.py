@@ -10,7 +10,7 @@ producer state is not applied, and a failed append leaves nothing behind.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from ..errors import (
@@ -20,25 +20,19 @@ from ..errors import (
     RecordTooLargeError,
 )
 from ..record import RecordBatchBuilder, control_batch
-from ..record.batch import RECORDS_OFFSET
 from ..record.scan import AnyBatch
 from ..record.types import BytesLike, ControlRecordType, Record
 from .log_state import LogState
-from .overlap import OVERLAP_MIN_BYTES, Check, checker
 from .producer_entry import AppendOrigin, append_origin
 from .producer_state import BatchMetadata, CompletedTxn, ProducerAppendInfo
 from .segment import LogSegment
 from .validator import (
     CLIENT,
     COORDINATOR,
-    MAX_TS_FIELD,
     REPLICATION,
     LogAppendInfo,
     analyze,
     check_follower_offsets,
-    check_plain_batch,
-    plain_batch_append,
-    plain_batch_header,
     validate_and_assign_offsets,
     validate_single_plain_batch,
 )
@@ -50,12 +44,6 @@ AppendInput = BytesLike | RecordBatchBuilder | Sequence[Record | tuple[Any, ...]
 
 _PendingProducerState = tuple[list[ProducerAppendInfo], list[CompletedTxn]]
 """The producer updates of an append, applied after its write: the per-producer infos and completed transactions."""
-
-_PLACEHOLDER_HEADER = bytes(RECORDS_OFFSET)  # what an overlapped append writes until its check passes
-
-
-class _Refused(Exception):
-    """An overlapped append whose check failed: cut off and retried on the general path."""
 
 
 class LogAppend(LogState):
@@ -127,68 +115,10 @@ class LogAppend(LogState):
         if assign_offsets and origin == CLIENT:
             with self._lock:
                 now = self.clock.milliseconds()
-                if len(records) < OVERLAP_MIN_BYTES:
-                    fast = validate_single_plain_batch(records, self._log_end_offset, now, self.config, leader_epoch)
-                    if fast is not None:
-                        return self._append_validated(*fast, now, epoch=leader_epoch)
-                else:
-                    appended = self._append_large(records, now, leader_epoch)
-                    if appended is not None:
-                        return appended
+                fast = validate_single_plain_batch(records, self._log_end_offset, now, self.config, leader_epoch)
+                if fast is not None:
+                    return self._append_validated(*fast, now, epoch=leader_epoch)
         return self._append_general(records, origin=origin, leader_epoch=leader_epoch, assign_offsets=assign_offsets)
-
-    def _append_large(self, records: bytes, now: int, leader_epoch: int) -> LogAppendInfo | None:
-        """The common client append (see ``validate_single_plain_batch``) of a large batch, checked on the
-        background thread while it is written. None hands it to the general path, which raises Kafka's
-        exact error."""
-        header = plain_batch_header(records, self.config)
-        if header is None:
-            return None
-        check = checker.start(check_plain_batch, records, header, now, self.config)
-        if check is None:  # the background thread is busy with another log's append
-            max_ts = check_plain_batch(records, header, now, self.config)
-        else:
-            parts, size, info = plain_batch_append(
-                records, header, header[MAX_TS_FIELD], self._log_end_offset, leader_epoch
-            )
-            self._check_open()
-            segment = self.active_segment
-            if size <= self.config.segment_bytes and not self._roll_due(segment, size, info, now):
-                return self._append_overlapped(segment, parts, size, info, now, check, leader_epoch)
-            max_ts = check.result()  # Kafka rolls only for a valid batch: check it first
-        if max_ts is None:
-            return None
-        return self._append_validated(
-            *plain_batch_append(records, header, max_ts, self._log_end_offset, leader_epoch), now, epoch=leader_epoch
-        )
-
-    def _append_overlapped(
-        self,
-        segment: LogSegment,
-        parts: list[BytesLike],
-        size: int,
-        info: LogAppendInfo,
-        now: int,
-        check: Check,
-        epoch: int,
-    ) -> LogAppendInfo | None:
-        """Write a batch under a placeholder header while ``check`` runs; only a batch that passes gets
-        its real header and becomes visible. One that fails (or whose header's max timestamp was wrong)
-        is cut off and goes to the general path. A crash in between leaves a zero header, which recovery
-        truncates, as Kafka's would."""
-        header = bytes(parts[0])  # already bytes: no copy
-
-        def before_commit() -> bytes:
-            if check.result() != info.max_timestamp:
-                raise _Refused
-            return header
-
-        try:
-            return self._append_validated(
-                [_PLACEHOLDER_HEADER, parts[1]], size, info, now, segment, before_commit, epoch=epoch
-            )
-        except _Refused:
-            return None
 
     def _append_validated(
         self,
@@ -196,21 +126,15 @@ class LogAppend(LogState):
         size: int,
         info: LogAppendInfo,
         now: int,
-        segment: LogSegment | None = None,
-        before_commit: Callable[[], bytes | None] | None = None,
         *,
         epoch: int,
     ) -> LogAppendInfo:
-        """Write a validated append with no producer state involved, rolling first unless ``segment`` is
-        given (``before_commit``: see ``FileRecords.append``)."""
+        """Write a validated append with no producer state involved, rolling first when due."""
         self._check_open()
         self._check_fits_segment(size)
         try:
-            if segment is None:
-                segment = self._maybe_roll(size, info, now)
-            segment.append(
-                info.last_offset, info.max_timestamp, info.shallow_offset_of_max_timestamp, parts, size, before_commit
-            )
+            segment = self._maybe_roll(size, info, now)
+            segment.append(info.last_offset, info.max_timestamp, info.shallow_offset_of_max_timestamp, parts, size)
         except (OSError, KafkaStorageError) as e:
             raise self._io_failure("appending records to", e) from e
         self._log_end_offset = info.last_offset + 1

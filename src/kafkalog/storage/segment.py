@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -247,11 +246,9 @@ class LogSegment:
         shallow_offset_of_max_timestamp: int,
         records: BytesLike | list[BytesLike],
         size: int | None = None,
-        before_commit: Callable[[], bytes | None] | None = None,
     ) -> None:
         """Append validated batches (bytes, or a list of buffers written in order) whose last offset is
-        ``largest_offset`` (LogSegment.append). ``size`` saves recounting when the caller knows it;
-        ``before_commit`` is ``FileRecords.append``'s (a last check that can still refuse the write)."""
+        ``largest_offset`` (LogSegment.append). ``size`` saves recounting when the caller knows it."""
         if size is None:
             size = sum(map(len, records)) if isinstance(records, list) else len(records)
         if size == 0:
@@ -259,8 +256,8 @@ class LogSegment:
         position = self.log.size
         if not 0 <= largest_offset - self.base_offset <= INT32_MAX:
             self._ensure_offset_in_range(largest_offset)
-        # an I/O error, or a refusal from before_commit, leaves the segment as it was (FileRecords rolls back)
-        self.log.append(records, size, before_commit)
+        # an I/O error leaves the segment as it was (FileRecords rolls back)
+        self.log.append(records, size)
         self._appended(position, size, largest_offset, largest_timestamp, shallow_offset_of_max_timestamp)
 
     def append_in_parts(self, records: BytesLike, parts: list[tuple[int, int, int, int]]) -> None:

@@ -142,7 +142,7 @@ def _setup_frames() -> tuple[bytes, ...]:
 
 def _connection(index: int) -> Connection:
     """A plaintext connection whose socket ends are never used (the router reads only its principal and state)."""
-    return Connection(None, SimpleNamespace(get_extra_info=lambda name: None), index)  # type: ignore[arg-type]
+    return Connection(SimpleNamespace(get_extra_info=lambda name: None), index)  # type: ignore[arg-type]
 
 
 def _response_bytes(response: Response) -> bytes:
@@ -221,24 +221,26 @@ def judge(frame: bytes, result: Any) -> str:
     return "answered"
 
 
-class ProtocolFuzzer:
-    """One in-process broker and the oracle around its router. Use as a context manager; ``check(frame)``."""
+class FuzzBroker:
+    """An in-process ``KafkaServer`` on a temporary log dir, with the recorders of logged errors and hidden
+    UNKNOWN_SERVER_ERRORs installed: the base of the fuzzers. Use as a context manager; subclasses set the
+    broker up in ``_prepare``."""
 
-    def __init__(self, reset_every: int = 2000) -> None:
+    config: dict[str, str] = BROKER_CONFIG
+    prefix = "kafkalog-protocol-fuzz-"
+
+    def __init__(self, reset_every: int) -> None:
         self.reset_every = reset_every
         self.loop = asyncio.new_event_loop()
         self.errors = _ErrorLog()
         self.hidden = _HiddenErrors()
-        self.parked: set[asyncio.Task[Any]] = set()
-        self.late: list[str] = []  # parked cases that broke the oracle when they completed
         self.cases = 0
         self.outcomes: dict[str, int] = {}
         self._server: KafkaServer | None = None
         self._root: str | None = None
         self._index = 0
 
-    # ----- the broker ------------------------------------------------------------------------------------
-    def __enter__(self) -> ProtocolFuzzer:
+    def __enter__(self) -> Any:
         logging.getLogger().addHandler(self.errors)
         self.hidden.__enter__()
         self._start()
@@ -251,29 +253,18 @@ class ProtocolFuzzer:
         self.loop.close()
 
     def _start(self) -> None:
-        self._root = tempfile.mkdtemp(prefix="kafkalog-protocol-fuzz-")
-        server = KafkaServer(KafkaConfig({**BROKER_CONFIG, "log.dirs": self._root}))
+        self._root = tempfile.mkdtemp(prefix=self.prefix)
+        server = KafkaServer(KafkaConfig({**self.config, "log.dirs": self._root}))
         self.loop.run_until_complete(server.startup())
         self._server = server
         self.router = RequestRouter(server)
-        self.conn = self._new_connection()
-        assert server.log_manager is not None
-        server.log_manager.create_topic(FUZZ_TOPIC, 2)
-        server.log_manager.create_topic(DOOMED_TOPIC, 1)
-        for i in range(6):
-            server.log_manager.produce(FUZZ_TOPIC, b"value-%d" % i, key=b"k", partition=i % 2)
-        for frame in _setup_frames():
-            outcome = self._run(frame)
-            if outcome != "answered":
-                raise UnexpectedOutcome(f"setting up the fuzz broker: {frame[:40]!r} {outcome}")
+        self._prepare(server)
         self.errors.records.clear()
 
+    def _prepare(self, server: KafkaServer) -> None:
+        """What the cases expect to find on the broker."""
+
     def _stop(self) -> None:
-        for task in self.parked:
-            task.cancel()
-        if self.parked:
-            self.loop.run_until_complete(asyncio.wait(self.parked))
-        self.parked.clear()
         if self._server is not None:
             self.loop.run_until_complete(self._server.shutdown())
             self._server = None
@@ -282,9 +273,60 @@ class ProtocolFuzzer:
             self._root = None
 
     def reset(self) -> None:
-        """A fresh broker on a new log dir (parked cases are cancelled)."""
+        """A fresh broker on a new log dir (cases still waiting are cancelled)."""
         self._stop()
         self._start()
+
+    def _case(self, run: Callable[[], str]) -> str:
+        """One case (``run`` returns its outcome), counted; a case that breaks the oracle resets the broker, so
+        that the next starts from a known state, and its report names the exceptions hidden behind
+        UNKNOWN_SERVER_ERROR."""
+        self.hidden.seen.clear()
+        try:
+            outcome = run()
+        except UnexpectedOutcome as e:
+            self.reset()
+            if self.hidden.seen:
+                raise UnexpectedOutcome(f"{e} (hidden: {'; '.join(self.hidden.seen[:3])})") from e
+            raise
+        except BaseException:
+            self.reset()
+            raise
+        self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
+        return outcome
+
+
+class ProtocolFuzzer(FuzzBroker):
+    """One in-process broker and the oracle around its router. Use as a context manager; ``check(frame)``."""
+
+    def __init__(self, reset_every: int = 2000) -> None:
+        super().__init__(reset_every)
+        self.parked: set[asyncio.Task[Any]] = set()
+        self.late: list[str] = []  # parked cases that broke the oracle when they completed
+
+    # ----- the broker ------------------------------------------------------------------------------------
+    def _prepare(self, server: KafkaServer) -> None:
+        self.conn = self._new_connection()
+        assert server.log_manager is not None
+        server.log_manager.create_topic(FUZZ_TOPIC, 2)
+        server.log_manager.create_topic(DOOMED_TOPIC, 1)
+        for i in range(6):
+            server.log_manager.produce(FUZZ_TOPIC, b"value-%d" % i, key=b"k", partition=i % 2)
+        for frame in _setup_frames():
+            outcome = self._run(frame)
+            if outcome == "parked":  # creating an internal topic on a busy machine: let it finish
+                self.settle()
+                outcome = "answered" if not self.parked else outcome
+            if outcome != "answered":
+                raise UnexpectedOutcome(f"setting up the fuzz broker: {frame[:40]!r} {outcome}")
+
+    def _stop(self) -> None:
+        for task in self.parked:
+            task.cancel()
+        if self.parked:
+            self.loop.run_until_complete(asyncio.wait(self.parked))
+        self.parked.clear()
+        super()._stop()
 
     def _new_connection(self) -> Connection:
         self._index += 1
@@ -340,25 +382,18 @@ class ProtocolFuzzer:
         if (self.cases and self.cases % self.reset_every == 0) or len(self.parked) > MAX_PARKED:
             self.reset()
         self.cases += 1
-        self.hidden.seen.clear()
         conn = self.conn
         conn.request_metric = None  # the router sets it once the request has decoded
-        try:
+
+        def run() -> str:
             outcome = self._run(frame)
             # A request refused before any handler ran changed nothing but its connection: Metadata then shows
             # the router still serves; after a handler, ApiVersions too.
             self._still_serving(full=conn.request_metric is not None)
             self._raise_late_failures(frame)
-        except UnexpectedOutcome as e:
-            self.reset()  # the next case starts on a broker in a known state
-            if self.hidden.seen:
-                raise UnexpectedOutcome(f"{e} (hidden: {'; '.join(self.hidden.seen[:3])})") from e
-            raise
-        except BaseException:
-            self.reset()
-            raise
-        self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
-        return outcome
+            return outcome
+
+        return self._case(run)
 
     def settle(self, timeout: float = 60.0) -> None:
         """Run the loop until every parked case has completed (or ``timeout`` passed); raise what they broke."""

@@ -8,6 +8,7 @@ import uuid
 from ...errors import InvalidTopicError, TopicExistsError, UnknownTopicOrPartitionError
 from ...logdir import parse_uuid, validate_topic_name
 from ...manager import TopicPartition
+from ...storage import metadata_changes
 from ..protocol import (
     INVALID_TOPIC_EXCEPTION,
     LEADER_NOT_AVAILABLE,
@@ -19,9 +20,10 @@ from ..protocol import (
     Response,
     error_code,
 )
-from ..security.acl import allowed, cluster_allowed
+from ..security.acl import CLUSTER_NAME, allowed, authorized_operations, cluster_allowed
 from ..security.context import CURRENT
 from .common import log
+from .metadata_encoding import TopicEntries, encode_response, encode_topic, with_operations
 
 Broker = MetadataResponse.MetadataResponseBroker
 Topic = MetadataResponse.MetadataResponseTopic
@@ -63,10 +65,12 @@ def _topic(name: str, topic_id: str | None, partitions: list) -> Topic:
     )
 
 
-def describe(broker, name: str) -> Topic:
-    """One topic's metadata: every partition led by this node, with itself as the only replica."""
+def _local_state(broker, name: str) -> tuple:
+    """What a topic's answer shows of this node's logs, as a comparable value: (node, topic id, each partition's
+    (index, leader epoch, ISR, offline)). UnknownTopicOrPartitionError when the topic does not exist."""
     topic_id, tps = broker.log_manager.topic_id_and_partitions(name)
     node = broker.node_id
+    single = (node,)
     get = broker.replica_manager.partition
     partitions = []
     for tp in tps:
@@ -75,15 +79,21 @@ def describe(broker, name: str) -> Topic:
             raise UnknownTopicOrPartitionError(f"Partition {tp.topic}-{tp.partition} does not exist.")
         isr = view.isr
         partitions.append(
-            _partition_answer(
-                node,
-                tp.partition,
-                view.leader_epoch,
-                (node,) if isr == {node} else tuple(sorted(isr)),
-                view.log.is_offline,
-            )
+            (tp.partition, view.leader_epoch, single if isr == {node} else tuple(sorted(isr)), view.log.is_offline)
         )
-    return _topic(name, topic_id, partitions)
+    return node, topic_id, tuple(partitions)
+
+
+def _local_topic_of(name: str, state: tuple) -> Topic:
+    """The answer of a topic of this node's logs in ``state`` (``_local_state``): every partition led by this node,
+    with itself as the only replica."""
+    node, topic_id, partitions = state
+    return _topic(name, topic_id, [_partition_answer(node, *p) for p in partitions])
+
+
+def describe(broker, name: str) -> Topic:
+    """One topic's metadata: every partition led by this node, with itself as the only replica."""
+    return _local_topic_of(name, _local_state(broker, name))
 
 
 def _topic_by_id(broker, topic_id) -> Topic:
@@ -112,41 +122,92 @@ def _error_topic(name: str, code: int) -> Topic:
     return Topic(error_code=code, name=name, topic_id=ZERO_UUID, is_internal=False, partitions=[])
 
 
-def _cluster_topic(broker, name: str) -> Topic | None:
-    """A topic as the ZooKeeper cluster has it: each partition's leader, epoch, replicas and ISR, and the replicas
-    on no live broker as offline (LEADER_NOT_AVAILABLE while a partition has no leader)."""
+def _cluster_state(broker, name: str) -> tuple | None:
+    """What a topic's answer shows of the ZooKeeper cluster's view, as a comparable value: (topic id, each
+    partition's (index, error, leader, epoch, replicas, ISR, offline replicas)); None if the topic is unknown."""
     view = broker.cluster.view
     assignment = view.topics.get(name)
     if assignment is None:
         return None
+    live = view.brokers
+    states = view.states
     partitions = []
     for p, replicas in sorted(assignment.partitions.items()):
-        state = view.states.get(TopicPartition(name, p))
+        state = states.get(TopicPartition(name, p))
         leader = state.leader if state is not None else -1
         partitions.append(
-            Partition(
-                error_code=NONE if leader >= 0 and leader in view.brokers else LEADER_NOT_AVAILABLE,
-                partition_index=p,
-                leader_id=leader,
-                leader_epoch=state.leader_epoch if state is not None else -1,
-                replica_nodes=list(replicas),
-                isr_nodes=list(state.isr) if state is not None else [],
-                offline_replicas=[r for r in replicas if r not in view.brokers],
+            (
+                p,
+                NONE if leader >= 0 and leader in live else LEADER_NOT_AVAILABLE,
+                leader,
+                state.leader_epoch if state is not None else -1,
+                tuple(replicas),
+                tuple(state.isr) if state is not None else (),
+                tuple(r for r in replicas if r not in live),
             )
         )
-    return _topic(name, assignment.topic_id, partitions)
+    return assignment.topic_id, tuple(partitions)
 
 
-def _local_topic(broker, name: str) -> Topic | None:
+def _cluster_topic_of(name: str, state: tuple) -> Topic:
+    """A topic as the ZooKeeper cluster has it (``_cluster_state``): each partition's leader, epoch, replicas and
+    ISR, and the replicas on no live broker as offline (LEADER_NOT_AVAILABLE while a partition has no leader)."""
+    topic_id, partitions = state
+    return _topic(
+        name,
+        topic_id,
+        [
+            Partition(
+                error_code=error,
+                partition_index=p,
+                leader_id=leader,
+                leader_epoch=epoch,
+                replica_nodes=list(replicas),
+                isr_nodes=list(isr),
+                offline_replicas=list(offline),
+            )
+            for p, error, leader, epoch, replicas, isr, offline in partitions
+        ],
+    )
+
+
+def topic_entries(broker) -> TopicEntries:
+    """The encoded topic entries of ``broker``'s Metadata answers (made at its first Metadata request, and kept
+    on the broker object: they live and die with it)."""
+    entries = getattr(broker, "metadata_topic_entries", None)
+    if entries is None:
+        entries = broker.metadata_topic_entries = TopicEntries()
+    return entries
+
+
+def _entry(broker, name: str, clustered: bool, version: int, stamp: int | None = None) -> bytes | None:
+    """Topic ``name``'s encoded entry at ``version`` (from the ZooKeeper cluster's view when ``clustered``, else
+    this node's logs), encoded anew only if its state changed since it was cached; None if it does not exist.
+
+    ``stamp`` (this node's logs only) is metadata_changes.stamp() read at the start of the request: an entry whose
+    state was checked under it is answered without reading the topic's partitions again."""
+    entries = topic_entries(broker)
+    if clustered:
+        cluster_state = _cluster_state(broker, name)
+        if cluster_state is None:
+            entries.discard(name)
+            return None
+        return entries.entry(name, ("cluster", cluster_state), lambda: _cluster_topic_of(name, cluster_state), version)
+    found = entries.current(name, stamp, version)
+    if found is not None:
+        return found
     try:
-        return describe(broker, name)
+        local_state = _local_state(broker, name)
     except UnknownTopicOrPartitionError:
+        entries.discard(name)
         return None
+    return entries.entry(name, ("local", local_state), lambda: _local_topic_of(name, local_state), version, stamp)
 
 
-async def _topic_or_error(broker, name: str, allow_auto_create: bool, clustered: bool) -> Topic:
-    """A topic named in the request: its metadata (from the ZooKeeper cluster's view when ``clustered``, else
-    this node's logs), created first when auto-creation is allowed, or the error Kafka answers."""
+async def _topic_or_error(broker, name: str, allow_auto_create: bool, clustered: bool, version: int) -> bytes | Topic:
+    """A topic named in the request: its encoded entry at ``version`` (from the ZooKeeper cluster's view when
+    ``clustered``, else this node's logs), created first when auto-creation is allowed, or the error Kafka
+    answers (a Topic)."""
     # Kafka: a topic named in the request without DESCRIBE is TOPIC_AUTHORIZATION_FAILED, whether it exists or not.
     if not allowed(broker, "DESCRIBE", "TOPIC", name):
         return _error_topic(name, TOPIC_AUTHORIZATION_FAILED)
@@ -154,7 +215,7 @@ async def _topic_or_error(broker, name: str, allow_auto_create: bool, clustered:
         validate_topic_name(name)
     except InvalidTopicError:
         return _error_topic(name, INVALID_TOPIC_EXCEPTION)
-    found = _cluster_topic(broker, name) if clustered else _local_topic(broker, name)
+    found = _entry(broker, name, clustered, version, None if clustered else metadata_changes.stamp())
     if found is not None:
         return found
     if not (allow_auto_create and broker.config.auto_create_topics_enable):
@@ -173,22 +234,27 @@ async def _topic_or_error(broker, name: str, allow_auto_create: bool, clustered:
         log.warning("Auto-creation of topic %s failed: %s", name, e)
         return _error_topic(name, error_code(e))
     # As Kafka answers a topic it just created on a cluster: LEADER_NOT_AVAILABLE until its leaders are elected.
-    return _error_topic(name, LEADER_NOT_AVAILABLE) if clustered else describe(broker, name)
+    if clustered:
+        return _error_topic(name, LEADER_NOT_AVAILABLE)
+    return _entry(broker, name, False, version) or _error_topic(name, UNKNOWN_TOPIC_OR_PARTITION)
 
 
 async def _handle_cluster(broker, header, request) -> Response:
     version = header.api_version
     await broker.cluster.wait_ready()
     view = broker.cluster.view
+    topics: list[tuple[str | None, bytes | Topic]]
     if request.topics is None or (version == 0 and not request.topics):
+        names = sorted(view.topics)
         topics = [
-            t
-            for name in sorted(view.topics)
-            if allowed(broker, "DESCRIBE", "TOPIC", name, False) and (t := _cluster_topic(broker, name)) is not None
+            (name, t)
+            for name in names
+            if allowed(broker, "DESCRIBE", "TOPIC", name, False) and (t := _entry(broker, name, True, version))
         ]
+        _forget_deleted(broker, names)
     else:
         allow = request.allow_auto_topic_creation if version >= 4 else True
-        topics = [await _topic_or_error(broker, t.name or "", allow, True) for t in request.topics]
+        topics = [(t.name, await _topic_or_error(broker, t.name or "", allow, True, version)) for t in request.topics]
     # Each broker's endpoint on the listener this request came in on (Kafka leaves out brokers without it).
     listener = CURRENT.get().listener
     brokers = [
@@ -205,26 +271,33 @@ async def _handle_cluster(broker, header, request) -> Response:
         brokers=sorted(brokers, key=lambda b: b.node_id),
         cluster_id=broker.cluster_id,
         controller_id=view.controller_id,
-        topics=topics,
+        topics=[],
     )
-    return Response.of(response, version)
+    return _answer(broker, request, response, version, topics)
 
 
 async def handle(broker, header, request) -> Response:
     if getattr(broker, "cluster", None) is not None:
         return await _handle_cluster(broker, header, request)
     version = header.api_version
+    topics: list[tuple[str | None, bytes | Topic]]
     if request.topics is None or (version == 0 and not request.topics):
-        # Every topic the principal may DESCRIBE; the others are left out, as if they did not exist.
+        # Every topic the principal may DESCRIBE; the others are left out, as if they did not exist. A topic
+        # deleted meanwhile (between the listing and its lookup) is left out too.
+        stamp = metadata_changes.stamp()  # before anything is read
+        names = broker.log_manager.topics()
         topics = [
-            describe(broker, n) for n in broker.log_manager.topics() if allowed(broker, "DESCRIBE", "TOPIC", n, False)
+            (n, t)
+            for n in names
+            if allowed(broker, "DESCRIBE", "TOPIC", n, False) and (t := _entry(broker, n, False, version, stamp))
         ]
+        _forget_deleted(broker, names)
     else:
         allow = request.allow_auto_topic_creation if version >= 4 else True
         topics = [
-            _topic_by_id(broker, t.topic_id)
+            (None, _topic_by_id(broker, t.topic_id))
             if t.name is None and version >= 10
-            else await _topic_or_error(broker, t.name or "", allow, False)
+            else (t.name, await _topic_or_error(broker, t.name or "", allow, False, version))
             for t in request.topics
         ]
     host, port = broker.advertised_endpoint()
@@ -234,6 +307,43 @@ async def handle(broker, header, request) -> Response:
         brokers=[Broker(node_id=broker.node_id, host=host, port=port, rack=None)],
         cluster_id=broker.cluster_id,
         controller_id=broker.node_id,
-        topics=topics,
+        topics=[],
     )
-    return Response.of(response, version)
+    return _answer(broker, request, response, version, topics)
+
+
+def _forget_deleted(broker, names: list[str]) -> None:
+    """Drop the cached entries of topics not in ``names`` (every topic that exists), once there are more."""
+    entries = topic_entries(broker)
+    if len(entries) > len(names):
+        entries.retain(set(names).__contains__)
+
+
+def _answer(
+    broker, request, response: MetadataResponse, version: int, topics: list[tuple[str | None, bytes | Topic]]
+) -> Response:
+    """``response`` (with no topic) at ``version`` with ``topics`` (each a topic's name, or None when asked by
+    id, and its encoded entry or its Topic, encoded here), and the authorized operations the request asks for
+    (v8+, as Kafka's handleTopicMetadataRequest): the principal's on each topic it may describe (not on a topic
+    refused or unknown by id) and, in v8-10, on the cluster (none without DESCRIBE on it)."""
+    operations = version >= 8 and request.include_topic_authorized_operations
+    entries = []
+    for name, answer in topics:
+        if isinstance(answer, bytes):
+            if operations and name is not None:
+                answer = with_operations(answer, authorized_operations(broker, "TOPIC", name), version)
+            entries.append(answer)
+            continue
+        if operations and answer.name is not None and answer.error_code not in _NO_OPERATIONS:
+            answer.authorized_operations = authorized_operations(broker, "TOPIC", answer.name)
+        entries.append(encode_topic(answer, version))
+    if 8 <= version <= 10 and request.include_cluster_authorized_operations:
+        response.authorized_operations = (
+            authorized_operations(broker, "CLUSTER", CLUSTER_NAME) if cluster_allowed(broker, "DESCRIBE") else set()
+        )
+    return Response([encode_response(response, version, entries)])
+
+
+# answers whose authorized operations Kafka leaves unset: topics the principal may not describe (or create), and
+# topics asked by an id no topic has
+_NO_OPERATIONS = frozenset({TOPIC_AUTHORIZATION_FAILED, UNKNOWN_TOPIC_ID})

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from ..network import Connection
+from ..network import CLOSE, Connection
 from ..protocol import (
     NONE,
     AlterUserScramCredentialsResponse,
@@ -20,7 +20,7 @@ from ..protocol import (
     SaslHandshakeResponse,
 )
 from ..security.acl import cluster_allowed
-from ..security.sasl import ILLEGAL_SASL_STATE, SASL_AUTHENTICATION_FAILED, SaslFailure
+from ..security.sasl import ILLEGAL_SASL_STATE, SASL_AUTHENTICATION_FAILED, IllegalSaslState, SaslFailure
 from ..security.scram import MAX_ITERATIONS, MECHANISM_IDS, MIN_ITERATIONS, ScramCredential, credential_from_salted
 
 log = logging.getLogger("org.apache.kafka.common.network.Selector")
@@ -31,12 +31,16 @@ DUPLICATE_RESOURCE = 92
 UNACCEPTABLE_CREDENTIAL = 93
 
 
-async def handle_handshake(broker, conn: Connection, header, request) -> Response:
+async def handle_handshake(broker, conn: Connection, header, request) -> Response | object:
     version = header.api_version
     sasl = conn.sasl
     if sasl is None:  # not a SASL listener: Kafka's KafkaApis answers ILLEGAL_SASL_STATE
         return Response.of(SaslHandshakeResponse[version](error_code=ILLEGAL_SASL_STATE, mechanisms=[]), version)
-    code = sasl.handshake(version, request.mechanism)
+    try:
+        code = sasl.handshake(version, request.mechanism)
+    except IllegalSaslState as e:
+        log.info("Closing connection %s: %s", conn.id, e)
+        return CLOSE
     if code == UNSUPPORTED_SASL_MECHANISM:
         log.info(
             "Failed authentication with %s (channelId=%s) (Unsupported SASL mechanism %s)",
@@ -44,11 +48,10 @@ async def handle_handshake(broker, conn: Connection, header, request) -> Respons
             conn.id,
             request.mechanism,
         )
-        if not sasl.authenticated:
-            conn.close_after_send = True
-    return Response.of(
-        SaslHandshakeResponse[version](error_code=code, mechanisms=list(sasl.settings.mechanisms)), version
-    )
+        conn.close_after_send = True
+    # An authenticated connection that may not re-authenticate now gets KafkaApis' answer: no mechanisms.
+    mechanisms = [] if code == ILLEGAL_SASL_STATE else list(sasl.settings.mechanisms)
+    return Response.of(SaslHandshakeResponse[version](error_code=code, mechanisms=mechanisms), version)
 
 
 def _authenticate_response(version: int, code: int, message: str | None, token: bytes, lifetime: int) -> Response:
@@ -79,7 +82,9 @@ async def sasl_token(broker, conn: Connection, token: bytes) -> tuple[int, str |
 async def handle_authenticate(broker, conn: Connection, header, request) -> Response:
     version = header.api_version
     if conn.sasl is None or conn.sasl.state not in ("authenticate", "reauthenticate"):
-        return _authenticate_response(version, ILLEGAL_SASL_STATE, "Unexpected SaslAuthenticate request", b"", 0)
+        # Kafka's KafkaApis: a connection that is not in a SASL exchange (plaintext, or authenticated)
+        message = "SaslAuthenticate request received after successful authentication"
+        return _authenticate_response(version, ILLEGAL_SASL_STATE, message, b"", 0)
     code, message, answer = await sasl_token(broker, conn, bytes(request.auth_bytes))
     return _authenticate_response(version, code, message, answer, conn.sasl.session_lifetime_ms)
 

@@ -281,6 +281,29 @@ def cluster_allowed(broker, operation: str, log_denied: bool = True) -> bool:
     return allowed(broker, operation, "CLUSTER", CLUSTER_NAME, log_denied)
 
 
+# Kafka's AclEntry.supportedOperations of the resource types whose authorized operations Metadata answers report
+SUPPORTED_OPERATIONS = {
+    "TOPIC": ("READ", "WRITE", "CREATE", "DESCRIBE", "DELETE", "ALTER", "DESCRIBE_CONFIGS", "ALTER_CONFIGS"),
+    "CLUSTER": (
+        "CREATE",
+        "CLUSTER_ACTION",
+        "DESCRIBE_CONFIGS",
+        "ALTER_CONFIGS",
+        "IDEMPOTENT_WRITE",
+        "ALTER",
+        "DESCRIBE",
+    ),
+}
+
+
+def authorized_operations(broker, resource_type: str, name: str) -> set[int]:
+    """The codes of the operations on the resource that the request being handled may do (Kafka's
+    AuthHelper.authorizedOperations: every supported one without an authorizer; refusals not logged)."""
+    return {
+        OPERATIONS[op] for op in SUPPORTED_OPERATIONS[resource_type] if allowed(broker, op, resource_type, name, False)
+    }
+
+
 _DENIED_ERRORS = {
     "TOPIC": (TopicAuthorizationFailedError, "Not authorized to access topics: [{}]"),
     "GROUP": (GroupAuthorizationFailedError, "Not authorized to access group: {}"),

@@ -39,11 +39,13 @@ from .scram import MECHANISMS, CredentialStore, ScramError, ScramServer
 
 SUPPORTED = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", OAUTHBEARER)
 SASL_HANDSHAKE_KEY = 17
+API_VERSIONS_KEY = 18
 SASL_AUTHENTICATE_KEY = 36
 # Kafka's error codes for SASL
 UNSUPPORTED_SASL_MECHANISM = 33
 ILLEGAL_SASL_STATE = 34
 SASL_AUTHENTICATION_FAILED = 58
+DEFAULT_MAX_RECEIVE_SIZE = 524288  # Kafka's BrokerSecurityConfigs.DEFAULT_SASL_SERVER_MAX_RECEIVE_SIZE
 
 _JAAS_ENTRY = re.compile(r"\s*([\w.$]+)\s+(required|requisite|sufficient|optional)(?:\s+(.*?))?\s*;\s*", re.S)
 _JAAS_OPTION = re.compile(r'\s*([^\s=]+)\s*=\s*("(?:[^"\\]|\\.)*"|[^\s;]+)')
@@ -80,6 +82,7 @@ class ListenerSasl:
     mechanisms: tuple[str, ...]
     plain_users: Mapping[str, str] = field(default_factory=dict)
     oauthbearer: UnsecuredValidatorOptions | None = None
+    max_receive_size: int = DEFAULT_MAX_RECEIVE_SIZE  # sasl.server.max.receive.size: largest frame before login
 
 
 def listener_sasl(props: Mapping[str, str], endpoint: Endpoint) -> ListenerSasl:
@@ -114,7 +117,21 @@ def listener_sasl(props: Mapping[str, str], endpoint: Endpoint) -> ListenerSasl:
             "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;",
         )
         oauth = UnsecuredValidatorOptions.from_jaas(options, key)
-    return ListenerSasl(mechanisms, users, oauth)
+    return ListenerSasl(mechanisms, users, oauth, _max_receive_size(props, endpoint))
+
+
+def _max_receive_size(props: Mapping[str, str], endpoint: Endpoint) -> int:
+    """``sasl.server.max.receive.size`` of a listener (Kafka's default 524288): the largest frame a client may
+    send before it has logged in."""
+    raw = listener_property(props, endpoint.name, "sasl.server.max.receive.size")
+    if raw is None:
+        return DEFAULT_MAX_RECEIVE_SIZE
+    try:
+        return int(str(raw).strip())
+    except ValueError:
+        raise InvalidConfigurationError(
+            f"Invalid value {raw} for configuration sasl.server.max.receive.size: Not a number of type INT"
+        ) from None
 
 
 def jaas_config(props: Mapping[str, str], listener: str, mechanism: str) -> tuple[str, str | None]:
@@ -163,11 +180,10 @@ class _PlainServer:
         self.complete = False
 
     def evaluate(self, token: bytes) -> bytes:
+        # RFC 4616 message [authzid] NUL authcid NUL passwd, split as Kafka's PlainSaslServer splits it: into at
+        # most three fields, each ending at the next NUL (so a fourth field is ignored; a missing one is empty).
         text = token.decode("utf-8", errors="replace")
-        parts = [*text.split("\x00"), "", "", ""][:3]
-        if text.count("\x00") != 2:
-            raise ScramError(f"Invalid SASL/PLAIN response: expected 3 tokens, got {text.count(chr(0)) + 1}")
-        authzid, user, password = parts
+        authzid, user, password = [*text.split("\x00", 3)[:3], "", ""][:3]
         if not user:
             raise ScramError("Authentication failed: username not specified")
         if not password:
@@ -189,14 +205,30 @@ class _Public(ScramError):
 _PUBLIC_SCRAM = ("Authentication failed: Client requested an authorization id",)
 
 
-class SaslAuthenticator:
-    """The SASL state of one connection.
+# What the router does with a request (not a bare token) in a connection's SASL state (SaslAuthenticator.gate).
+SERVE = "serve"  # dispatch it as usual
+CLOSE_UNANSWERED = "close"  # close the connection without an answer
+REFUSE = "refuse"  # answer it with ILLEGAL_SASL_STATE, then close the connection
+MIN_REAUTH_INTERVAL = 1.0  # Kafka's KafkaChannel.MIN_REAUTH_INTERVAL_ONE_SECOND_NANOS, in seconds
 
-    States: ``handshake`` (ApiVersions or SaslHandshake expected), ``authenticate`` (the mechanism's tokens),
-    ``complete`` (requests are served as ``principal``), ``failed``.
+
+class SaslAuthenticator:
+    """The SASL state of one connection, as Kafka's SaslServerAuthenticator (and KafkaChannel for KIP-368).
+
+    States: ``handshake`` (one ApiVersions, then SaslHandshake), ``authenticate`` (the mechanism's tokens),
+    ``complete`` (requests are served as ``principal``), ``reauthenticate`` (tokens of a re-authentication; the
+    old principal stays until it completes), ``reauth_bad_mechanism`` (a re-authentication handshake named
+    another enabled mechanism: the next frame closes the connection), ``failed``. Invariant: ``principal`` is
+    set only by a completed exchange, and a re-authentication that would change it fails.
     """
 
-    def __init__(self, settings: ListenerSasl, store: CredentialStore | None, reauth_ms: int, clock=time.monotonic):
+    def __init__(
+        self,
+        settings: ListenerSasl,
+        store: CredentialStore | None,
+        reauth_ms: int,
+        clock=time.monotonic,
+    ):
         self.settings = settings
         self.store = store
         self.reauth_ms = reauth_ms
@@ -204,9 +236,11 @@ class SaslAuthenticator:
         self.state = "handshake"
         self.mechanism: str | None = None
         self.raw_tokens = False  # after a v0 handshake the tokens come as bare frames
+        self.api_versions_seen = False  # Kafka takes one ApiVersions before the handshake
         self.principal: str | None = None
         self.session_end: float | None = None
         self.lifetime_ms = 0  # the session lifetime told to the client (0: none)
+        self.reauth_started: float | None = None  # when the last re-authentication began
         self._server: _PlainServer | ScramServer | OAuthBearerServer | None = None
 
     @property
@@ -216,30 +250,41 @@ class SaslAuthenticator:
     def session_expired(self) -> bool:
         return self.session_end is not None and self.clock() >= self.session_end
 
-    def check_request(self, api_key: int, api_name: str) -> None:
-        """Raise IllegalSaslState for a request that the current state does not allow."""
-        if self.state == "complete":
-            return
-        if self.state == "handshake" and api_key in (18, SASL_HANDSHAKE_KEY):
-            return
-        if (
-            self.state in ("authenticate", "reauthenticate")
-            and api_key == SASL_AUTHENTICATE_KEY
-            and not self.raw_tokens
-        ):
-            return
-        raise IllegalSaslState(f"Unexpected Kafka request of type {api_name} during SASL handshake.")
+    def gate(self, api_key: int) -> str:
+        """What the router does with a request of ``api_key`` now: SERVE, CLOSE_UNANSWERED or REFUSE.
+
+        As Kafka: before the handshake only ApiVersions (once) and SaslHandshake, anything else closes the
+        connection unanswered (InvalidRequestException); during the exchange (v1 handshake) only SaslAuthenticate,
+        anything else is answered ILLEGAL_SASL_STATE and the connection closed (IllegalSaslStateException); once
+        authenticated everything, except that a session past its end closes the connection on any request but a
+        SaslHandshake (which may start a re-authentication, see ``handshake``)."""
+        state = self.state
+        if state == "complete":
+            expired = api_key != SASL_HANDSHAKE_KEY and self.session_expired()
+            return CLOSE_UNANSWERED if expired else SERVE
+        if state == "handshake":
+            allowed = api_key == SASL_HANDSHAKE_KEY or (api_key == API_VERSIONS_KEY and not self.api_versions_seen)
+            return SERVE if allowed else CLOSE_UNANSWERED
+        if state in ("authenticate", "reauthenticate") and not self.raw_tokens:
+            return SERVE if api_key == SASL_AUTHENTICATE_KEY else REFUSE
+        return CLOSE_UNANSWERED  # failed, reauth_bad_mechanism
 
     def handshake(self, version: int, mechanism: str) -> int:
-        """Start an exchange with ``mechanism``: NONE, or UNSUPPORTED_SASL_MECHANISM (then the connection closes)."""
-        if self.state == "complete":
-            if self.session_end is None:  # Kafka: re-authentication only for a session that ends
-                return ILLEGAL_SASL_STATE
-            if mechanism != self.mechanism:  # Kafka: a re-authentication keeps the mechanism
-                return UNSUPPORTED_SASL_MECHANISM
+        """Start an exchange with ``mechanism``: NONE; UNSUPPORTED_SASL_MECHANISM (the connection then closes);
+        ILLEGAL_SASL_STATE for an authenticated connection that may not re-authenticate now (it stays open).
+        Raises IllegalSaslState when the connection must close unanswered (a session past its end that may not
+        re-authenticate)."""
+        if self.state == "complete" and not self._begin_reauthentication():
+            if self.session_expired():
+                raise IllegalSaslState("its SASL session has expired (connections.max.reauth.ms)")
+            return ILLEGAL_SASL_STATE  # Kafka's KafkaApis answers a handshake after authentication so
         if mechanism not in self.settings.mechanisms:
             self.state = "failed"
             return UNSUPPORTED_SASL_MECHANISM
+        if self.state == "complete" and mechanism != self.mechanism:
+            # Kafka answers NONE, then fails the re-authentication on the next frame (REAUTH_BAD_MECHANISM)
+            self.state, self.raw_tokens, self._server = "reauth_bad_mechanism", False, None
+            return 0
         self.mechanism = mechanism
         if mechanism == "PLAIN":
             self._server = _PlainServer(self.settings.plain_users)
@@ -253,13 +298,24 @@ class SaslAuthenticator:
         self.state = "authenticate" if self.state != "complete" else "reauthenticate"
         return 0
 
+    def _begin_reauthentication(self) -> bool:
+        """Whether a SaslHandshake on an authenticated connection starts a re-authentication (Kafka's
+        KafkaChannel.maybeBeginServerReauthentication): only for a session that ends, at most once a second."""
+        if self.session_end is None:
+            return False
+        now = self.clock()
+        if self.reauth_started is not None and now - self.reauth_started < MIN_REAUTH_INTERVAL:
+            return False
+        self.reauth_started = now
+        return True
+
     def authenticate(self, token: bytes) -> bytes:
         """One token of the exchange; SaslFailure when the login fails."""
         if self.state not in ("authenticate", "reauthenticate") or self._server is None:
-            raise IllegalSaslState(f"Unexpected SaslAuthenticate request in SASL state {self.state}")
+            raise IllegalSaslState(f"Unexpected SASL token in SASL state {self.state}")
+        during = "re-authentication" if self.state == "reauthenticate" else "authentication"
         generic = (
-            "Authentication failed during authentication due to invalid credentials with SASL mechanism "
-            f"{self.mechanism}"
+            f"Authentication failed during {during} due to invalid credentials with SASL mechanism {self.mechanism}"
         )
         try:
             answer = self._server.evaluate(token)
@@ -279,7 +335,8 @@ class SaslAuthenticator:
             principal = f"User:{self._server.user}"
             if self.state == "reauthenticate" and principal != self.principal:
                 self.state = "failed"
-                message = f"Cannot change principals during re-authentication from {self.principal}: {principal}"
+                old, new = ((p or "").replace(":", ".", 1) for p in (self.principal, principal))
+                message = f"Cannot change principals during re-authentication from {old}: {new}"  # <type>.<name>
                 raise SaslFailure(message, message)
             self.principal = principal
             self.state = "complete"

@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import re
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
@@ -119,18 +120,38 @@ class CredentialStore(JsonFileStore):
         self._save(users, mode=0o600, indent=1, sort_keys=True)
 
 
-def _attributes(message: str) -> dict[str, str]:
-    result = {}
-    for item in message.split(","):
-        key, sep, value = item.partition("=")
-        if sep and len(key) == 1:
-            result.setdefault(key, value)
-    return result
+# Kafka's SCRAM message grammar (ScramMessages): Java's character-class intersections written out. A name is
+# ASCII without ',' or '=' except the escapes =2C and =3D; a nonce is printable ASCII without ','.
+_VALUE = r"[\x01-\x2b\x2d-\x7f]+"
+_PRINTABLE = r"[\x21-\x2b\x2d-\x7e]+"
+_SASLNAME = r"(?:[\x01-\x2b\x2d-\x3c\x3e-\x7f]|=2C|=3D)+"
+_B64 = "[a-zA-Z0-9/+]"
+_BASE64 = f"(?:{_B64}{{4}})*(?:{_B64}{{3}}=|{_B64}{{2}}==)?"
+_EXTENSIONS = rf"(?:,[A-Za-z]+={_VALUE})*"
+_CLIENT_FIRST = re.compile(
+    rf"n,(?:a=(?P<authzid>{_SASLNAME}))?,(?:m={_VALUE},)?n=(?P<saslname>{_SASLNAME}),r=(?P<nonce>{_PRINTABLE})"
+    rf"(?P<extensions>{_EXTENSIONS})"
+)
+_CLIENT_FINAL = re.compile(rf"c=(?P<channel>{_BASE64}),r=(?P<nonce>{_PRINTABLE}){_EXTENSIONS},p=(?P<proof>{_BASE64})")
 
 
-def _sasl_name(name: str) -> str:
-    """RFC 5802 saslname: '=2C' and '=3D' stand for ',' and '='."""
-    return name.replace("=2C", ",").replace("=3D", "=")
+def _username(sasl_name: str) -> str:
+    """RFC 5802 saslname -> username as Kafka's ScramFormatter.username: '=2C' is ',', '=3D' is '=', and any other
+    '=' fails the exchange."""
+    name = sasl_name.replace("=2C", ",")
+    if "=" in name.replace("=3D", ""):
+        raise ScramError(f"Invalid username: {sasl_name}")
+    return name.replace("=3D", "=")
+
+
+def _extensions(text: str) -> str:
+    """The client-first extensions as Kafka puts them back into client-first-message-bare: key=value pairs in the
+    order of a map (a later duplicate key replaces the earlier value in place)."""
+    pairs: dict[str, str] = {}
+    for item in text[1:].split(",") if text else ():
+        key, _, value = item.partition("=")
+        pairs[key] = value
+    return ",".join(f"{k}={v}" for k, v in pairs.items())
 
 
 class ScramServer:
@@ -167,19 +188,19 @@ class ScramServer:
         raise ScramError(f"Unexpected challenge in Sasl server state {self.state.upper()}")
 
     def _client_first(self, message: str) -> bytes:
-        # gs2-header: "n,," or "y,," or "n,a=authzid,"; channel binding ("p=") is not offered by Kafka.
-        parts = message.split(",", 2)
-        if len(parts) != 3 or parts[0] not in ("n", "y"):
-            raise ScramError(f"Invalid SCRAM client first message {message!r}")
-        authzid = parts[1][2:] if parts[1].startswith("a=") else ""
-        bare = parts[2]
-        attrs = _attributes(bare)
-        if "n" not in attrs or "r" not in attrs:
-            raise ScramError(f"Invalid SCRAM client first message {message!r}")
-        user = _sasl_name(attrs["n"])
+        # Kafka accepts only gs2-header "n" (no channel binding) with an optional authzid; extensions are kept
+        # in the AuthMessage but otherwise ignored.
+        match = _CLIENT_FIRST.fullmatch(message)
+        if match is None:
+            raise ScramError(f"Invalid SCRAM client first message format: {message}")
+        try:
+            user = _username(match["saslname"])
+        except ScramError:
+            raise ScramError("Authentication failed: Credentials could not be obtained") from None
         credential = self.store.get(user, self.mechanism)
         if credential is None:
             raise ScramError("Authentication failed: Invalid user credentials")
+        authzid = match["authzid"] or ""
         if authzid and authzid != user:
             raise ScramError(
                 "Authentication failed: Client requested an authorization id that is different from username"
@@ -190,27 +211,28 @@ class ScramServer:
             )
         self.user = user
         self._credential = credential
-        self._client_first_bare = bare
-        self._nonce = attrs["r"] + secrets.token_urlsafe(24)
+        extensions = _extensions(match["extensions"])
+        self._client_first_bare = f"n={match['saslname']},r={match['nonce']}" + (f",{extensions}" if extensions else "")
+        self._nonce = match["nonce"] + secrets.token_urlsafe(24)
         salt = base64.b64encode(credential.salt).decode()
         self._server_first = f"r={self._nonce},s={salt},i={credential.iterations}"
         self.state = "client-final"
         return self._server_first.encode()
 
     def _client_final(self, message: str) -> bytes:
-        without_proof, sep, proof_text = message.rpartition(",p=")
-        attrs = _attributes(without_proof)
-        if not sep or "r" not in attrs or "c" not in attrs:
-            raise ScramError("Invalid SCRAM client final message")
-        if attrs["r"] != self._nonce:
+        match = _CLIENT_FINAL.fullmatch(message)
+        if match is None:
+            raise ScramError(f"Invalid SCRAM client final message format: {message}")
+        if match["nonce"] != self._nonce:
             raise ScramError("Invalid client nonce in the final client message.")
         assert self._credential is not None
+        # As Kafka: the AuthMessage is rebuilt from the parsed fields (channel binding re-encoded, extensions of
+        # the final message dropped), so it is exactly what Kafka's clients sign.
+        channel = base64.b64encode(base64.b64decode(match["channel"])).decode()
+        without_proof = f"c={channel},r={match['nonce']}"
         auth_message = f"{self._client_first_bare},{self._server_first},{without_proof}".encode()
         client_signature = _hmac(self.hash, self._credential.stored_key, auth_message)
-        try:
-            proof = base64.b64decode(proof_text, validate=True)
-        except ValueError:
-            raise ScramError("Invalid SCRAM client final message") from None
+        proof = base64.b64decode(match["proof"])
         if len(proof) != len(client_signature):
             raise ScramError("Invalid client credentials")
         client_key = bytes(a ^ b for a, b in zip(proof, client_signature, strict=True))

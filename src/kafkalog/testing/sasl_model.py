@@ -1,0 +1,327 @@
+"""What Kafka answers on a SASL connection: the reference the SASL protocol fuzzer compares the broker with.
+
+``KafkaSaslModel`` follows one connection through Kafka's SaslServerAuthenticator (clients/.../authenticator/
+SaslServerAuthenticator.java), KafkaChannel's re-authentication rules (KIP-368) and KafkaApis' answers after
+login, with PLAIN as PlainSaslServer and SCRAM as ScramSaslServer/ScramMessages. For each frame it predicts an
+``Expect``: the connection answers and stays open, answers and then closes, closes unanswered, or serves the
+request as any other; the error code of a SASL answer; and the principal the connection has afterwards. SCRAM
+proofs are checked from the users' passwords (``Users``), not from the broker's stored keys, so a proof the
+broker accepts that the password did not make is a failure of the oracle.
+
+Where kafkalog deliberately answers differently from Kafka the prediction is kafkalog's, and says so: a SCRAM
+proof of the wrong length is answered SASL_AUTHENTICATION_FAILED before the close (Kafka's ScramFormatter.xor
+throws IllegalArgumentException there, which closes the connection unanswered).
+
+The model uses the broker's header and body decoders (``parse_header``, ``decode_request``): it predicts what is
+done with a request, not whether kafka-python's schema decoder takes its bytes.
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import hashlib
+import hmac
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..broker.protocol import ApiSpec, InvalidRequestError, RequestHeader, decode_request, parse_header
+
+ANONYMOUS = "User:ANONYMOUS"
+NONE, UNSUPPORTED_VERSION, UNSUPPORTED_SASL_MECHANISM, ILLEGAL_SASL_STATE, SASL_AUTHENTICATION_FAILED = (
+    0,
+    35,
+    33,
+    34,
+    58,
+)
+HANDSHAKE, API_VERSIONS, AUTHENTICATE = 17, 18, 36
+MAX_RECEIVE_SIZE = 524288  # sasl.server.max.receive.size's default
+HASHES = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}
+
+# ScramMessages' grammar (Java's [a&&[^b]] classes spelt out)
+_VALUE = r"[\x01-\x2b\x2d-\x7f]+"
+_PRINTABLE = r"[\x21-\x2b\x2d-\x7e]+"
+_SASLNAME = r"(?:[\x01-\x2b\x2d-\x3c\x3e-\x7f]|=2C|=3D)+"
+_BASE64 = "(?:[a-zA-Z0-9/+]{4})*(?:[a-zA-Z0-9/+]{3}=|[a-zA-Z0-9/+]{2}==)?"
+_EXTENSIONS = rf"(?:,[A-Za-z]+={_VALUE})*"
+CLIENT_FIRST = re.compile(
+    rf"n,(?:a=({_SASLNAME}))?,(?:m={_VALUE},)?n=({_SASLNAME}),r=({_PRINTABLE})({_EXTENSIONS})", re.S
+)
+CLIENT_FINAL = re.compile(rf"c=({_BASE64}),r=({_PRINTABLE}){_EXTENSIONS},p=({_BASE64})", re.S)
+
+
+@dataclass(frozen=True)
+class Users:
+    """The credentials the fuzz broker is configured with: PLAIN users (JAAS) and SCRAM users (the store)."""
+
+    plain: dict[str, str]
+    scram: dict[str, dict[str, str]]  # user -> mechanism -> password
+
+
+@dataclass
+class Expect:
+    """A prediction for one frame.
+
+    kind: "answer" (a response, the connection stays open), "answer-close" (a response, then the close),
+    "close" (closed unanswered), "token" (a bare token answer after a v0 handshake), "served" (a request served as
+    any other: the generic oracle judges it). ``code``/``message``: of a SASL answer (message None = unchecked).
+    ``check``: called with the returned token bytes; returns a complaint, or None."""
+
+    kind: str
+    code: int | None = None
+    message: str | None = None
+    lifetime_ms: int | None = None
+    check: Callable[[bytes], str | None] | None = None
+
+
+@functools.cache
+def salted(mechanism: str, password: str, salt: bytes, iterations: int) -> bytes:
+    return hashlib.pbkdf2_hmac(HASHES[mechanism], password.encode(), salt, iterations)
+
+
+def scram_keys(mechanism: str, password: str, salt: bytes, iterations: int) -> tuple[bytes, bytes, bytes]:
+    """(ClientKey, StoredKey, ServerKey) of RFC 5802."""
+    name = HASHES[mechanism]
+    salted_password = salted(mechanism, password, salt, iterations)
+    client_key = hmac.new(salted_password, b"Client Key", name).digest()
+    server_key = hmac.new(salted_password, b"Server Key", name).digest()
+    return client_key, hashlib.new(name, client_key).digest(), server_key
+
+
+def scram_proof(mechanism: str, password: str, server_first: str, auth_message: str) -> bytes:
+    """The ClientProof a client knowing ``password`` sends for ``auth_message``."""
+    fields = dict(item.split("=", 1) for item in server_first.split(",") if "=" in item)
+    client_key, stored_key, _ = scram_keys(mechanism, password, base64.b64decode(fields["s"]), int(fields["i"]))
+    signature = hmac.new(stored_key, auth_message.encode(), HASHES[mechanism]).digest()
+    return bytes(a ^ b for a, b in zip(client_key, signature, strict=True))
+
+
+def _sasl_username(sasl_name: str) -> str | None:
+    name = sasl_name.replace("=2C", ",")
+    return None if "=" in name.replace("=3D", "") else name.replace("=3D", "=")
+
+
+def _generic(mechanism: str, reauth: bool) -> str:
+    during = "re-authentication" if reauth else "authentication"
+    return f"Authentication failed during {during} due to invalid credentials with SASL mechanism {mechanism}"
+
+
+class _Failed(Exception):
+    """A failed exchange: ``message`` is what the client is told (None: closed unanswered)."""
+
+    def __init__(self, message: str | None) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+@dataclass
+class _Exchange:
+    """One mechanism exchange in progress."""
+
+    mechanism: str
+    step: int = 0
+    user: str | None = None
+    bare: str = ""
+    server_first: str = ""
+    nonce: str = ""
+    complete: bool = False
+    server_final: bytes = b""
+
+
+@dataclass
+class KafkaSaslModel:
+    """One SASL connection as Kafka runs it. ``now`` is the connection's clock in seconds (the fuzzer moves it)."""
+
+    users: Users
+    enabled: tuple[str, ...]
+    reauth_ms: int
+    now: float = 1000.0
+    state: str = "initial"  # initial, versions-seen, authenticate, reauth, reauth-bad, complete, closed
+    raw: bool = False
+    principal: str = ANONYMOUS
+    mechanism: str | None = None
+    session_end: float | None = None
+    last_reauth: float | None = None
+    exchange: _Exchange | None = field(default=None, repr=False)
+
+    # ----- frames ----------------------------------------------------------------------------------------------
+    def step(self, frame: bytes) -> Expect:
+        """The prediction for ``frame``; the model moves to the state Kafka would be in after it."""
+        expect = self._step(frame)
+        if expect.kind in ("close", "answer-close"):
+            self.state = "closed"
+        return expect
+
+    def _step(self, frame: bytes) -> Expect:
+        if self.state != "complete" and len(frame) > MAX_RECEIVE_SIZE:
+            return Expect("close")
+        if self.state in ("authenticate", "reauth") and self.raw:
+            return self._token(frame, framed=False)
+        if self.state == "reauth-bad":
+            return Expect("close")
+        try:
+            header, spec = parse_header(memoryview(frame))
+        except InvalidRequestError:
+            return Expect("close")
+        if spec is None:
+            return Expect("close")
+        supported = spec.min_version <= header.api_version <= spec.max_version
+        if self.state in ("initial", "versions-seen"):
+            return self._before_handshake(frame, header, spec, supported)
+        if self.state in ("authenticate", "reauth"):
+            request = self._request(frame, header, spec) if supported else None
+            if request is None:
+                return Expect("close")
+            if spec.key != AUTHENTICATE:
+                return Expect("answer-close", ILLEGAL_SASL_STATE)
+            return self._token(bytes(request.auth_bytes), framed=True)
+        return self._authenticated(frame, header, spec, supported)
+
+    @staticmethod
+    def _request(frame: bytes, header: RequestHeader, spec: ApiSpec) -> Any:
+        try:
+            return decode_request(spec, header, memoryview(frame))
+        except InvalidRequestError:
+            return None
+
+    def _before_handshake(self, frame: bytes, header: RequestHeader, spec: ApiSpec, supported: bool) -> Expect:
+        if spec.key == API_VERSIONS and self.state == "initial":
+            if not supported:
+                return Expect("answer", UNSUPPORTED_VERSION)
+            if self._request(frame, header, spec) is None:
+                return Expect("close")
+            self.state = "versions-seen"
+            return Expect("answer", NONE)
+        if spec.key != HANDSHAKE or not supported:
+            return Expect("close")
+        request = self._request(frame, header, spec)
+        if request is None:
+            return Expect("close")
+        return self._handshake(request.mechanism, header.api_version)
+
+    def _handshake(self, mechanism: str, version: int) -> Expect:
+        if mechanism not in self.enabled:
+            return Expect("answer-close", UNSUPPORTED_SASL_MECHANISM)
+        reauth = self.state == "complete"
+        if reauth and mechanism != self.mechanism:
+            self.state = "reauth-bad"
+            return Expect("answer", NONE)
+        self.state, self.raw, self.mechanism = ("reauth" if reauth else "authenticate"), version == 0, mechanism
+        self.exchange = _Exchange(mechanism)
+        return Expect("answer", NONE)
+
+    def _authenticated(self, frame: bytes, header: RequestHeader, spec: ApiSpec, supported: bool) -> Expect:
+        expired = self.session_end is not None and self.now >= self.session_end
+        may_reauthenticate = self.last_reauth is None or self.now - self.last_reauth >= 1.0
+        if spec.key == HANDSHAKE and self.session_end is not None and may_reauthenticate:
+            self.last_reauth = self.now
+            request = self._request(frame, header, spec) if supported else None
+            if request is None:
+                return Expect("close")
+            return self._handshake(request.mechanism, header.api_version)
+        if expired:
+            return Expect("close")
+        if not supported:
+            return Expect("answer", UNSUPPORTED_VERSION) if spec.key == API_VERSIONS else Expect("close")
+        if self._request(frame, header, spec) is None:
+            return Expect("close")
+        if spec.key in (HANDSHAKE, AUTHENTICATE):
+            return Expect("answer", ILLEGAL_SASL_STATE)
+        return Expect("served")
+
+    # ----- tokens ----------------------------------------------------------------------------------------------
+    def _token(self, token: bytes, framed: bool) -> Expect:
+        exchange = self.exchange
+        assert exchange is not None
+        reauth = self.state == "reauth"
+        try:
+            answer_check = self._evaluate(exchange, token)
+            if exchange.complete:
+                self._complete(exchange, reauth)
+        except _Failed as e:
+            if not framed:
+                return Expect("close")
+            return Expect("answer-close", SASL_AUTHENTICATION_FAILED, e.message)
+        lifetime = self.reauth_ms if exchange.complete and self.reauth_ms > 0 else 0
+        if not framed:
+            return Expect("token", check=answer_check)
+        return Expect("answer", NONE, lifetime_ms=lifetime, check=answer_check)
+
+    def _complete(self, exchange: _Exchange, reauth: bool) -> None:
+        principal = f"User:{exchange.user}"
+        if reauth and principal != self.principal:
+            old, new = self.principal.replace(":", ".", 1), principal.replace(":", ".", 1)
+            raise _Failed(f"Cannot change principals during re-authentication from {old}: {new}")
+        self.principal, self.state, self.raw = principal, "complete", False
+        self.session_end = self.now + self.reauth_ms / 1000.0 if self.reauth_ms > 0 else None
+
+    def _evaluate(self, exchange: _Exchange, token: bytes) -> Callable[[bytes], str | None]:
+        if exchange.mechanism == "PLAIN":
+            return self._plain(exchange, token)
+        if exchange.step == 0:
+            return self._scram_first(exchange, token)
+        return self._scram_final(exchange, token)
+
+    def _plain(self, exchange: _Exchange, token: bytes) -> Callable[[bytes], str | None]:
+        authzid, user, password = [*token.decode("utf-8", "replace").split("\x00", 3)[:3], "", ""][:3]
+        generic = _generic("PLAIN", self.state == "reauth")
+        if not user or not password:
+            raise _Failed(generic)
+        expected = self.users.plain.get(user)
+        if expected is None or expected.encode() != password.encode():
+            raise _Failed("Authentication failed: Invalid username or password")
+        if authzid and authzid != user:
+            raise _Failed("Authentication failed: Client requested an authorization id that is different from username")
+        exchange.user, exchange.complete = user, True
+        return lambda answer: None if answer == b"" else f"PLAIN answered {answer!r}"
+
+    def _scram_first(self, exchange: _Exchange, token: bytes) -> Callable[[bytes], str | None]:
+        generic = _generic(exchange.mechanism, self.state == "reauth")
+        match = CLIENT_FIRST.fullmatch(token.decode("utf-8", "replace"))
+        if match is None:
+            raise _Failed(generic)
+        authzid, sasl_name, nonce, extensions = match.groups()
+        user = _sasl_username(sasl_name)
+        if user is None or exchange.mechanism not in self.users.scram.get(user, {}):
+            raise _Failed(generic)
+        if authzid and authzid != user:
+            raise _Failed("Authentication failed: Client requested an authorization id that is different from username")
+        exchange.user, exchange.step = user, 1
+        pairs: dict[str, str] = {}
+        for item in extensions[1:].split(",") if extensions else ():
+            key, _, value = item.partition("=")
+            pairs[key] = value
+        exchange.bare = f"n={sasl_name},r={nonce}" + "".join(f",{k}={v}" for k, v in pairs.items())
+
+        def server_first(answer: bytes) -> str | None:
+            text = answer.decode("utf-8", "replace")
+            fields = dict(item.split("=", 1) for item in text.split(",") if "=" in item)
+            if not fields.get("r", "").startswith(nonce) or len(fields["r"]) <= len(nonce) or "i" not in fields:
+                return f"server-first {text!r} does not extend the client nonce {nonce!r}"
+            exchange.server_first, exchange.nonce = text, fields["r"]
+            return None
+
+        return server_first
+
+    def _scram_final(self, exchange: _Exchange, token: bytes) -> Callable[[bytes], str | None]:
+        mechanism, generic = exchange.mechanism, _generic(exchange.mechanism, self.state == "reauth")
+        if exchange.step != 1:
+            raise _Failed(generic)
+        match = CLIENT_FINAL.fullmatch(token.decode("utf-8", "replace"))
+        if match is None or match.group(2) != exchange.nonce:
+            raise _Failed(generic)
+        channel = base64.b64encode(base64.b64decode(match.group(1))).decode()
+        auth_message = f"{exchange.bare},{exchange.server_first},c={channel},r={exchange.nonce}"
+        assert exchange.user is not None
+        password = self.users.scram[exchange.user][mechanism]
+        if base64.b64decode(match.group(3)) != scram_proof(mechanism, password, exchange.server_first, auth_message):
+            raise _Failed(generic)  # a proof of the wrong length too: see the module docstring
+        fields = dict(item.split("=", 1) for item in exchange.server_first.split(","))
+        _, _, server_key = scram_keys(mechanism, password, base64.b64decode(fields["s"]), int(fields["i"]))
+        signature = hmac.new(server_key, auth_message.encode(), HASHES[mechanism]).digest()
+        exchange.step, exchange.complete = 2, True
+        expected = b"v=" + base64.b64encode(signature)
+        return lambda answer: None if answer == expected else f"server-final {answer!r}, expected {expected!r}"

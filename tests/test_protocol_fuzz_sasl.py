@@ -1,0 +1,253 @@
+"""The SASL protocol fuzzer in CI: every seed plan, a thousand seeded mutated cases, the oracle itself, and one
+regression test per difference from Kafka the fuzzer found (fuzz/README.md, "Fuzzing SASL").
+
+The target is ``kafkalog.testing.sasl_fuzz``: sequences of SaslHandshake/SaslAuthenticate/bare-token/other frames
+on one SASL_PLAINTEXT connection of an in-process broker, each compared with ``KafkaSaslModel`` (what Kafka's
+SaslServerAuthenticator answers, and which principal the connection then has). Cases come from a fixed seed.
+"""
+
+from __future__ import annotations
+
+import base64
+import struct
+
+import pytest
+
+from kafkalog.broker.network import CLOSE
+from kafkalog.broker.protocol import APIS, InvalidRequestError
+from kafkalog.testing.fuzz import UnexpectedOutcome
+from kafkalog.testing.protocol_fuzz import decode_response
+from kafkalog.testing.protocol_messages import encode_frame, valid_request
+from kafkalog.testing.sasl_fuzz import TEMPLATES, SaslFuzzer, corpus, run_cases
+from kafkalog.testing.sasl_model import ANONYMOUS, scram_proof
+
+pytestmark = pytest.mark.timeout(300)
+
+CI_CASES = 1000
+
+
+@pytest.fixture(scope="module")
+def fuzz():
+    with SaslFuzzer(reset_every=100_000) as f:
+        yield f
+
+
+def test_every_seed_plan_keeps_the_oracle_and_the_honest_ones_log_in(fuzz) -> None:
+    for control in corpus().values():
+        fuzz.check(control)  # raises UnexpectedOutcome on any difference from Kafka
+    expected = ["User:admin", "User:alice", "User:alice", "User:admin", "User:alice"]
+    assert [fuzz.run_plan(bytes([0, i])) for i in range(len(TEMPLATES))] == expected
+    assert fuzz.run_plan(bytes([1, 3])) == "User:admin"  # re-authenticated after 61 s of a 60 s session
+
+
+def test_a_thousand_seeded_mutated_cases_keep_the_oracle() -> None:
+    outcomes, failures = run_cases(CI_CASES, seed=0)
+    assert failures == []
+    assert sum(outcomes.values()) == CI_CASES
+    assert outcomes["authenticated"] > CI_CASES // 20 and outcomes["refused"] > CI_CASES // 2
+
+
+# ----- the oracle itself ------------------------------------------------------------------------------------
+
+
+def test_a_password_that_does_not_match_authenticating_is_reported(fuzz, monkeypatch) -> None:
+    """The principal check: a broker that let any PLAIN password in would be reported (SECURITY)."""
+    import kafkalog.broker.security.sasl as sasl
+
+    monkeypatch.setattr(sasl.hmac, "compare_digest", lambda a, b: True)
+    wrong_password = bytes([0, 0, 0, 0, 0, 2, 1])  # no re-auth; handshake v1 as is; user admin, password "wrong"
+    plan = ["handshake:PLAIN", "plain"]
+    with pytest.raises(UnexpectedOutcome, match="SECURITY: the connection's principal is User:admin"):
+        fuzz.run_plan(wrong_password, plan=plan)
+    monkeypatch.undo()
+    assert fuzz.run_plan(wrong_password, plan=plan) == ANONYMOUS
+    assert fuzz.run_plan(b"", plan=plan) == "User:admin"
+
+
+def test_an_exchange_closed_where_kafka_answers_is_reported(fuzz, monkeypatch) -> None:
+    from kafkalog.broker import apis
+
+    def closing(*args):
+        raise InvalidRequestError("closed unanswered")
+
+    monkeypatch.setattr(apis, "illegal_sasl_state_response", closing)
+    with pytest.raises(UnexpectedOutcome, match="closed unanswered where Kafka's would be answer-close"):
+        fuzz.run_plan(b"", plan=["handshake:PLAIN", "other", "plain"])
+
+
+# ----- regressions: differences from Kafka the fuzzer found -------------------------------------------------
+
+
+class Conn:
+    """One SASL connection of the fuzz broker, driven frame by frame."""
+
+    def __init__(self, fuzz: SaslFuzzer, reauth_ms: int = 0) -> None:
+        self.fuzz, self.now = fuzz, 1000.0
+        self.conn = fuzz.connection(reauth_ms, lambda: self.now)
+        self.correlation = 0
+
+    def send(self, frame: bytes):
+        try:
+            return self.fuzz.loop.run_until_complete(self.fuzz.router(self.conn, memoryview(frame)))
+        except InvalidRequestError:
+            return CLOSE
+
+    def request(self, key: int, version: int, **values):
+        message = valid_request(APIS[key], version)
+        for name, value in values.items():
+            setattr(message, name, value)
+        self.correlation += 1
+        result = self.send(encode_frame(APIS[key], version, message, self.correlation))
+        if result is CLOSE:
+            return CLOSE
+        return decode_response(key, version, b"".join(result[1].parts))
+
+    def handshake(self, mechanism: str, version: int = 1):
+        return self.request(17, version, mechanism=mechanism)
+
+    def token(self, token: bytes, version: int = 2):
+        return self.request(36, version, auth_bytes=token)
+
+    def scram(self, mechanism: str, user: str, password: str, first_extra: str = "", final_extra: str = ""):
+        bare = f"n={user},r=clientnonce{first_extra}"
+        server_first = self.token(f"n,,{bare}".encode()).auth_bytes.decode()
+        nonce = dict(i.split("=", 1) for i in server_first.split(","))["r"]
+        proof = scram_proof(mechanism, password, server_first, f"{bare},{server_first},c=biws,r={nonce}")
+        return self.token(f"c=biws,r={nonce}{final_extra},p={base64.b64encode(proof).decode()}".encode())
+
+    @property
+    def closes_after_answer(self) -> bool:
+        return self.conn.close_after_send
+
+
+def test_a_request_during_the_exchange_is_answered_illegal_sasl_state_then_closed(fuzz) -> None:
+    """Kafka's IllegalSaslStateException: the request's error response, then the close (was: closed unanswered)."""
+    c = Conn(fuzz)
+    assert c.handshake("PLAIN").error_code == 0
+    response = c.request(60, 1)  # DescribeCluster
+    assert (response.error_code, c.closes_after_answer) == (34, True)
+    assert response.error_message == "Unexpected Kafka request of type DescribeCluster during SASL authentication."
+    c = Conn(fuzz)
+    c.handshake("SCRAM-SHA-256")
+    assert (c.handshake("SCRAM-SHA-256").error_code, c.closes_after_answer) == (34, True)  # a second handshake
+
+
+def test_api_versions_twice_before_the_handshake_closes_the_connection(fuzz) -> None:
+    """Kafka takes one ApiVersions before SaslHandshake (IllegalStateException otherwise; was: answered)."""
+    c = Conn(fuzz)
+    assert c.request(18, 3).error_code == 0
+    assert c.request(18, 3) is CLOSE
+    c = Conn(fuzz)  # an unsupported version is answered UNSUPPORTED_VERSION and does not count
+    c.correlation += 1
+    answer = c.send(struct.pack(">hhih", 18, 9, 1, 0))
+    assert decode_response(18, 0, b"".join(answer[1].parts)).error_code == 35
+    assert c.request(18, 3).error_code == 0 and c.handshake("PLAIN").error_code == 0
+
+
+def test_a_frame_over_sasl_server_max_receive_size_before_login_closes_the_connection(fuzz) -> None:
+    c = Conn(fuzz)
+    c.handshake("PLAIN")
+    assert c.token(b"\x00admin\x00admin-secret" + b"x" * 524288) is CLOSE
+    assert c.conn.principal == ANONYMOUS
+    c = Conn(fuzz)
+    c.handshake("PLAIN", version=0)
+    assert c.send(b"\x00admin\x00" + b"x" * 524289) is CLOSE
+
+
+def test_plain_splits_the_token_as_kafka_does(fuzz) -> None:
+    """PlainSaslServer reads three fields, each up to the next NUL: a fourth is ignored (was: refused)."""
+    c = Conn(fuzz)
+    c.handshake("PLAIN")
+    assert c.token(b"\x00bob\x00bob-secret\x00ignored").error_code == 0
+    assert c.conn.principal == "User:bob"
+    for token in (b"\x00bob\x00bob-secre\x00t", b"bob\x00bob-secret", b"\x00bob\x00\x00bob-secret", b"\x00bob"):
+        c = Conn(fuzz)
+        c.handshake("PLAIN")
+        assert (c.token(token).error_code, c.closes_after_answer, c.conn.principal) == (58, True, ANONYMOUS)
+
+
+@pytest.mark.parametrize(
+    "first",
+    ["y,,n=alice,r=abc", "p=tls-unique,,n=alice,r=abc", "n,,n=alice,r=a,b", "n,,r=abc,n=alice", "n,,n=al=ice,r=x"],
+)
+def test_scram_client_first_messages_kafka_refuses_are_refused(fuzz, first) -> None:
+    """Kafka's ClientFirstMessage grammar: gs2-header "n" only, n= before r=, a printable nonce without ',', '='
+    in a name only as =2C/=3D (was: accepted, or a different message)."""
+    c = Conn(fuzz)
+    c.handshake("SCRAM-SHA-256")
+    response = c.token(first.encode())
+    assert (response.error_code, c.closes_after_answer) == (58, True)
+    assert response.error_message == (
+        "Authentication failed during authentication due to invalid credentials with SASL mechanism SCRAM-SHA-256"
+    )
+
+
+def test_scram_reserved_mext_and_extensions_are_taken_as_kafka_takes_them(fuzz) -> None:
+    """Kafka accepts "m=..." and extensions in client-first (kept in the AuthMessage) and extensions in
+    client-final (dropped from it): a client signing what Kafka signs logs in (was: refused)."""
+    c = Conn(fuzz)
+    c.handshake("SCRAM-SHA-512")
+    assert c.scram("SCRAM-SHA-512", "alice", "alice-secret", ",ext=1", ",x=y").error_code == 0
+    assert c.conn.principal == "User:alice"
+    c = Conn(fuzz)
+    c.handshake("SCRAM-SHA-256")
+    assert c.scram("SCRAM-SHA-256", "c=2Ca=3Dr", "comma-secret").error_code == 0  # saslname escapes
+    assert c.conn.principal == "User:c,a=r"
+    c = Conn(fuzz)
+    c.handshake("SCRAM-SHA-256")
+    assert (c.scram("SCRAM-SHA-256", "alice", "wrong").error_code, c.conn.principal) == (58, ANONYMOUS)
+
+
+def _logged_in(fuzz, reauth_ms: int = 60_000) -> Conn:
+    c = Conn(fuzz, reauth_ms)
+    c.handshake("PLAIN")
+    assert c.token(b"\x00admin\x00admin-secret").session_lifetime_ms == reauth_ms
+    return c
+
+
+def test_reauthentication_with_another_enabled_mechanism_fails_on_the_next_frame(fuzz) -> None:
+    """Kafka answers the handshake NONE, then closes on the next frame (REAUTH_BAD_MECHANISM); the principal
+    never changes (was: UNSUPPORTED_SASL_MECHANISM and the connection kept)."""
+    c = _logged_in(fuzz)
+    response = c.handshake("SCRAM-SHA-256")
+    assert (response.error_code, c.closes_after_answer) == (0, False)
+    assert c.token(b"n,,n=alice,r=x") is CLOSE
+    assert c.conn.principal == "User:admin"
+    c = _logged_in(fuzz)  # a mechanism the listener does not enable: answered, then closed
+    assert (c.handshake("GSSAPI").error_code, c.closes_after_answer) == (33, True)
+
+
+def test_reauthentication_at_most_once_a_second_and_after_expiry_only_by_handshake(fuzz) -> None:
+    """KafkaChannel: a second re-authentication within a second is answered ILLEGAL_SASL_STATE by KafkaApis; a
+    session past its end closes on any request but a SaslHandshake that may re-authenticate."""
+    c = _logged_in(fuzz)
+    assert c.handshake("PLAIN").error_code == 0
+    assert c.token(b"\x00admin\x00admin-secret").error_code == 0
+    response = c.handshake("PLAIN")
+    assert (response.error_code, response.mechanisms, c.closes_after_answer) == (34, [], False)
+    c.now += 61
+    assert c.token(b"\x00admin\x00admin-secret") is CLOSE  # expired: SaslAuthenticate closes (was: answered 34)
+    c = _logged_in(fuzz)
+    c.now += 61
+    assert c.handshake("PLAIN").error_code == 0  # a re-authentication begins after the end, as Kafka's
+    response = c.token(b"\x00bob\x00bob-secret")
+    assert (response.error_code, c.closes_after_answer, c.conn.principal) == (58, True, "User:admin")
+    assert response.error_message == "Cannot change principals during re-authentication from User.admin: User.bob"
+    c = _logged_in(fuzz)
+    c.handshake("PLAIN")
+    response = c.token(b"\x00admin\x00")
+    assert response.error_message == (
+        "Authentication failed during re-authentication due to invalid credentials with SASL mechanism PLAIN"
+    )
+
+
+def test_sasl_requests_after_login_get_kafka_apis_answers(fuzz) -> None:
+    c = _logged_in(fuzz, reauth_ms=0)
+    response = c.handshake("PLAIN")  # no session end: no re-authentication
+    assert (response.error_code, response.mechanisms, c.closes_after_answer) == (34, [], False)
+    response = c.token(b"\x00admin\x00admin-secret")
+    assert (response.error_code, response.error_message) == (
+        34,
+        "SaslAuthenticate request received after successful authentication",
+    )
+    assert c.request(3, 12).brokers  # still served
