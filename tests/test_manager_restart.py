@@ -494,3 +494,68 @@ def test_a_dead_processs_lock_file_does_not_block_startup(tmp_path: Path) -> Non
     assert (log_dir / ".lock").exists()  # Kafka leaves the file; only the flock matters
     with LogManager(log_dir) as manager:
         assert [r.value for r in manager.consume("t")] == [b"from the dead process", b"after"]
+
+
+ATEXIT_CHILD = """
+import atexit, sys
+from kafkalog import LogManager
+
+manager = LogManager([sys.argv[1]], {"num.recovery.threads.per.data.dir": 2})
+manager.startup()
+manager.create_topic("atexit", 3)
+for p in range(3):
+    for i in range(p + 1):
+        manager.produce("atexit", b"v%d" % i, partition=p)
+atexit.register(manager.shutdown)  # runs during interpreter shutdown: no new thread or future can start then
+print("registered", flush=True)
+"""
+
+
+def test_shutdown_from_an_atexit_hook_closes_every_log_cleanly(tmp_path: Path) -> None:
+    """LogManager.shutdown in an atexit hook: its pool of closing threads cannot start ("cannot schedule new
+    futures after interpreter shutdown"), so the logs are closed in the hook's own thread; the dir ends as after
+    any clean shutdown: the marker written, each log's recovery point checkpointed, and a restart
+    that loads every record without recovery."""
+    root = tmp_path / "logs"
+    env = dict(os.environ, PYTHONPATH=str(REPO / "src"))
+    child = subprocess.run(
+        [sys.executable, "-c", ATEXIT_CHILD, str(root)], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert child.returncode == 0 and child.stdout.strip() == "registered", child.stderr
+    assert "Traceback" not in child.stderr and "Exception ignored" not in child.stderr, child.stderr
+    assert json.loads((root / ".kafka_cleanshutdown").read_text()) == {"version": 0, "brokerEpoch": 0}
+    expected = {("atexit", p): p + 1 for p in range(3)}
+    assert OffsetCheckpointFile(root / RECOVERY).read() == expected  # every log flushed to its end at close
+    for p in range(3):  # the close took each producer state snapshot at the log end
+        assert (root / f"atexit-{p}" / f"{p + 1:020d}.snapshot").exists()
+    with LogManager([root]) as manager:
+        for p in range(3):
+            log_ = manager.get_log("atexit", p)
+            assert (log_.log_end_offset, log_.recovery_point) == (p + 1, p + 1)
+            assert [r.value for r in log_.records()] == [b"v%d" % i for i in range(p + 1)]
+
+
+def test_close_logs_closes_in_the_calling_thread_what_no_pool_takes(tmp_path: Path, monkeypatch) -> None:
+    """close_logs when the pools refuse work part-way (as at interpreter shutdown): the logs already handed to a
+    thread are closed there, every other one in the calling thread; all end closed."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from kafkalog.log_loading import close_logs
+
+    logs = {TopicPartition("t", p): Log.open(tmp_path / f"t-{p}") for p in range(5)}
+    for lg in logs.values():
+        lg.append([(b"k", b"v")])
+    real_submit = ThreadPoolExecutor.submit
+    taken = []
+
+    def submit(pool, fn, *args):
+        if len(taken) == 2:
+            raise RuntimeError("cannot schedule new futures after interpreter shutdown")
+        taken.append(args[0])
+        return real_submit(pool, fn, *args)
+
+    monkeypatch.setattr(ThreadPoolExecutor, "submit", submit)
+    close_logs(logs, {tp: tmp_path for tp in logs}, 2)
+    assert len(taken) == 2
+    assert all(lg._closed for lg in logs.values())
+    assert all(lg.recovery_point == 1 for lg in logs.values())

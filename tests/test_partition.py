@@ -338,3 +338,144 @@ def test_cli_produce_failing_part_way_says_what_was_and_was_not_produced(tmp_pat
     assert result.exit_code == 1
     assert "Produced 1 record to m before the error (partition 0 offsets 649-649)" in result.output
     assert "Not produced: 1 of the 2 lines read: line 2\nInput after line 2 was not read." in result.output
+
+
+# ----- the leader epoch recorded when the partition is made leader (Kafka's makeLeader) ------------------------------
+# A partition Kafka created and that never received a record: its leader-epoch-checkpoint holds epoch 0 at offset 0,
+# written when the replica became leader (Partition.makeLeader -> UnifiedLog.maybeAssignEpochStartOffset).
+NEVER_PRODUCED = ("broker-logs", "itumelengmogase-cp77-kraft", "kafka-data", "patient_admissions-1")
+
+
+class CountingCheckpointWrites:
+    """Every leader-epoch-checkpoint write (one by one or in a phased pass), by file name."""
+
+    def __init__(self, monkeypatch) -> None:
+        from kafkalog.storage.checkpoints import CheckpointFile
+
+        self.writes: list[str] = []
+        real_write, real_write_all = CheckpointFile.write, CheckpointFile.write_all
+
+        def write(file, entries, sync=True):
+            self.writes.append(file.path.parent.name)
+            return real_write(file, entries, sync)
+
+        def write_all(writes):
+            self.writes.extend(file.path.parent.name for file, _ in writes)
+            return real_write_all(writes)
+
+        monkeypatch.setattr(CheckpointFile, "write", write)
+        monkeypatch.setattr(CheckpointFile, "write_all", staticmethod(write_all))
+
+
+def test_make_leader_writes_the_epoch_at_the_log_end_and_the_first_append_writes_no_checkpoint(
+    tmp_path: Path, monkeypatch
+) -> None:
+    from conftest import fixture_path
+
+    kafka_bytes = (fixture_path(*NEVER_PRODUCED) / "leader-epoch-checkpoint").read_bytes()
+    counted = CountingCheckpointWrites(monkeypatch)
+    checkpoint = tmp_path / "t-0" / "leader-epoch-checkpoint"
+    with Log.open(tmp_path / "t-0", clock=MockTime()) as lg:
+        assert not checkpoint.exists()
+        partition = Partition(lg)
+        partition.make_leader()  # a new log led by its only replica: epoch 0 at log end 0, as Kafka writes it
+        assert checkpoint.read_bytes() == kafka_bytes == b"0\n1\n0 0\n"
+        assert counted.writes == ["t-0"]
+        before = checkpoint.stat()
+        for _ in range(3):
+            partition.append_records_to_leader(batch(), required_acks=1)
+        assert counted.writes == ["t-0"]  # the appends found epoch 0 current: no checkpoint written
+        after = checkpoint.stat()
+        assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
+        assert [b.partition_leader_epoch for b in lg.read(0, 1 << 20, "log_end").records.batches()] == [0, 0, 0]
+    with Log.open(tmp_path / "t-0", clock=MockTime()) as lg:
+        Partition(lg).make_leader()  # a restart at the epoch its records have: nothing to write
+        assert counted.writes == ["t-0"] and lg.leader_epoch_cache.entries == [(0, 0)]
+
+
+def test_a_new_epoch_starts_at_the_log_end_when_made_leader(tmp_path: Path, monkeypatch) -> None:
+    with Log.open(tmp_path / "t-0", clock=MockTime()) as lg:
+        partition = Partition(lg, local_broker_id=2)
+        partition.make_leader(leader_epoch=4, isr={2})
+        for _ in range(2):
+            partition.append_records_to_leader(batch(b"a", b"b"), required_acks=1)
+        counted = CountingCheckpointWrites(monkeypatch)
+        partition.make_leader(leader_epoch=7, isr={2})  # re-elected at a later epoch, log end 4
+        assert lg.leader_epoch_cache.entries == [(4, 0), (7, 4)]
+        assert (tmp_path / "t-0" / "leader-epoch-checkpoint").read_bytes() == b"0\n2\n4 0\n7 4\n"
+        partition.append_records_to_leader(batch(), required_acks=1)
+        partition.make_leader(leader_epoch=7, isr={2})  # the same epoch again: nothing new
+        assert counted.writes == ["t-0"]
+        assert lg.leader_epoch_cache.entries == [(4, 0), (7, 4)]
+
+
+def test_provisional_leadership_records_no_epoch(tmp_path: Path) -> None:
+    """A cluster's broker registers a log as leader until the controller's state says who leads at which epoch:
+    that provisional leadership writes nothing; the controller's epoch is recorded when it makes it leader."""
+    with Log.open(tmp_path / "t-0", clock=MockTime()) as lg:
+        partition = Partition(lg, local_broker_id=1)
+        partition.make_leader(provisional=True)
+        assert lg.leader_epoch_cache.entries == []
+        assert not (tmp_path / "t-0" / "leader-epoch-checkpoint").exists()
+        partition.make_follower(2, 3)
+        partition.make_leader(leader_epoch=5, isr={1})
+        assert lg.leader_epoch_cache.entries == [(5, 0)]
+
+
+def test_a_created_topics_checkpoints_are_written_off_the_first_produce(tmp_path: Path, monkeypatch) -> None:
+    """LogManager.create_topic: each new partition is made leader (epoch 0 at offset 0) and its checkpoint written
+    by the creation's background pass with partition.metadata (MockTime's scheduler runs it at once), so the
+    first produce to every partition writes none."""
+    from conftest import fixture_path
+
+    kafka_bytes = (fixture_path(*NEVER_PRODUCED) / "leader-epoch-checkpoint").read_bytes()
+    counted = CountingCheckpointWrites(monkeypatch)
+    m = LogManager([tmp_path], clock=MockTime())
+    m.startup()
+    try:
+        m.create_topic("fresh", 4)
+        assert sorted(counted.writes) == [f"fresh-{p}" for p in range(4)]
+        for p in range(4):
+            assert (tmp_path / f"fresh-{p}" / "leader-epoch-checkpoint").read_bytes() == kafka_bytes
+        counted.writes.clear()
+        for p in range(4):
+            m.produce("fresh", b"v", partition=p)
+        assert counted.writes == []
+    finally:
+        m.shutdown()
+
+
+def test_a_checkpoint_the_background_pass_could_not_write_is_written_before_the_first_record(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """The creation's pass has not run, or failed (disk full): the epoch stays recorded in memory, and the first
+    append writes the checkpoint (with partition.metadata) before its record, or writes nothing while it cannot."""
+    from kafkalog.errors import KafkaStorageError
+    from kafkalog.storage.checkpoints import CheckpointError, CheckpointFile
+
+    failures = [CheckpointError("Error while writing checkpoint file: [Errno 28] No space left on device")]
+    real_write_all = CheckpointFile.write_all
+
+    def write_all(writes):
+        if failures:
+            raise failures.pop()
+        return real_write_all(writes)
+
+    m = LogManager([tmp_path])
+    m.startup()
+    monkeypatch.setattr(m.scheduler, "schedule_once", lambda name, fn, delay_ms=0: None)  # the pass never runs
+    monkeypatch.setattr(CheckpointFile, "write_all", staticmethod(write_all))
+    try:
+        m.create_topic("blocked", 1)
+        checkpoint = tmp_path / "blocked-0" / "leader-epoch-checkpoint"
+        assert not checkpoint.exists()
+        partition = m.replica_manager.get_partition("blocked", 0)
+        assert partition.log.leader_epoch_cache.entries == [(0, 0)]
+        with pytest.raises(KafkaStorageError, match="leader epoch checkpoints"):
+            partition.append_records_to_leader(batch(), required_acks=1)
+        assert partition.log_end_offset == 0 and not checkpoint.exists()
+        partition.append_records_to_leader(batch(), required_acks=1)
+        assert checkpoint.read_bytes() == b"0\n1\n0 0\n" and partition.log_end_offset == 1
+        assert (tmp_path / "blocked-0" / "partition.metadata").exists()
+    finally:
+        m.shutdown()

@@ -10,8 +10,9 @@ clean-shutdown marker say it stopped. The log manager registers what opened and 
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -156,20 +157,42 @@ def close_logs(logs: dict[TopicPartition, Log], dir_of: dict[TopicPartition, Pat
     LogManager.shutdown closes them (num.recovery.threads.per.data.dir): the fsyncs and file work of one log
     overlap another's, where a serial close of 10,000 partitions took minutes. A log whose dir is offline now is
     logged and left (its dir gets no marker and no checkpoint). Every close has finished when this returns; any
-    other error a close raised is raised then."""
+    other error a close raised is raised then.
+
+    When no pool can take work (an atexit hook during interpreter shutdown: "cannot schedule new futures after
+    interpreter shutdown", "can't create new thread at interpreter shutdown"), the logs no thread took are
+    closed here, one after another: slower, but every log is closed as cleanly."""
     by_dir: dict[Path, list[Log]] = {}
     for tp, log_obj in logs.items():
         by_dir.setdefault(dir_of[tp], []).append(log_obj)
     pools = [ThreadPoolExecutor(max(1, threads), thread_name_prefix=f"log-closing-{d}") for d in by_dir]
+    submitted: list[tuple[Log, Future[None]]] = []
+    here: list[Log] = []  # closed in this thread: no pool would take them
     try:
-        futures = [
-            pool.submit(_close, lg) for pool, dir_logs in zip(pools, by_dir.values(), strict=True) for lg in dir_logs
-        ]
+        for pool, dir_logs in zip(pools, by_dir.values(), strict=True):
+            for lg in dir_logs:
+                if here or sys.is_finalizing():
+                    here.append(lg)
+                    continue
+                try:
+                    submitted.append((lg, pool.submit(_close, lg)))
+                except RuntimeError:  # interpreter shutdown: the job may sit queued with no thread to run it
+                    here.append(lg)
     finally:
         for pool in pools:
-            pool.shutdown(wait=True)
-    for future in futures:
-        future.result()
+            pool.shutdown(wait=True, cancel_futures=bool(here))  # queued jobs no thread will run are cancelled
+    here += [lg for lg, future in submitted if future.cancelled()]
+    error: BaseException | None = None
+    for lg in here:
+        try:
+            _close(lg)
+        except Exception as e:  # every other log is closed all the same
+            error = error or e
+    for _, future in submitted:
+        if not future.cancelled():
+            future.result()
+    if error is not None:
+        raise error
 
 
 def _close(log_obj: Log) -> None:

@@ -46,7 +46,9 @@ from .layout import (
     PARTITION_METADATA_FILE,
 )
 from .scheduler import SchedulerNotRunningError
+from .storage.checkpoints import CheckpointError
 from .storage.files import atomic_write, fsync_dir, fsync_file
+from .storage.leader_epoch import LeaderEpochFileCache
 from .storage.properties import parse_properties
 
 if TYPE_CHECKING:
@@ -688,8 +690,10 @@ class DeferredPartitionMetadata:
     write (``flush-metadata-file``), so the request that created the topic never waits for its fsyncs; the
     append path flushes first if the task has not run yet (no record reaches a log whose topic id is not on
     disk), and so does closing the log. Here one flush writes the files of all the topic's new partitions in
-    one pass (``PartitionMetadataFile.write_all``). Invariant: once ``flush`` has returned, every file is
-    durable under its name; a failed flush (KafkaStorageError) leaves them pending for the next call.
+    one pass (``PartitionMetadataFile.write_all``), then the leader-epoch checkpoints their logs were left to
+    write with them (the first epoch recorded when each partition was made leader: Log.maybe_assign_epoch_start_offset)
+    in a second phased pass. Invariant: once ``flush`` has returned, every file is durable under its name; a
+    failed flush (KafkaStorageError) leaves them pending for the next call.
     """
 
     def __init__(self, partition_dirs: list[Path], topic_id: str) -> None:
@@ -698,6 +702,7 @@ class DeferredPartitionMetadata:
             raise ValueError(f"Cannot record the zero topic id in {partition_dirs[0] if partition_dirs else '?'}")
         self.partition_dirs = list(partition_dirs)
         self.topic_id = topic_id
+        self._logs: list[Log] = []
         self._lock = threading.Lock()
         self._pending = bool(self.partition_dirs)
 
@@ -706,10 +711,20 @@ class DeferredPartitionMetadata:
         return self._pending
 
     def defer(self, logs: list[Log], scheduler: Scheduler) -> None:
-        """Hand the write to ``scheduler``'s threads (Kafka's ``flush-metadata-file`` task), after making each of
-        ``logs`` (the partitions' logs, just opened) flush it first if one is appended to or closed before."""
+        """``attach(logs)`` then ``schedule(scheduler)``."""
+        self.attach(logs)
+        self.schedule(scheduler)
+
+    def attach(self, logs: list[Log]) -> None:
+        """Make each of ``logs`` (the partitions' logs, just opened) flush the files first if one is appended to
+        or closed before the task has run; until then their new leader epochs are left for the flush too."""
+        self._logs = list(logs)
         for log_obj in logs:
             log_obj.metadata_flush = self.flush
+
+    def schedule(self, scheduler: Scheduler) -> None:
+        """Hand the write to ``scheduler``'s threads (Kafka's ``flush-metadata-file`` task); after the logs were
+        made leaders, so that the one pass writes their first epochs as well."""
         try:
             scheduler.schedule_once("flush-metadata-file", self.flush)
         except SchedulerNotRunningError:  # stopping: no task will run, so write them now
@@ -722,6 +737,10 @@ class DeferredPartitionMetadata:
         with self._lock:
             if self._pending:
                 PartitionMetadataFile.write_all(self.partition_dirs, self.topic_id)
+                try:
+                    LeaderEpochFileCache.flush_all([log_obj.leader_epoch_cache for log_obj in self._logs])
+                except CheckpointError as e:
+                    raise KafkaStorageError(f"Error while writing the leader epoch checkpoints: {e}") from e
                 self._pending = False
 
 

@@ -507,8 +507,10 @@ class LogManager:
             path = directory / f"{tp.topic}-{tp.partition}"
             path.mkdir(parents=True, exist_ok=True)
             log_obj = Log.open(path, log_config, self.clock, scheduler=self.scheduler, had_clean_shutdown=True)
-            DeferredPartitionMetadata([path], topic_id).defer([log_obj], self.scheduler)
+            metadata = DeferredPartitionMetadata([path], topic_id)
+            metadata.attach([log_obj])
             self._register_log(tp, log_obj, directory)
+            metadata.schedule(self.scheduler)
             count = max(tp.partition + 1, state.partitions if state is not None else 0)
             self._store.put(tp.topic, TopicState(topic_id, count, overrides))
             return log_obj
@@ -535,7 +537,8 @@ class LogManager:
 
     def _create_partition_logs(self, name: str, numbers: range, topic_id: str, log_config: LogConfig) -> None:
         """Create the new partitions ``numbers`` of topic ``name``, spread over the online log dirs: their
-        directories and logs, registered, and their partition.metadata files written by the scheduler soon after
+        directories and logs, registered (made leaders: each records its epoch 0 at offset 0), and their
+        partition.metadata and leader-epoch-checkpoint files written by the scheduler soon after
         (DeferredPartitionMetadata: off a broker's event loop, yet before any record reaches them)."""
         counts = self._partitions_per_dir()
         placed: list[tuple[int, Path, Path]] = []
@@ -550,9 +553,10 @@ class LogManager:
             Log.open(path, log_config, self.clock, scheduler=self.scheduler, had_clean_shutdown=True)
             for *_, path in placed
         ]
-        metadata.defer(logs, self.scheduler)
+        metadata.attach(logs)
         for (p, directory, _), log_obj in zip(placed, logs, strict=True):
             self._register_log(TopicPartition(name, p), log_obj, directory)
+        metadata.schedule(self.scheduler)  # after the logs were made leaders: the pass writes their epochs too
 
     def _partitions_per_dir(self) -> dict[Path, int]:
         counts = {d: 0 for d in self.log_dirs}

@@ -54,12 +54,16 @@ class ReplicaManager:
     """The Partition of every log a LogManager holds, each led by ``broker_id`` with an ISR of itself.
 
     Invariant: one Partition per loaded log, made leader when the log is registered (so its high watermark is
-    its log end offset from the start); a deleted topic's partitions leave with its logs.
+    its log end offset from the start) and its leader epoch recorded then, as Kafka's makeLeader records it (a
+    new log's epoch 0 at offset 0: the first produce writes no checkpoint); a deleted topic's partitions leave
+    with its logs. With ``epochs_from_controller`` (a broker of a cluster) that leadership is provisional and
+    records no epoch: the controller's state makes each partition leader or follower at its epoch.
     """
 
     def __init__(self, log_manager: LogManager, broker_id: int = 0) -> None:
         self.log_manager = log_manager
         self.broker_id = broker_id
+        self.epochs_from_controller = False
         self._partitions: dict[TopicPartition, Partition] = {}
         self._listeners: list[Callable[[TopicPartition], None]] = []
         self._lock = threading.RLock()
@@ -73,7 +77,7 @@ class ReplicaManager:
             self._partitions[tp] = partition
         metadata_changes.note_change()
         try:
-            partition.make_leader()
+            partition.make_leader(provisional=self.epochs_from_controller)
         except (OSError, KafkaLogError) as e:  # e.g. its dir failed while loading: it serves nothing, as the dir
             log.error("Could not make %s leader: %s", tp, e)
             if _caused_by_io(e):
@@ -148,6 +152,29 @@ class ReplicaManager:
                     log.exception("Error processing append operation on partition %s", tp)
                 results[tp] = AppendResult(e, None)
         return results
+
+    def files_pending(self, tps) -> list[TopicPartition]:
+        """Those of ``tps`` whose new log still waits for its deferred files (partition.metadata, the first
+        leader-epoch-checkpoint: DeferredPartitionMetadata), which its first append would write first."""
+        pending = []
+        for tp in tps:
+            partition = self._partitions.get(tp)
+            if partition is not None and partition.log.metadata_flush is not None:
+                pending.append(tp)
+        return pending
+
+    def flush_pending_files(self, tps) -> None:
+        """Write the deferred files of ``tps`` now (blocking on the creation's background pass if it is running):
+        a broker calls this from a worker thread before a produce, so that the appends on its event loop find
+        them written. A failure is left for the append to meet and report (it tries again)."""
+        for tp in tps:
+            partition = self._partitions.get(tp)
+            if partition is None:
+                continue
+            try:
+                partition.log.flush_metadata()
+            except (OSError, KafkaLogError) as e:
+                log.debug("Deferred files of %s not written yet: %s", tp, e)
 
     # ----- reads ----------------------------------------------------------------------------------------
     def fetch_messages(

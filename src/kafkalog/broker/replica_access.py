@@ -26,14 +26,19 @@ __all__ = [
 ]
 
 
-def prepare_replica_manager(log_manager: LogManager, broker_id: int) -> ReplicaManager:
+def prepare_replica_manager(
+    log_manager: LogManager, broker_id: int, *, epochs_from_controller: bool = False
+) -> ReplicaManager:
     """The log manager's replica manager, set to lead as ``broker_id``; call before ``log_manager.startup()``.
 
     Its partitions are made at startup with this broker as their only in-sync replica, so the id must be the
     node's before any log is loaded (the metadata then names the same broker as leader and ISR).
+    ``epochs_from_controller`` (a broker of a cluster): that leadership is provisional and records no leader
+    epoch; the controller's state does.
     """
     replica_manager = log_manager.replica_manager
     replica_manager.broker_id = broker_id
+    replica_manager.epochs_from_controller = epochs_from_controller
     return replica_manager
 
 

@@ -209,7 +209,9 @@ class KafkaServer:
         meta = _meta_properties(self.config, zk_cluster_id)
         self.cluster_id = meta.cluster_id
         self.log_manager = LogManager(self.config.log_dirs, self.config.log)
-        self.replica_manager = prepare_replica_manager(self.log_manager, self.node_id)
+        self.replica_manager = prepare_replica_manager(
+            self.log_manager, self.node_id, epochs_from_controller=self.cluster is not None
+        )
         self.log_manager.startup()
         if self.cluster is not None:
             self.cluster.replica_manager = self.replica_manager

@@ -117,18 +117,26 @@ class Partition:
                 log.exception("High watermark listener failed for %s-%s", self.topic, self.partition)
 
     # ----- leadership ---------------------------------------------------------------------------------
-    def make_leader(self, leader_epoch: int | None = None, isr: set[int] | frozenset[int] | None = None) -> bool:
+    def make_leader(
+        self,
+        leader_epoch: int | None = None,
+        isr: set[int] | frozenset[int] | None = None,
+        *,
+        provisional: bool = False,
+    ) -> bool:
         """Become the leader at ``leader_epoch`` with ``isr`` (Kafka's Partition.makeLeader); return whether
         the epoch is new.
 
         ``leader_epoch`` None keeps the log's latest epoch (a node restarting as the leader it was: 0 for a
-        new log), and writes nothing; ``isr`` None is this broker alone. A new epoch given explicitly is
-        assigned in the leader epoch cache at the log end offset, as Kafka does. Then the high watermark is
-        advanced (maybeIncrementLeaderHW).
+        new log); ``isr`` None is this broker alone. As Kafka's makeLeader does, the epoch is recorded in the
+        leader epoch cache at the log end offset before the partition serves as leader (maybeAssignEpochStartOffset:
+        nothing is written when it is the cache's latest epoch already), so the first append at that epoch finds
+        it current and writes no checkpoint. ``provisional`` (a cluster's broker registering a log before the
+        controller's state names the leader) records no epoch: the controller's will be, when it comes. Then the
+        high watermark is advanced (maybeIncrementLeaderHW).
         """
         with self._lock:
-            restart = leader_epoch is None
-            if restart:
+            if leader_epoch is None:
                 latest = self.log.leader_epoch_cache.latest_epoch
                 leader_epoch = max(latest if latest is not None else 0, self._leader_epoch, 0)
             if leader_epoch < 0:
@@ -136,17 +144,17 @@ class Partition:
             isr = frozenset(isr) if isr is not None else frozenset((self.local_broker_id,))
             if self.local_broker_id not in isr:
                 raise ValueError(f"The leader {self.local_broker_id} must be in the ISR {sorted(isr)}")
+            latest = self.log.leader_epoch_cache.latest_epoch
+            if not provisional and (latest is None or leader_epoch > latest):
+                # Before leading: no append at this epoch may come first (one older than the cache's latest
+                # epoch is never assigned, which would drop the newer entries).
+                self.log.maybe_assign_epoch_start_offset(leader_epoch, self.log.log_end_offset)
             is_new_epoch = leader_epoch > self._leader_epoch
             self._leader_epoch = leader_epoch
             self._isr = isr
             self._remote_leos = {r: self._remote_leos.get(r, 0) for r in isr if r != self.local_broker_id}
             self.leader_replica_id = self.local_broker_id
             metadata_changes.note_change()
-            latest = self.log.leader_epoch_cache.latest_epoch
-            if is_new_epoch and not restart and (latest is None or leader_epoch > latest):
-                # A new epoch from whoever elects leaders: it starts at the log end (Kafka's makeLeader). A node
-                # resuming its own epoch (a restart) writes nothing here: its next append records the epoch.
-                self.log.leader_epoch_cache.assign(leader_epoch, self.log.log_end_offset)
             self.log.leader_hw_rule = self._advance_high_watermark
         self.maybe_increment_leader_hw()
         return is_new_epoch

@@ -18,15 +18,15 @@ import os
 import re
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from os import PathLike
 from pathlib import Path
-from typing import Generic, NamedTuple, Protocol, TypeVar
+from typing import Any, Generic, NamedTuple, Protocol, TypeVar
 
 from ..errors import KafkaLogError
 from ..layout import INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, LEADER_EPOCH_CHECKPOINT
 from .fileio import file_io
-from .files import fsync_dir
+from .files import fsync_dir, fsync_file
 
 _LOCKS: dict[Path, threading.Lock] = {}
 _LOCKS_GUARD = threading.Lock()
@@ -127,13 +127,17 @@ class CheckpointFile(Generic[T]):
         except OSError as e:
             raise CheckpointError(f"Cannot create checkpoint file: {e}", path=str(self.path)) from e
 
+    def encode(self, entries: Iterable[T]) -> bytes:
+        """The file's bytes for ``entries``: version line, count line, one line per entry."""
+        lines = [self.formatter.to_line(entry) for entry in entries]
+        return "".join(f"{line}\n" for line in [str(self.version), str(len(lines)), *lines]).encode("utf-8")
+
     def write(self, entries: Iterable[T], sync: bool = True) -> None:
         """Replace the file's content atomically with ``entries``; ``sync`` fsyncs the file and its directory."""
-        lines = [self.formatter.to_line(entry) for entry in entries]
-        text = "".join(f"{line}\n" for line in [str(self.version), str(len(lines)), *lines])
+        data = self.encode(entries)
         with _path_lock(self.path):  # as Kafka's CheckpointFile.write: one writer of a file (and its .tmp) at a time
             try:
-                self._write_tmp(text.encode("utf-8"), sync)
+                self._write_tmp(data, sync)
                 os.replace(self.tmp_path, self.path)
                 if sync:
                     fsync_directory(self.path.parent)
@@ -153,6 +157,34 @@ class CheckpointFile(Generic[T]):
                 io.fsync(fd, self.tmp_path)
         finally:
             os.close(fd)
+
+    @staticmethod
+    def write_all(writes: Sequence[tuple[CheckpointFile[Any], bytes]]) -> None:
+        """Write many checkpoint files (``(file, its bytes from encode)``), each as ``write`` with sync does, in
+        phases: every ``.tmp`` written, then each fsynced, then each renamed, then each directory fsynced. Every
+        file is whole and durable before it takes its name, but the fsyncs come back to back, so the file system
+        commits most of them together (the leader-epoch checkpoints of a thousand new partitions cost a fraction
+        of a thousand separate writes). CheckpointError on the first failure; the files not yet renamed keep
+        their previous content."""
+        ordered = sorted(writes, key=lambda w: w[0].path)  # path locks taken in one order by every caller
+        with contextlib.ExitStack() as locks:
+            for file, _ in ordered:
+                locks.enter_context(_path_lock(file.path))
+            current = ordered[0][0] if ordered else None
+            try:
+                for current, data in ordered:
+                    current._write_tmp(data, sync=False)
+                for current, _ in ordered:
+                    fsync_file(current.tmp_path)
+                for current, _ in ordered:
+                    os.replace(current.tmp_path, current.path)
+                for directory in dict.fromkeys(file.path.parent for file, _ in ordered):
+                    fsync_directory(directory)
+            except OSError as e:
+                for file, _ in ordered:
+                    file._discard_tmp()
+                where = str(current.path) if current is not None else None
+                raise CheckpointError(f"Error while writing checkpoint file: {e}", path=where) from e
 
     def _discard_tmp(self) -> None:
         with contextlib.suppress(OSError):

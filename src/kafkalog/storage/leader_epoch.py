@@ -15,7 +15,7 @@ import os
 import threading
 from pathlib import Path
 
-from .checkpoints import EpochEntry, LeaderEpochCheckpointFile
+from .checkpoints import CheckpointFile, EpochEntry, LeaderEpochCheckpointFile
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +31,9 @@ class LeaderEpochFileCache:
     Assignments are written (and fsynced) at once, so the file never misses an entry; truncations are
     written without an fsync (Kafka flushes those asynchronously: a stale file is corrected at the next
     load, which truncates the cache to the log). The file is created on the first write, not on open, so opening a
-    log that has none writes nothing.
+    log that has none writes nothing. The one exception to writing at once: ``assign(..., flush=False)`` (a new
+    log's first epoch, written with the log's other new files) leaves the entries ``unflushed`` until ``flush``
+    or ``flush_all``; the log that does so flushes them before any record is appended at that epoch.
     """
 
     def __init__(self, path: str | Path, *, entries: list[EpochEntry] | None = None) -> None:
@@ -40,6 +42,8 @@ class LeaderEpochFileCache:
         self._lock = threading.RLock()
         self._epochs: list[int] = []
         self._offsets: list[int] = []
+        self._unflushed = False  # entries assigned with flush=False and not written since
+        self._changes = 0  # bumped by every change of the entries (flush_all's staleness check)
         if entries is None:  # every log opens one: read the file only when there is one
             entries = self.checkpoint.read() if os.path.exists(self._path) else []
         if _monotonic(entries):
@@ -105,14 +109,54 @@ class LeaderEpochFileCache:
             return self._epochs[i - 1] if i else None
 
     # ----- changing -----------------------------------------------------------------------------
-    def assign(self, epoch: int, start_offset: int) -> None:
-        """Record that ``epoch`` starts at ``start_offset``; written to the file at once when it changes
-        anything. A repeat of the latest epoch at a later offset changes nothing (Kafka's isUpdateNeeded)."""
+    @property
+    def unflushed(self) -> bool:
+        """Whether entries were assigned with ``flush=False`` and are not in the file yet."""
+        return self._unflushed
+
+    def assign(self, epoch: int, start_offset: int, *, flush: bool = True) -> None:
+        """Record that ``epoch`` starts at ``start_offset``; written to the file at once (fsynced) when it changes
+        anything, or with ``flush=False`` left for ``flush`` (the caller's promise: before any record of the
+        epoch). A repeat of the latest epoch at a later offset changes nothing (Kafka's isUpdateNeeded)."""
         if epoch == self._latest and epoch >= 0 and start_offset >= self._offsets[-1]:
             return  # the append path's common case, without the lock
         with self._lock:
             if self._assign(epoch, start_offset):
+                if flush:
+                    self._write()
+                else:
+                    self._unflushed = True
+
+    def flush(self) -> None:
+        """Write the entries if some were assigned with ``flush=False`` since the last write (fsynced)."""
+        if not self._unflushed:
+            return
+        with self._lock:
+            if self._unflushed:
                 self._write()
+
+    @staticmethod
+    def flush_all(caches: list[LeaderEpochFileCache]) -> None:
+        """``flush`` each of ``caches`` (new partitions' first epochs), their files written in one phased pass
+        (CheckpointFile.write_all) without holding the caches' locks meanwhile. A cache that changed during the
+        pass is written again as it is now, so no file is left older than its cache."""
+        snapshots = []
+        for cache in caches:
+            with cache._lock:
+                if cache._unflushed and cache._path.parent.is_dir():
+                    file = cache.checkpoint.checkpoint
+                    snapshots.append((cache, cache._changes, (file, file.encode(cache.entries))))
+                else:
+                    cache._unflushed = False  # nothing to write, or its partition's dir is gone
+        if not snapshots:
+            return
+        CheckpointFile.write_all([write for _, _, write in snapshots])
+        for cache, changes, _ in snapshots:
+            with cache._lock:
+                if cache._changes == changes:
+                    cache._unflushed = False
+                else:  # changed while the pass wrote: our file may be older than the cache
+                    cache._write()
 
     def maybe_assign(self, epoch: int, start_offset: int) -> None:
         """``assign`` for a batch's partition leader epoch: negative (unknown) epochs are ignored."""
@@ -139,6 +183,7 @@ class LeaderEpochFileCache:
         self._epochs.append(epoch)
         self._offsets.append(start_offset)
         self._latest = epoch
+        self._changes += 1
         return True
 
     def truncate_from_end(self, end_offset: int) -> list[EpochEntry]:
@@ -150,6 +195,7 @@ class LeaderEpochFileCache:
                     removed.append(EpochEntry(self._epochs.pop(), self._offsets.pop()))
             if removed:
                 self._latest = self._epochs[-1] if self._epochs else UNDEFINED_EPOCH
+                self._changes += 1
                 self._write(sync=False)
             return removed[::-1]
 
@@ -166,6 +212,7 @@ class LeaderEpochFileCache:
             del self._offsets[:cut]
             self._epochs.insert(0, kept_epoch)
             self._offsets.insert(0, start_offset)
+            self._changes += 1
             self._write(sync=False)
             return removed
 
@@ -176,12 +223,15 @@ class LeaderEpochFileCache:
             self._epochs.clear()
             self._offsets.clear()
             self._latest = UNDEFINED_EPOCH
+            self._changes += 1
             if had or os.path.exists(self._path):
                 self._write()
 
     def _write(self, sync: bool = True) -> None:
         if self._path.parent.is_dir():  # writeIfDirExists: a deleted partition's dir stays gone
             self.checkpoint.write(self.entries, sync)
+        if sync:
+            self._unflushed = False
 
     def __repr__(self) -> str:
         return f"LeaderEpochFileCache({self.entries})"

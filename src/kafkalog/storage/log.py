@@ -656,11 +656,24 @@ class Log(LogAppend, CleanerSupport):
         return exc
 
     def flush_metadata(self) -> None:
-        """Run the deferred ``metadata_flush`` if there is one (before any record is written, at close)."""
+        """Run the deferred ``metadata_flush`` if there is one, and write the leader epoch entries it left
+        unflushed (before any record is written, at close)."""
         pending = self.metadata_flush
         if pending is not None:
             pending()  # raises while the metadata cannot be written: it stays pending
+            self.leader_epoch_cache.flush()
             self.metadata_flush = None
+
+    def maybe_assign_epoch_start_offset(self, leader_epoch: int, start_offset: int) -> None:
+        """Record in the leader epoch cache that ``leader_epoch`` starts at ``start_offset`` (Kafka's
+        UnifiedLog.maybeAssignEpochStartOffset, called by a new leader with its log end offset).
+
+        The entry is written (fsynced) at once, except in a new log whose creator deferred its files
+        (``metadata_flush`` set): there it is written with them, by the creator's background flush or at the
+        latest by ``flush_metadata`` before the first append, so that neither the creating request nor the
+        first produce waits for its fsyncs and still no record precedes its epoch on disk.
+        """
+        self.leader_epoch_cache.assign(leader_epoch, start_offset, flush=self.metadata_flush is None)
 
     def close(self) -> None:
         """Flush everything, snapshot the producer state, and close every segment (a clean shutdown)."""

@@ -7,6 +7,7 @@ partition (Kafka's ProduceRequest.validateRecords); anything else is INVALID_REC
 
 from __future__ import annotations
 
+import asyncio
 import struct
 
 from ...manager import TopicPartition
@@ -170,7 +171,12 @@ async def handle(broker, header, request):
     if entries and getattr(broker, "txn_cluster", None) is not None:
         early.update(await _verify_in_cluster(broker, transactional_id, entries))
         entries = {tp: records for tp, records in entries.items() if tp not in early}
-    results = broker.replica_manager.append_records(entries, acks) if entries else {}
+    replicas = broker.replica_manager
+    if entries and (new := replicas.files_pending(entries)):
+        # New partitions whose partition.metadata / leader-epoch-checkpoint the creation's background pass has
+        # not written yet: their first append would wait for it (fsyncs) on the event loop.
+        await asyncio.to_thread(replicas.flush_pending_files, new)
+    results = replicas.append_records(entries, acks) if entries else {}
     if broker.metrics is not None:
         broker.metrics.produced(entries, results)
     cluster = getattr(broker, "cluster", None)
