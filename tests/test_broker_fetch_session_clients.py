@@ -19,7 +19,7 @@ from confluent_kafka import TopicPartition as CTopicPartition
 from kafka import KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KTopicPartition
 
-from brokertools import BrokerProcess, wait_until
+from brokertools import BrokerProcess, RawClient, wait_until
 from test_broker_metrics import _ENDPOINT, scrape, value
 
 TOPIC = "sessions"
@@ -140,3 +140,89 @@ def test_kcat_keeps_fetching_sessionless(produced):
         p, v = line.split(" ", 1)
         got[int(p)].append(v)
     assert {p: v[:FIRST] for p, v in got.items()} == _expected(FIRST)
+
+
+def _fetch(client, session_id: int, epoch: int, offsets: dict[int, int], forgotten: tuple[int, ...] = (), version=12):
+    """One FetchRequest of ``TOPIC`` at (session id, epoch); ``offsets`` = partition -> fetch offset."""
+    from kafka.protocol.consumer import FetchRequest
+
+    T = FetchRequest.FetchTopic
+    request = FetchRequest(
+        replica_id=-1,
+        max_wait_ms=0,
+        min_bytes=0,
+        max_bytes=50 << 20,
+        isolation_level=0,
+        session_id=session_id,
+        session_epoch=epoch,
+        forgotten_topics_data=[FetchRequest.ForgottenTopic(topic=TOPIC, partitions=list(forgotten))]
+        if forgotten
+        else [],
+        rack_id="",
+        topics=[
+            T(
+                topic=TOPIC,
+                partitions=[
+                    T.FetchPartition(
+                        partition=p,
+                        current_leader_epoch=-1,
+                        fetch_offset=offset,
+                        last_fetched_epoch=-1,
+                        log_start_offset=-1,
+                        partition_max_bytes=1 << 20,
+                    )
+                    for p, offset in offsets.items()
+                ],
+            )
+        ]
+        if offsets
+        else [],
+    )
+    return client.call(request, version)
+
+
+def _partitions(response) -> dict[int, tuple[int, int, int]]:
+    """partition -> (error, high watermark, record bytes) of a response's TOPIC."""
+    out = {}
+    for t in response.responses:
+        assert t.topic == TOPIC
+        for p in t.partitions:
+            out[p.partition_index] = (p.error_code, p.high_watermark, len(p.records or b""))
+    return out
+
+
+def test_session_rules_on_the_wire(produced):
+    """Session id 0 / epoch 0 opens a session; incremental requests carry only changes and are answered with only
+    the partitions that changed; a wrong epoch is 71, an unknown id 70; epoch -1 closes it."""
+    broker = produced
+    everything = dict.fromkeys(range(PARTITIONS), 0)
+    with RawClient(broker.bootstrap) as client:
+        full = _fetch(client, 0, 0, everything)
+        assert full.error_code == 0 and full.session_id > 0
+        sid = full.session_id
+        answers = _partitions(full)
+        assert sorted(answers) == list(range(PARTITIONS)) and all(a[2] > 0 for a in answers.values())
+        high = {p: a[1] for p, a in answers.items()}
+        # Epoch 1, nothing new in the request: the session re-reads from offset 0, so records are sent again.
+        assert sorted(_partitions(_fetch(client, sid, 1, {}))) == list(range(PARTITIONS))
+        # Epoch 2: every fetch offset moves to the high watermark; nothing changed, nothing answered.
+        response = _fetch(client, sid, 2, high)
+        assert (response.error_code, response.session_id, _partitions(response)) == (0, sid, {})
+        # A record on partition 2: only partition 2 is answered.
+        producer = KafkaProducer(bootstrap_servers=broker.bootstrap)
+        producer.send(TOPIC, value=b"2:late", partition=2).get(30)
+        producer.close()
+        answers = _partitions(_fetch(client, sid, 3, {}))
+        assert list(answers) == [2] and answers[2][1] == high[2] + 1 and answers[2][2] > 0
+        # The same epoch again, a made-up id, then an older version without sessions.
+        assert _fetch(client, sid, 3, {}).error_code == 71
+        assert _fetch(client, sid ^ 0x5A5A, 1, {}).error_code == 70
+        assert sorted(_partitions(_fetch(client, 0, -1, everything, version=6))) == list(range(PARTITIONS))
+        # Forget partition 0, read partition 1 from its start, move partition 2 past its new record (it is answered
+        # as long as the session's fetch offset for it has records): only partition 1 is answered.
+        answers = _partitions(_fetch(client, sid, 4, {1: 0, 2: high[2] + 1}, forgotten=(0,)))
+        assert list(answers) == [1]
+        # Epoch -1 closes the session: a full, sessionless answer; the id is then unknown.
+        closing = _fetch(client, sid, -1, {0: high[0]})
+        assert closing.session_id == 0 and list(_partitions(closing)) == [0]
+        assert _fetch(client, sid, 5, {}).error_code == 70
