@@ -257,5 +257,5 @@ def test_session_cache_configs():
         5,
         10,
     )
-    with pytest.raises(InvalidConfigurationError, match="max.incremental.fetch.session.cache.slots"):
+    with pytest.raises(InvalidConfigurationError, match=r"max\.incremental\.fetch\.session\.cache\.slots"):
         KafkaConfig({"log.dirs": "/tmp/unused", "max.incremental.fetch.session.cache.slots": "-1"})
