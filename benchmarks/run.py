@@ -22,6 +22,7 @@ BENCHMARKS = {
     "spark": "benchmarks.bench_spark",
     "broker": "benchmarks.bench_broker",
     "scale": "benchmarks.bench_scale",
+    "recovery": "benchmarks.bench_recovery",
 }
 DEFAULT_RESULTS = Path(__file__).resolve().parent / "results"
 

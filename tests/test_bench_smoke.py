@@ -361,9 +361,33 @@ def test_spark_json_shape(quick_spark_run):
     assert writes["paths"]["embedded per record: manager.produce"]["records"] == params["produce_records"]
 
 
+@pytest.fixture(scope="module")
+def quick_recovery_run(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path]:
+    return _quick_bench(tmp_path_factory, "recovery")
+
+
+@pytest.mark.bench_smoke
+def test_recovery_json_shape(quick_recovery_run):
+    """The killed build is recovered (the benchmark verifies every partition itself) with each thread count."""
+    proc, results = quick_recovery_run
+    assert proc.returncode == 0, f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    assert "LogManager startup/shutdown" in proc.stdout
+    data = json.loads((results / "recovery.json").read_text())
+    assert data["benchmark"] == "recovery" and data["quick"] is True
+    params = data["parameters"]
+    assert set(data["figures"]) == {str(t) for t in params["threads"]}
+    for threads, fig in data["figures"].items():
+        for key in ("unclean_start_s", "shutdown_s", "clean_start_s"):
+            assert _positive(fig[key]), (threads, key)
+        assert len(fig["rounds"]) == params["rounds"], threads
+    prof = data["profile_unclean_start"]
+    assert _positive(prof["total_s"]) and all(row["calls"] > 0 for row in prof["by_own_time"])
+
+
 def test_every_benchmark_has_a_smoke_test():
     spec = importlib.util.spec_from_file_location("bench_run", REPO / "benchmarks" / "run.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     # each tested above, the broker's in test_broker_bench.py, the scale row's quick form in test_broker_scale.py
-    assert set(module.BENCHMARKS) == {"record", "storage", "manager", "dump", "cleaner", "spark", "broker", "scale"}
+    expected = {"record", "storage", "manager", "dump", "cleaner", "spark", "broker", "scale", "recovery"}
+    assert set(module.BENCHMARKS) == expected

@@ -356,3 +356,33 @@ def test_authorized_operations_without_an_authorizer_are_every_supported_one(tmp
         answer = _ask(broker, 10, None, True)
         assert answer.topics[0].authorized_operations == {3, 4, 5, 6, 7, 8, 10, 11}
         assert answer.authorized_operations == {5, 7, 8, 9, 10, 11, 12}
+
+
+def test_topics_asked_by_id_follow_creations_and_deletions(tmp_path):
+    from kafka.protocol.metadata import MetadataRequest
+
+    from kafkalog.manager import LogManager
+
+    def by_id(broker, *ids):
+        request = MetadataRequest(
+            topics=[MetadataRequest.MetadataRequestTopic(topic_id=i, name=None) for i in ids],
+            allow_auto_topic_creation=False,
+        )
+        response = asyncio.run(handler.handle(broker, types.SimpleNamespace(api_version=12), request))
+        return [
+            (t.error_code, t.name, len(t.partitions))
+            for t in MetadataResponse.decode(response.parts[0], version=12).topics
+        ]
+
+    with LogManager(tmp_path / "logs", clock=MockTime()) as manager:
+        broker = _broker(manager)
+        manager.create_topic("x", 2)
+        manager.create_topic("y", 3)
+        ids = {t.name: t.topic_id for t in _ask(broker, 12).topics}
+        unknown = uuid.UUID(int=12345)
+        assert by_id(broker, ids["y"], unknown, ids["x"]) == [(0, "y", 3), (100, None, 0), (0, "x", 2)]
+        manager.delete_topic("x")
+        manager.create_topic("x", 1)
+        new_x = {t.name: t.topic_id for t in _ask(broker, 12).topics}["x"]
+        assert new_x != ids["x"]
+        assert by_id(broker, ids["x"], new_x) == [(100, None, 0), (0, "x", 1)]

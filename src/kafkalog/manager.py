@@ -228,7 +228,15 @@ class LogManager:
             self._schedule_dir_removal(path, 0)
         threads = int(self.broker.num_recovery_threads_per_data_dir)
         error: BaseException | None = None
-        for tp, path, opened in open_logs(contents.partitions, self._open_log, threads):
+        configs: dict[str, LogConfig] = {}  # one (immutable) LogConfig per topic, not one parse per partition
+
+        def open_log(tp: TopicPartition, path: Path, start: PartitionStart) -> Log:
+            config = configs.get(tp.topic)
+            if config is None:
+                config = configs[tp.topic] = self._log_config(tp.topic)
+            return self._open_log(tp, path, start, config)
+
+        for tp, path, opened in open_logs(contents.partitions, open_log, threads):
             if isinstance(opened, BaseException):
                 error = error or opened
                 continue
@@ -244,10 +252,10 @@ class LogManager:
         if error is not None:
             raise error
 
-    def _open_log(self, tp: TopicPartition, path: Path, start: PartitionStart) -> Log:
+    def _open_log(self, tp: TopicPartition, path: Path, start: PartitionStart, config: LogConfig) -> Log:
         return Log.open(
             path,
-            self._log_config(tp.topic),
+            config,
             self.clock,
             log_start_offset=start.log_start_offset,
             recovery_point=start.recovery_point,

@@ -366,8 +366,8 @@ class SocketServer:
         for part in response.parts:
             if isinstance(part, FileRegion):
                 if self.zero_copy and not conn.tls and part.size > SMALL_REGION_BYTES:
-                    writer.write(bytes(pending))
-                    pending.clear()
+                    writer.write(pending)  # handed over as is (no bytes() copy); a new buffer follows
+                    pending = bytearray()
                     await self._sendfile(writer, part)
                 else:
                     data = part.read()
@@ -377,7 +377,7 @@ class SocketServer:
             else:
                 pending += part
         if pending:
-            writer.write(bytes(pending))
+            writer.write(pending)  # not touched again: a TLS transport may hold on to it until it is sent
         await writer.drain()
 
     async def _sendfile(self, writer: FrameStream, part: FileRegion) -> None:

@@ -157,16 +157,20 @@ class AbstractIndex(SegmentIndexFile, Generic[_Entry]):
 
     def _map_file(self) -> None:
         """Map the file as it is now on disk (no mapping at all for a 0-byte file); a read-only index reads a
-        copy of it instead (``FileCopy``)."""
-        with open(self._path, "r+b" if self._writable else "rb") as f:
+        copy of it instead (``FileCopy``). A bare descriptor, not a file object: a recovered segment's indexes are
+        remapped a few times each (trimmed, then grown back), and a buffered file object costs more system calls."""
+        fd = os.open(self._path, (os.O_RDWR if self._writable else os.O_RDONLY) | os.O_CLOEXEC)
+        try:
             if self._writable:
-                length = os.fstat(f.fileno()).st_size
-                self._mmap = FileMapping(f.fileno(), length, True, self._path) if length > 0 else None
+                length = os.fstat(fd).st_size
+                self._mmap = FileMapping(fd, length, True, self._path) if length > 0 else None
             else:
-                copy = FileCopy(f.fileno(), self._path)
+                copy = FileCopy(fd, self._path)
                 length = len(copy)
                 self._mmap = copy if length > 0 else None
-        self._length = length  # the descriptor is closed here: neither the mapping nor the copy needs it
+        finally:
+            os.close(fd)  # neither the mapping nor the copy needs it
+        self._length = length
 
     def _unmap(self) -> None:
         if self._mmap is not None:

@@ -52,15 +52,17 @@ def list_snapshots(directory: str | os.PathLike[str]) -> list[tuple[int, Path]]:
     Kafka would fail on a ``.snapshot`` name whose prefix is not a number; those are skipped here.
     """
     directory = Path(directory)
-    if not directory.is_dir():
-        return []
     found = []
-    for path in directory.iterdir():
-        if not path.name.endswith(SNAPSHOT_SUFFIX) or not path.is_file():
-            continue
-        offset = _offset_from_name(path.name)
-        if offset is not None:
-            found.append((offset, path))
+    try:
+        with os.scandir(directory) as entries:  # one listing, no stat per file (the entries know their type)
+            for entry in entries:
+                if not entry.name.endswith(SNAPSHOT_SUFFIX) or not entry.is_file():
+                    continue
+                offset = _offset_from_name(entry.name)
+                if offset is not None:
+                    found.append((offset, directory / entry.name))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
     found.sort()
     return found
 

@@ -96,26 +96,32 @@ def describe(broker, name: str) -> Topic:
     return _local_topic_of(name, _local_state(broker, name))
 
 
-def _topic_by_id(broker, topic_id) -> Topic:
-    """Metadata v10+ by topic id (KIP-516; KIP-848 consumers look up their assigned topics so): the topic, or
-    UNKNOWN_TOPIC_ID."""
+def _topic_by_id(broker, topic_id, version: int) -> tuple[str | None, bytes | Topic]:
+    """Metadata v10+ by topic id (KIP-516; KIP-848 consumers look up their assigned topics so): the topic's name
+    and encoded entry, or no name and UNKNOWN_TOPIC_ID (TOPIC_AUTHORIZATION_FAILED without DESCRIBE on it)."""
+    stamp = metadata_changes.stamp()
+    name = topic_entries(broker).names_by_id(stamp, lambda: _names_by_id(broker)).get(topic_id)
+    if name is not None and not allowed(broker, "DESCRIBE", "TOPIC", name):
+        return None, Topic(
+            error_code=TOPIC_AUTHORIZATION_FAILED, name=None, topic_id=topic_id, is_internal=False, partitions=[]
+        )
+    found = None if name is None else _entry(broker, name, False, version, stamp)
+    if found is None:
+        return None, Topic(
+            error_code=UNKNOWN_TOPIC_ID, name=None, topic_id=topic_id or ZERO_UUID, is_internal=False, partitions=[]
+        )
+    return name, found
+
+
+def _names_by_id(broker) -> dict[uuid.UUID, str]:
+    """Every topic of this node's logs by its id (read from the topic index, no log)."""
+    names = {}
     for name in broker.log_manager.topics():
         try:
-            if topic_uuid(broker.log_manager.topic_id_and_partitions(name)[0]) == topic_id:
-                if not allowed(broker, "DESCRIBE", "TOPIC", name):
-                    return Topic(
-                        error_code=TOPIC_AUTHORIZATION_FAILED,
-                        name=None,
-                        topic_id=topic_id,
-                        is_internal=False,
-                        partitions=[],
-                    )
-                return describe(broker, name)
+            names[topic_uuid(broker.log_manager.topic_id_and_partitions(name)[0])] = name
         except UnknownTopicOrPartitionError:
             continue
-    return Topic(
-        error_code=UNKNOWN_TOPIC_ID, name=None, topic_id=topic_id or ZERO_UUID, is_internal=False, partitions=[]
-    )
+    return names
 
 
 def _error_topic(name: str, code: int) -> Topic:
@@ -295,7 +301,7 @@ async def handle(broker, header, request) -> Response:
     else:
         allow = request.allow_auto_topic_creation if version >= 4 else True
         topics = [
-            (None, _topic_by_id(broker, t.topic_id))
+            _topic_by_id(broker, t.topic_id, version)
             if t.name is None and version >= 10
             else (t.name, await _topic_or_error(broker, t.name or "", allow, False, version))
             for t in request.topics

@@ -105,6 +105,16 @@ class TopicEntries:
     def __init__(self) -> None:
         # name -> [stamp, state, Topic, {version: entry}]
         self._entries: dict[str, list[Any]] = {}
+        self._names_by_id: tuple[int | None, dict[Any, str]] = (None, {})
+
+    def names_by_id(self, stamp: int, build: Callable[[], dict[Any, str]]) -> dict[Any, str]:
+        """The topics' names by id, as ``build()`` made them under ``stamp`` (made again once it moved: topics
+        created or deleted)."""
+        seen, names = self._names_by_id
+        if seen != stamp:
+            names = build()
+            self._names_by_id = (stamp, names)
+        return names
 
     def current(self, name: str, stamp: int | None, version: int) -> bytes | None:
         """The entry of topic ``name`` at ``version`` if its state was last checked under ``stamp`` (the
