@@ -203,6 +203,9 @@ class KafkaConfig:
         self.socket_request_max_bytes = _int(p, "socket.request.max.bytes", 100 * 1024 * 1024, 1)
         self.queued_max_requests = _int(p, "queued.max.requests", 500, 1)
         self.group_initial_rebalance_delay_ms = _int(p, "group.initial.rebalance.delay.ms", 3000, 0)
+        # KIP-227's session cache (broker/fetch_session.py), Kafka's names and defaults.
+        self.max_incremental_fetch_session_cache_slots = _int(p, "max.incremental.fetch.session.cache.slots", 1000, 0)
+        self.min_incremental_fetch_session_eviction_ms = _int(p, "min.incremental.fetch.session.eviction.ms", 120000, 0)
         # The Prometheus endpoint (broker/metrics.py): off unless metrics.port is set (0 = any free port).
         self.metrics_port = _int(p, "metrics.port", 0, 0) if p.get("metrics.port", "").strip() else None
         if self.metrics_port is not None and self.metrics_port > 65535:

@@ -180,6 +180,7 @@ class Snapshot:
 
     counters: dict[str, Any]
     request_queue_size: int = 0
+    fetch_sessions: tuple[int, int, int] = (0, 0, 0)  # sessions, partitions cached, evictions
     logs: list[tuple[str, int, int, int, int, int]] = field(default_factory=list)  # topic, part, size, segs, start, end
     partitions: list[tuple[str, int, bool, bool, bool, bool]] = field(default_factory=list)
     # topic, partition, led here, under-replicated, under min ISR, offline
@@ -197,6 +198,10 @@ def take_snapshot(server: Any) -> Snapshot:
     socket_server = server.socket_server
     if socket_server is not None:
         snap.request_queue_size = sum(1 for conn in socket_server.connections() if conn.busy)
+    manager = getattr(server, "fetch_manager", None)
+    if manager is not None:
+        cache = manager.cache
+        snap.fetch_sessions = (len(cache), cache.total_partitions, cache.evictions)
     log_manager = server.log_manager
     replica_manager = server.replica_manager
     if log_manager is None or replica_manager is None:
@@ -238,6 +243,17 @@ def take_snapshot(server: Any) -> Snapshot:
             offsets = [(t, p, oam.offset) for (t, p), oam in list(group.offsets.items())]
             snap.groups.append((group_id, len(group.members), offsets))
     return snap
+
+
+def _fetch_session_metrics(snap: Snapshot) -> Iterator[Metric]:
+    """Kafka's kafka.server:type=FetchSessionCache gauges and eviction meter (KIP-227)."""
+    sessions, partitions, evictions = snap.fetch_sessions
+    prefix = "kafka_server_fetchsessioncache_"
+    yield _gauge(prefix + "numincrementalfetchsessions", "Incremental fetch sessions in the cache", sessions)
+    yield _gauge(prefix + "numincrementalfetchpartitionscached", "Partitions of the cached fetch sessions", partitions)
+    m = _metric(prefix + "incrementalfetchsessionevictions", "Fetch sessions evicted from the cache", "counter")
+    m.add_sample(prefix + "incrementalfetchsessionevictions_total", {}, float(evictions))
+    yield m
 
 
 # ----- building the samples ----------------------------------------------------------------------------------------
@@ -293,6 +309,7 @@ def build_metrics(snap: Snapshot) -> Iterator[Metric]:
     yield _gauge(
         "kafka_network_requestchannel_requestqueuesize", "Requests read and not yet answered", snap.request_queue_size
     )
+    yield from _fetch_session_metrics(snap)
     yield from _replica_metrics(snap)
     yield from _log_metrics(snap)
     yield from _cleaner_metrics(snap.cleaner)

@@ -16,6 +16,7 @@ import sys
 import threading
 from pathlib import Path
 
+from ..clock import SYSTEM_TIME
 from ..coordinator.group import GROUP_METADATA_TOPIC_NAME, GroupCoordinator
 from ..coordinator.transaction import TRANSACTION_STATE_TOPIC_NAME, TransactionCoordinator
 from ..errors import InconsistentClusterIdError, KafkaStorageError
@@ -28,6 +29,7 @@ from .cluster.producer_ids import ZkProducerIdManager
 from .cluster.security_zk import ZkAclStore, ZkCredentialStore
 from .cluster.txn import TransactionCluster
 from .config import KafkaConfig
+from .fetch_session import FetchManager, FetchSessionCache
 from .handlers.group import LoopScheduler
 from .metrics import BrokerMetrics, MetricsEndpoint
 from .network import SocketSecurity, SocketServer
@@ -140,6 +142,14 @@ class KafkaServer:
         # The request path's counters (always kept: a few integer adds per request); served over HTTP when
         # metrics.port is set (broker/metrics.py).
         self.metrics = BrokerMetrics()
+        # Incremental fetch sessions (KIP-227), used on the event loop's thread only.
+        self.fetch_manager = FetchManager(
+            FetchSessionCache(
+                config.max_incremental_fetch_session_cache_slots,
+                config.min_incremental_fetch_session_eviction_ms,
+                SYSTEM_TIME,
+            )
+        )
         self.metrics_endpoint: MetricsEndpoint | None = None
         self.stopping = False
         self._shutdown_started = False

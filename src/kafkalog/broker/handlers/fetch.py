@@ -7,8 +7,9 @@ available and ``max_wait_ms`` allows, the request waits in the purgatory until a
 advances (the replica manager's hook) or the wait runs out; then it reads again and answers.
 
 The response is encoded here by hand, because its record sets are not Python bytes: each is a region of a
-segment file that the socket server sends with sendfile. Fetch sessions (KIP-227) are not kept: every
-response carries session id 0, which tells a client to send full requests.
+segment file that the socket server sends with sendfile. Incremental fetch sessions (KIP-227, v7+) are kept by
+broker/fetch_session.py: the request's session id and epoch choose a context, which says which partitions to read
+(an incremental request reads every partition of its session) and which answers the response carries.
 """
 
 from __future__ import annotations
@@ -19,17 +20,13 @@ import time
 
 from ...manager import TopicPartition
 from ...storage.file_records import EMPTY_SLICE
+from ..fetch_session import INVALID_SESSION_ID, FetchContext, PartitionRequest, SessionlessFetchContext
 from ..protocol import NONE, TOPIC_AUTHORIZATION_FAILED, FileRegion, Response, compact_length, error_code
 from ..replica_access import READ_COMMITTED, READ_UNCOMMITTED
 from ..security.acl import allowed, cluster_allowed
 from ..security.context import CURRENT, throttle
 
 LOG_END = "log_end"
-
-FETCH_SESSION_ID_NOT_FOUND = 70
-_INVALID_SESSION_ID = 0
-_FINAL_EPOCH = -1
-_INITIAL_EPOCH = 0
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
@@ -53,23 +50,27 @@ class PartitionAnswer:
 
 
 def encode_response(
-    version: int, topics: list[tuple[str, list[PartitionAnswer]]], top_error: int = NONE, throttle_ms: int = 0
+    version: int,
+    topics: list[tuple[str, list[PartitionAnswer]]],
+    top_error: int = NONE,
+    throttle_ms: int = 0,
+    session_id: int = INVALID_SESSION_ID,
 ) -> Response:
     """The Fetch response body (v4-v12), record sets as file regions; flexible (compact, tagged) from v12."""
     parts: list[bytes | FileRegion] = []
     try:
-        _encode(version, topics, top_error, parts, throttle_ms)
+        _encode(version, topics, top_error, parts, throttle_ms, session_id)
     except BaseException:
         Response(parts).close()
         raise
     return Response(parts)
 
 
-def _encode(version: int, topics, top_error: int, parts: list, throttle_ms: int = 0) -> None:
+def _encode(version: int, topics, top_error: int, parts: list, throttle_ms: int = 0, session_id: int = 0) -> None:
     flexible = version >= 12
     buf = bytearray(_I32.pack(throttle_ms))
     if version >= 7:
-        buf += _I16.pack(top_error) + _I32.pack(_INVALID_SESSION_ID)
+        buf += _I16.pack(top_error) + _I32.pack(session_id)
     buf += compact_length(len(topics)) if flexible else _I32.pack(len(topics))
     for name, answers in topics:
         encoded = name.encode("utf-8")
@@ -112,28 +113,36 @@ def _read(broker, fetch_infos, isolation: str, max_bytes: int):
     return broker.replica_manager.fetch_messages(fetch_infos, isolation, max_bytes, True)
 
 
-def _answers(results, order, isolation: str) -> list[tuple[str, list[PartitionAnswer]]]:
+def _answer(partition: int, r, committed: bool) -> PartitionAnswer:
+    if r.error is not None:
+        code = error_code(r.error)
+        return PartitionAnswer(
+            partition, code, r.high_watermark, r.last_stable_offset, r.log_start_offset, None, EMPTY_SLICE
+        )
+    aborted = None
+    if committed:
+        aborted = [(t.producer_id, t.first_offset) for t in (r.info.aborted_transactions or [])]
+    return PartitionAnswer(
+        partition, NONE, r.high_watermark, r.last_stable_offset, r.log_start_offset, aborted, r.info.records
+    )
+
+
+def _answers(results, order, denied, isolation: str) -> list[tuple[TopicPartition, PartitionAnswer]]:
+    """Every partition's answer in the context's order (``order`` lists read and denied partitions)."""
     committed = isolation == READ_COMMITTED
-    by_topic: dict[str, list[PartitionAnswer]] = {}
+    out: list[tuple[TopicPartition, PartitionAnswer]] = []
     for tp in order:
-        r = results[tp]
-        if r.error is not None:
-            answer = PartitionAnswer(
-                tp.partition,
-                error_code(r.error),
-                r.high_watermark,
-                r.last_stable_offset,
-                r.log_start_offset,
-                None,
-                EMPTY_SLICE,
-            )
+        if tp in denied:
+            answer = PartitionAnswer(tp.partition, TOPIC_AUTHORIZATION_FAILED, -1, -1, -1, None, EMPTY_SLICE)
         else:
-            aborted = None
-            if committed:
-                aborted = [(t.producer_id, t.first_offset) for t in (r.info.aborted_transactions or [])]
-            answer = PartitionAnswer(
-                tp.partition, NONE, r.high_watermark, r.last_stable_offset, r.log_start_offset, aborted, r.info.records
-            )
+            answer = _answer(tp.partition, results[tp], committed)
+        out.append((tp, answer))
+    return out
+
+
+def _by_topic(answers: list[tuple[TopicPartition, PartitionAnswer]]) -> list[tuple[str, list[PartitionAnswer]]]:
+    by_topic: dict[str, list[PartitionAnswer]] = {}
+    for tp, answer in answers:
         by_topic.setdefault(tp.topic, []).append(answer)
     return list(by_topic.items())
 
@@ -142,40 +151,58 @@ def _total_bytes(results) -> int:
     return sum(r.info.records.size for r in results.values() if r.error is None and r.info is not None)
 
 
+def _context(broker, version: int, request, from_follower: bool) -> FetchContext:
+    """The request's fetch context: sessions from v7 (a broker without a session cache answers sessionless)."""
+    fetch_data: dict[TopicPartition, PartitionRequest] = {}
+    for topic in request.topics:
+        name = topic.topic
+        for p in topic.partitions:
+            fetch_data[TopicPartition(name, p.partition)] = PartitionRequest(
+                p.fetch_offset,
+                max(0, p.partition_max_bytes),
+                getattr(p, "current_leader_epoch", -1),
+                getattr(p, "log_start_offset", -1),
+            )
+    manager = getattr(broker, "fetch_manager", None)
+    if version < 7 or manager is None:
+        return SessionlessFetchContext(fetch_data)
+    forgotten = [
+        TopicPartition(t.topic, p) for t in (request.forgotten_topics_data or ()) for p in (t.partitions or ())
+    ]
+    return manager.new_context(request.session_id, request.session_epoch, fetch_data, forgotten, from_follower)
+
+
 async def handle(broker, header, request) -> Response:
     version = header.api_version
-    if version >= 7 and request.session_id != _INVALID_SESSION_ID:
-        # This broker never creates a session, so a client cannot hold an id of one.
-        return encode_response(version, [], FETCH_SESSION_ID_NOT_FOUND)
+    from_follower = request.replica_id >= 0
+    context = _context(broker, version, request, from_follower)
+    if context.error != NONE:
+        return encode_response(version, [], context.error)
     isolation = READ_COMMITTED if request.isolation_level == 1 else READ_UNCOMMITTED
     fetch_infos: dict[TopicPartition, tuple[int, int]] = {}
+    epochs: dict[TopicPartition, int] = {}
     order: list[TopicPartition] = []
     # Kafka: a consumer's fetch needs READ on each topic, a follower's CLUSTER_ACTION on the cluster.
-    denied: list[TopicPartition] = []
-    from_follower = request.replica_id >= 0
+    denied: set[TopicPartition] = set()
     follower_allowed = from_follower and cluster_allowed(broker, "CLUSTER_ACTION")
-    for topic in request.topics:
-        may_read = follower_allowed if from_follower else allowed(broker, "READ", "TOPIC", topic.topic)
-        for p in topic.partitions:
-            tp = TopicPartition(topic.topic, p.partition)
-            if not may_read:
-                if tp not in denied:
-                    denied.append(tp)
-                continue
-            if tp not in fetch_infos:
-                order.append(tp)
-            fetch_infos[tp] = (p.fetch_offset, max(0, p.partition_max_bytes))
+    readable: dict[str, bool] = {}
+    for tp, req in context.partitions():
+        order.append(tp)
+        may_read = readable.get(tp.topic)
+        if may_read is None:
+            may_read = follower_allowed if from_follower else allowed(broker, "READ", "TOPIC", tp.topic)
+            readable[tp.topic] = may_read
+        if not may_read:
+            denied.add(tp)
+            continue
+        fetch_infos[tp] = (req.fetch_offset, req.max_bytes)
+        if req.leader_epoch >= 0:
+            epochs[tp] = req.leader_epoch
     max_bytes = request.max_bytes if request.max_bytes > 0 else 0
     cluster = getattr(broker, "cluster", None)
-    if request.replica_id >= 0 and cluster is not None:
+    if from_follower and cluster is not None:
         # A follower's fetch (Kafka's ReplicaFetcherThread): read to the log end at its leader epoch; its fetch
         # offset is its log end offset, which may move the high watermark and the ISR.
-        epochs = {
-            TopicPartition(t.topic, p.partition): p.current_leader_epoch
-            for t in request.topics
-            for p in t.partitions
-            if p.current_leader_epoch >= 0
-        }
         for tp, (offset, _) in fetch_infos.items():
             cluster.on_follower_fetch(tp, request.replica_id, offset)
 
@@ -197,15 +224,10 @@ async def handle(broker, header, request) -> Response:
         and not any(r.error is not None for r in results.values())
     ):
         results = await _wait(broker, fetch_infos, read, request.min_bytes, wait_ms)
-    answers = _answers(results, order, isolation)
-    if denied:
-        by_topic: dict[str, list[PartitionAnswer]] = {}
-        for tp in denied:
-            by_topic.setdefault(tp.topic, []).append(
-                PartitionAnswer(tp.partition, TOPIC_AUTHORIZATION_FAILED, -1, -1, -1, None, EMPTY_SLICE)
-            )
-        answers = list(by_topic.items()) + answers
-    response = encode_response(version, answers)
+    answers = _answers(results, order, denied, isolation)
+    # The session changes only with the response that is sent (not with a throttled one): select, size, commit.
+    selected = context.select(answers)
+    response = encode_response(version, _by_topic(selected))
     quota = broker.fetch_quota
     if quota is not None and not from_follower:  # client quotas do not apply to replication
         ctx = CURRENT.get()
@@ -215,10 +237,24 @@ async def handle(broker, header, request) -> Response:
             quota.unrecord(ctx.user, ctx.client_id, response.size)
             response.close()
             throttle(throttle_ms)
-            return encode_response(version, [], NONE, throttle_ms)
+            session_id = context.throttled_session_id()
+            return encode_response(version, [], context.error, throttle_ms, session_id)
+    session_id = context.commit(answers)
+    if context.error != NONE:  # the session moved on while this request waited
+        response.close()
+        return encode_response(version, [], context.error, 0, session_id)
+    if session_id != INVALID_SESSION_ID:
+        _set_session_id(response, session_id)
     if broker.metrics is not None:
         broker.metrics.fetched(results, from_follower)
     return response
+
+
+def _set_session_id(response: Response, session_id: int) -> None:
+    """Write ``session_id`` into an encoded v7+ response (its first part starts with throttle, error, session)."""
+    head = response.parts[0]
+    assert isinstance(head, bytes) and len(head) >= 10
+    response.parts[0] = head[:6] + _I32.pack(session_id) + head[10:]
 
 
 def _read_follower(broker, fetch_infos, epochs, max_bytes: int):
