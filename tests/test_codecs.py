@@ -209,3 +209,21 @@ def test_round_trip_random_sizes(codec: str) -> None:
     for size in (0, 1, 100, 65535, 65536, 65537, 200_000):
         data = os.urandom(size // 2) + b"z" * (size - size // 2)
         assert compression.decompress(codec, compression.compress(codec, data)) == data
+
+
+def test_lz4_decodes_into_a_scratch_buffer_large_enough_and_ignores_a_small_one() -> None:
+    """The log's validation passes a per-thread scratch buffer (no fresh pages per batch): a frame decodes to
+    the same bytes into it, or into a buffer of its own when the scratch is too small."""
+    import numpy as np
+
+    framed = bytes(kafka_lz4.compress(TEXT))
+    assert lz4.frame.decompress(framed) == TEXT  # the reference decoder agrees on the input
+    scratch = np.empty(1 << 20, np.uint8)
+    into = kafka_lz4.decompress(framed, into=scratch)
+    assert bytes(into) == TEXT and np.shares_memory(np.asarray(into), scratch)
+    small = np.empty(1024, np.uint8)
+    own = kafka_lz4.decompress(framed, into=small)
+    assert bytes(own) == TEXT and not np.shares_memory(np.asarray(own), small)
+    # the limit still holds with a scratch buffer larger than it
+    with pytest.raises(CorruptRecordError, match="limit"):
+        compression.decompress("lz4", framed, max_size=len(TEXT) // 2, into=scratch)

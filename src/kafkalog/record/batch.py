@@ -27,6 +27,7 @@ from .varint import read_varint, read_varlong
 from .view import TIMESTAMP_TYPE_MASK, BatchView
 
 if TYPE_CHECKING:
+    import numpy as np
     from typing_extensions import Buffer
 
 LOG_OVERHEAD = 12
@@ -174,14 +175,15 @@ class RecordBatch(BatchView):
         )
 
     # ----- records -------------------------------------------------------------------------
-    def records_section(self) -> memoryview:
-        """The records bytes after the 61-byte header, decompressed when the batch is compressed."""
+    def records_section(self, into: np.ndarray | None = None) -> memoryview:
+        """The records bytes after the 61-byte header, decompressed when the batch is compressed (``into``:
+        a scratch buffer it may be decompressed into, see ``compression.decompress``)."""
         section = self._buffer[self.position + RECORDS_OFFSET : self.position + self.size_in_bytes]
         codec = self.compression_type
         if codec == compression.NONE:
             return section
         try:
-            return compression.decompress(codec, section)
+            return compression.decompress(codec, section, into=into)
         except KafkaLogError as e:  # corrupt data, or an unknown codec id (5..7) in the attributes
             raise e.located(position=self.position, offset=self.base_offset) from None
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import struct
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, cast
@@ -227,9 +228,23 @@ def _validate_batch(batch: AnyBatch, origin: AppendOrigin, target_magic: int = 2
         )
 
 
+class _Scratch(threading.local):
+    """Each appending thread's buffer for decompressing a batch to validate it: the validation is done with the
+    decompressed bytes before it returns, so one buffer serves every batch. A fresh buffer per batch cost
+    ~320 page faults per MiB decoded (the allocator hands large blocks back to the system), a third of the
+    broker's CPU in an lz4 produce load. Memory is mapped as it is first used (numpy.empty)."""
+
+    def __init__(self) -> None:
+        self.buffer = np.empty(SCRATCH_BYTES, np.uint8)
+
+
+SCRATCH_BYTES = 8 << 20  # a batch decoding to more gets a buffer of its own
+_scratch = _Scratch()
+
+
 def _summarize(batch: RecordBatch) -> tuple[int, int, int, int]:
     """(records, min timestamp ignoring -1, max timestamp, null keys) of a v2 batch, validating structure."""
-    section = batch.records_section()
+    section = batch.records_section(into=_scratch.buffer)
     arena = np.frombuffer(section, dtype=np.uint8)
     code, index, count, min_ts, max_ts, null_keys = _kernels.summarize_records(
         arena, 0, len(arena), max(batch.record_count, 0), batch.base_timestamp

@@ -15,6 +15,7 @@ from ._limits import MAX_DECOMPRESSED_BYTES
 
 if TYPE_CHECKING:
     import cramjam
+    import numpy as np
 
     from ..types import BytesLike
 
@@ -92,12 +93,19 @@ def compress(codec: int | str, data: BytesLike, level: int | None = None) -> byt
 
 
 def decompress(
-    codec: int | str, data: BytesLike, *, magic: int = 2, max_size: int = MAX_DECOMPRESSED_BYTES
+    codec: int | str,
+    data: BytesLike,
+    *,
+    magic: int = 2,
+    max_size: int = MAX_DECOMPRESSED_BYTES,
+    into: np.ndarray | None = None,
 ) -> memoryview:
     """Decompress a records section, accepting every framing Kafka's readers accept.
 
     Returns a zero-copy byte view of the codec's output. ``magic`` matters for lz4 only: magic 0
     wrappers were written with a wrong descriptor checksum. Malformed input raises CorruptRecordError.
+    ``into``: a scratch buffer the codec may decode into (lz4 does), for a caller that is done with the
+    result before the buffer's next use (the log's validation); the result may then be a view of it.
 
     ``max_size`` caps the output (default ``MAX_DECOMPRESSED_BYTES``, 2 GiB - 1, which no batch Kafka
     writes or reads exceeds; see ``_limits``): a small batch cannot make the decoder allocate more. Output
@@ -114,7 +122,7 @@ def decompress(
     elif cid == SNAPPY:
         out = snappy.decompress(data, max_size)
     elif cid == LZ4:
-        out = lz4.decompress(data, ignore_descriptor_checksum=(magic == 0), max_size=max_size)
+        out = lz4.decompress(data, ignore_descriptor_checksum=(magic == 0), max_size=max_size, into=into)
     elif magic < 2:
         raise UnsupportedCompressionTypeError("zstd is not allowed with magic 0 or 1")
     else:

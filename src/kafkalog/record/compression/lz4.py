@@ -14,6 +14,7 @@ from __future__ import annotations
 import struct
 
 import cramjam
+import numpy as np
 
 from ...errors import CorruptRecordError
 from ..checksums import xxhash32
@@ -98,40 +99,47 @@ _UNBOUNDED = 1 << 62
 
 
 def decompress(
-    data: BytesLike, *, ignore_descriptor_checksum: bool = False, max_size: int = MAX_DECOMPRESSED_BYTES
-) -> bytearray | cramjam.Buffer:
+    data: BytesLike,
+    *,
+    ignore_descriptor_checksum: bool = False,
+    max_size: int = MAX_DECOMPRESSED_BYTES,
+    into: np.ndarray | None = None,
+) -> BytesLike | cramjam.Buffer:
     """Decode an lz4 frame the way Kafka's reader does, to at most ``max_size`` bytes; returns bytes-like.
 
     The frame Kafka and librdkafka write (FLG 0x60, BD 0x40) is decoded natively in one call into a buffer
     of the size its block headers bound, when that bound is within ``max_size``: ``decompress_into`` a buffer
     of known size decodes a producer's 1 MiB batch 5-8 times faster than ``cramjam.lz4.decompress``, which
-    grows its output as it goes (measured on librdkafka's frames: ~500 MB/s against ~4 GB/s). Any other
-    frame, any frame the native decoder refuses and any that might exceed the limit goes through
-    ``decompress_frame``, which applies Kafka's rules, gives its error messages and stops at the limit.
+    grows its output as it goes (measured on librdkafka's frames: ~500 MB/s against ~4 GB/s). ``into``, when
+    given and large enough, is that buffer (the result is then a view of it, valid until its next use):
+    a fresh one costs a page fault per 4 KiB once the allocator has handed the last one back to the system
+    (~320 per MiB decoded, measured in the broker). Any other frame, any frame the native decoder refuses and
+    any that might exceed the limit goes through ``decompress_frame``, which applies Kafka's rules, gives its
+    error messages and stops at the limit.
     """
     if bytes(data[:7]) == _HEADER:
         bound = _upper_bound(data)
         if bound <= max_size:
-            out = bytearray(bound)
+            out = into[:bound] if into is not None and len(into) >= bound else np.empty(bound, np.uint8)
             try:
-                n = cramjam.lz4.decompress_into(data, out)
+                n = cramjam.lz4.decompress_into(data, out)  # type: ignore[arg-type]  # a numpy buffer
             except Exception:
                 pass  # decompress_frame below says precisely what is wrong
             else:
-                del out[n:]
-                return out
+                return memoryview(out)[:n]  # type: ignore[arg-type]
     return decompress_frame(data, ignore_descriptor_checksum=ignore_descriptor_checksum, max_size=max_size)
 
 
 def _upper_bound(data: BytesLike) -> int:
     """The most a frame with Kafka's header could decode to, from its block headers (no decoding)."""
-    data = bytes(data)
+    view = memoryview(data).cast("B") if not isinstance(data, bytes) else data
+    size_of = len(view)
     pos, total = len(_HEADER), 0
-    while pos + 4 <= len(data):
-        (word,) = struct.unpack_from("<I", data, pos)
+    while pos + 4 <= size_of:
+        (word,) = struct.unpack_from("<I", view, pos)
         size = word & ~_INCOMPRESSIBLE
         if size == 0:  # the end mark: bytes after it (another frame?) are not bounded here
-            return total if pos + 4 == len(data) else _UNBOUNDED
+            return total if pos + 4 == size_of else _UNBOUNDED
         total += size if word & _INCOMPRESSIBLE else min(BLOCK_SIZE, size * _MAX_RATIO)
         pos += 4 + size
     return total
