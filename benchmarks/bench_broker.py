@@ -32,14 +32,23 @@ Where the broker's time goes (py-spy on the broker process: benchmarks/profile_b
 alternating rounds: benchmarks/ab_broker.py, figures in results/broker-ab.json):
 
 - Bulk produce (1 MiB requests): the broker is not the only process wanting the 2 cores; its event loop
-  waits in select much of the time, and a GB costs it 2-3 CPU-seconds (the mock cluster: about 0.4): reading
-  the socket (recv, the stream reader's buffer, then the frame copy), the append (pwritev into the page cache,
-  the CRC-32C and record walk in numba on the check thread, index entries in mmapped files) and the answer.
-  A 100-byte-record request over 16 partitions costs 3-4x as much per byte (per-partition work).
+  waits in select much of the time, and a GB costs it 1.0-1.2 CPU-seconds uncompressed (the mock cluster:
+  0.3-0.4; the producer itself 2.6-3.0): the kernel's copy of the request into its own buffer
+  (broker/framing.py), the append (pwritev into the page cache, the CRC-32C and record walk in numba, index
+  entries in mmapped files) and the answer. lz4 adds the validation's decompression (1.4-2.5 s/GB).
+  Removed this way (issue 23, later session): a background check thread whose hand-off cost more than the
+  overlap saved (40% of broker samples on its queue; CPU/GB 1.9 -> 1.2), asyncio's StreamReader (three copies
+  of each request after recv; CPU/GB 0.66x, results/framing-ab.json), cramjam.lz4.decompress growing its
+  output (500-800 MB/s on librdkafka's frames; decompress_into a sized buffer 4-8 GB/s) and a fresh buffer
+  per decompressed batch (~320 page faults per MiB; a per-thread scratch buffer: 3).
+  A 100-byte-record request over 16 partitions costs 2-3x as much per byte (per-partition work); those shapes
+  are the producer's own limit (15-18 CPU-s/GB of its own) against kafkalog and the mock alike.
 - Small requests (the latency load): Python per request, about 120 us of broker CPU for a one-record produce
   after the fixes below, spread flat over the loop, decode, append and validation (2-6% each).
 - Consume: sendfile leaves the broker at 0.3-0.6 CPU-seconds per GB; the confluent-kafka consumer (a Python
-  object per record) is the bottleneck, and kcat (C) reads 2-4x faster from the same broker.
+  object per record: its process uses 1.4 CPU-seconds per wall second on the 1 GiB topic) is the bottleneck,
+  and kcat (C, printing a line per record) reads at the same rate. A region of at most 64 KiB is copied into
+  the answer's one send rather than sendfile'd (a long poll's few new records: one system call, not five).
 - One-off stalls on the event loop: numba's first dispatch (~1 s, now at startup), the first FindCoordinator
   creating __consumer_offsets (50 partitions, ~1 s), a leader-epoch checkpoint fsync on a partition's first
   append.
@@ -60,6 +69,13 @@ alternating rounds: benchmarks/ab_broker.py, figures in results/broker-ab.json):
   causes removed are one-off stalls (results/latency-ab-broker-only*.json). With another client creating 3 topics
   of 50 partitions during each 10 s run (``--latency --create-during 3``), p99 went 269 -> 61 ms (medians of 6
   alternating rounds, the new broker ahead in all 6; results/latency-ab-create-during.json).
+  On a quiet machine (load < 1), a fresh broker with only the latency pair: p99 at 10,000 msg/s 2.5-4.7 ms at
+  the session start (7c7eabe) and 2.6-3.9 ms after the GIL switch interval (0.5 ms), the index mappings'
+  MADV_RANDOM and the one-send small fetch answers (medians 4.6 -> 3.5 ms, p99.9 12.7 -> 10.4 ms, 3 alternating
+  rounds; results/latency-ab-quiet-*.json). The broker's loop ran no callback over 4 ms during such runs
+  (asyncio debug mode), so the rest of the tail is the 2 cores' scheduling of 3 processes and their threads.
+  In the full benchmark the latency step follows GBs of produce and consume on the same broker, and measures
+  5.6 ms.
 
 Changes measured (B/A, medians of 3 alternating rounds; CPU per GB from /proc, so 10 ms ticks): stream reader
 limit 1 MiB (CPU/GB produced 0.84-0.88x); numba loaded at startup (first produce 958 -> 49 ms); no quota
@@ -69,7 +85,7 @@ the size prefix (broker CPU per one-record produce 227 -> 210 us); the Produce r
 (kafka-python's tagged-field encoder took a third of a small request: broker CPU per one-record produce 177 ->
 117 us, round trip p50 172 -> 122 us). All together, with what other work added to the request path meanwhile
 (idle timers, metrics): 175 -> 153 us per one-record produce. Measured and not taken: uvloop (no gain beyond
-noise, and it has no native sendfile), turning off the append/check overlap (no difference), asyncio.timeout
+noise, and it has no native sendfile), asyncio.timeout
 for the fetch long poll's wait (1.2x the broker CPU per message at 5,000 msg/s in two runs of 4 alternating
 rounds). PLAINTEXT consume slower than TLS was not reproduced: with the same consumer and topic PLAINTEXT read
 96-143 MB/s and TLS 59-103 MB/s before these changes, and 2.60x / 1.16x TLS's rate in the two full runs after
