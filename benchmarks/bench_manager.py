@@ -45,8 +45,6 @@ import random
 import shutil
 import statistics
 import time
-from collections.abc import Callable, Iterable
-from concurrent.futures import Future
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -162,31 +160,6 @@ def make_batch(records: int, timestamp: int, rng: random.Random) -> bytes:
     keys = [rng.randbytes(KEY_BYTES) for _ in range(records)]
     values = [rng.randbytes(VALUE_BYTES) for _ in range(records)]
     return build_batch(keys, values, [timestamp] * records)
-
-
-class InThreadExecutor:
-    """ThreadPoolExecutor's shape, running every job in the calling thread (so cProfile sees it)."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        pass
-
-    def __enter__(self) -> InThreadExecutor:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-    def map(self, fn: Callable[[Any], Any], iterable: Iterable[Any]):
-        return map(fn, iterable)
-
-    def submit(self, fn: Callable[..., Any], *args: Any) -> Future:
-        """Run ``fn`` now; a finished Future holds its result or its exception."""
-        future: Future = Future()
-        try:
-            future.set_result(fn(*args))
-        except Exception as e:
-            future.set_exception(e)
-        return future
 
 
 def profile_rows(profiler: cProfile.Profile, top: int = 12) -> dict[str, list[dict[str, Any]]]:
@@ -558,7 +531,7 @@ def profile_unclean_startup(directory: Path, expected: dict) -> dict[str, Any]:
     make_unclean(directory)
     manager = LogManager([directory], startup_broker_config(1))
     profiler = cProfile.Profile()
-    with mock.patch.object(_startup_pool_module(), "ThreadPoolExecutor", InThreadExecutor):
+    with mock.patch.object(_startup_pool_module(), "ThreadPoolExecutor", common.InThreadExecutor):
         profiler.enable()
         try:
             manager.startup()

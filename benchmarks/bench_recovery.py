@@ -40,7 +40,6 @@ import statistics
 import subprocess
 import sys
 import time
-from concurrent.futures import Future
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -186,30 +185,6 @@ def one_round(killed: Path, work: Path, partitions: int, threads: int) -> dict[s
     return {"unclean_start_s": unclean, "shutdown_s": shutdown, "clean_start_s": clean}
 
 
-class _InThreadExecutor:
-    """ThreadPoolExecutor's shape, running each job in the calling thread (so that cProfile sees it)."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        pass
-
-    def __enter__(self) -> _InThreadExecutor:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-    def submit(self, fn: Any, *args: Any) -> Future:
-        future: Future = Future()
-        try:
-            future.set_result(fn(*args))
-        except Exception as e:
-            future.set_exception(e)
-        return future
-
-    def shutdown(self, wait: bool = True) -> None:
-        return None
-
-
 def profile_unclean(killed: Path, work: Path, partitions: int, top: int = 15) -> dict[str, Any]:
     """cProfile of one unclean startup with one in-thread recovery 'pool'."""
     import kafkalog.log_loading
@@ -217,7 +192,7 @@ def profile_unclean(killed: Path, work: Path, partitions: int, top: int = 15) ->
     _copy(killed, work)
     manager = _manager(work, 1)
     profiler = cProfile.Profile()
-    with mock.patch.object(kafkalog.log_loading, "ThreadPoolExecutor", _InThreadExecutor):
+    with mock.patch.object(kafkalog.log_loading, "ThreadPoolExecutor", common.InThreadExecutor):
         profiler.enable()
         try:
             manager.startup()

@@ -16,36 +16,13 @@ from kafka import KafkaAdminClient
 from kafka.admin import NewTopic
 from kafka.protocol.consumer import FetchRequest
 
-from brokertools import BrokerProcess, RawClient, encode_request
+from brokertools import BrokerProcess, RawClient, encode_request, fetch_request
 
 TOPIC = "fetch-sessions"
 
 
 def _request(session_id: int, epoch: int, partitions: range | list[int]) -> FetchRequest:
-    T = FetchRequest.FetchTopic
-    fetched = [
-        T.FetchPartition(
-            partition=p,
-            current_leader_epoch=-1,
-            fetch_offset=0,
-            last_fetched_epoch=-1,
-            log_start_offset=-1,
-            partition_max_bytes=1 << 20,
-        )
-        for p in partitions
-    ]
-    return FetchRequest(
-        replica_id=-1,
-        max_wait_ms=0,
-        min_bytes=0,
-        max_bytes=50 << 20,
-        isolation_level=0,
-        session_id=session_id,
-        session_epoch=epoch,
-        forgotten_topics_data=[],
-        rack_id="",
-        topics=[T(topic=TOPIC, partitions=fetched)] if fetched else [],
-    )
+    return fetch_request(TOPIC, list(partitions), session_id=session_id, session_epoch=epoch)
 
 
 def main() -> None:

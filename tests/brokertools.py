@@ -114,45 +114,50 @@ def encode_request(message, version: int, correlation_id: int = 1) -> bytes:
 
 def fetch_request(
     topic: str,
-    partitions: list[int],
+    partitions: list[int] | dict[int, int],
     *,
     fetch_offset: int = 0,
     partition_max_bytes: int = 1 << 20,
     max_bytes: int = 50 << 20,
     max_wait_ms: int = 0,
     min_bytes: int = 0,
+    session_id: int = 0,
+    session_epoch: int = -1,
+    forgotten: list[int] | tuple[int, ...] = (),
+    isolation_level: int = 0,
 ):
-    """A consumer's FetchRequest (v12 fields, no fetch session) reading ``partitions`` of ``topic`` from
-    ``fetch_offset``; encode it with ``encode_request(request, version)``."""
+    """A consumer's FetchRequest (v12 fields) reading ``partitions`` of ``topic`` from ``fetch_offset``, or from
+    each one's own offset when ``partitions`` maps partition -> offset (no topic at all when it is empty: an
+    incremental fetch with nothing to change). No fetch session by default (id 0, epoch -1); ``forgotten``: the
+    partitions an incremental fetch drops from its session. Encode it with ``encode_request(request, version)``."""
     from kafka.protocol.consumer import FetchRequest
 
     T = FetchRequest.FetchTopic
+    offsets = partitions if isinstance(partitions, dict) else dict.fromkeys(partitions, fetch_offset)
+    fetched = [
+        T.FetchPartition(
+            partition=p,
+            current_leader_epoch=-1,
+            fetch_offset=offset,
+            last_fetched_epoch=-1,
+            log_start_offset=-1,
+            partition_max_bytes=partition_max_bytes,
+        )
+        for p, offset in offsets.items()
+    ]
     return FetchRequest(
         replica_id=-1,
         max_wait_ms=max_wait_ms,
         min_bytes=min_bytes,
         max_bytes=max_bytes,
-        isolation_level=0,
-        session_id=0,
-        session_epoch=-1,
-        forgotten_topics_data=[],
+        isolation_level=isolation_level,
+        session_id=session_id,
+        session_epoch=session_epoch,
+        forgotten_topics_data=[FetchRequest.ForgottenTopic(topic=topic, partitions=list(forgotten))]
+        if forgotten
+        else [],
         rack_id="",
-        topics=[
-            T(
-                topic=topic,
-                partitions=[
-                    T.FetchPartition(
-                        partition=p,
-                        current_leader_epoch=-1,
-                        fetch_offset=fetch_offset,
-                        last_fetched_epoch=-1,
-                        log_start_offset=-1,
-                        partition_max_bytes=partition_max_bytes,
-                    )
-                    for p in partitions
-                ],
-            )
-        ],
+        topics=[T(topic=topic, partitions=fetched)] if fetched else [],
     )
 
 

@@ -19,7 +19,7 @@ from confluent_kafka import TopicPartition as CTopicPartition
 from kafka import KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KTopicPartition
 
-from brokertools import BrokerProcess, RawClient, wait_until
+from brokertools import BrokerProcess, RawClient, fetch_request, wait_until
 from test_broker_metrics import _ENDPOINT, scrape, value
 
 TOPIC = "sessions"
@@ -144,40 +144,7 @@ def test_kcat_keeps_fetching_sessionless(produced):
 
 def _fetch(client, session_id: int, epoch: int, offsets: dict[int, int], forgotten: tuple[int, ...] = (), version=12):
     """One FetchRequest of ``TOPIC`` at (session id, epoch); ``offsets`` = partition -> fetch offset."""
-    from kafka.protocol.consumer import FetchRequest
-
-    T = FetchRequest.FetchTopic
-    request = FetchRequest(
-        replica_id=-1,
-        max_wait_ms=0,
-        min_bytes=0,
-        max_bytes=50 << 20,
-        isolation_level=0,
-        session_id=session_id,
-        session_epoch=epoch,
-        forgotten_topics_data=[FetchRequest.ForgottenTopic(topic=TOPIC, partitions=list(forgotten))]
-        if forgotten
-        else [],
-        rack_id="",
-        topics=[
-            T(
-                topic=TOPIC,
-                partitions=[
-                    T.FetchPartition(
-                        partition=p,
-                        current_leader_epoch=-1,
-                        fetch_offset=offset,
-                        last_fetched_epoch=-1,
-                        log_start_offset=-1,
-                        partition_max_bytes=1 << 20,
-                    )
-                    for p, offset in offsets.items()
-                ],
-            )
-        ]
-        if offsets
-        else [],
-    )
+    request = fetch_request(TOPIC, offsets, session_id=session_id, session_epoch=epoch, forgotten=forgotten)
     return client.call(request, version)
 
 

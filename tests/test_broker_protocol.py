@@ -19,7 +19,7 @@ from kafka.protocol.consumer import FetchRequest, ListOffsetsRequest, OffsetForL
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, MetadataRequest
 from kafka.protocol.producer import InitProducerIdRequest, ProduceRequest
 
-from brokertools import BrokerProcess, RawClient, api_versions_ok, frame
+from brokertools import BrokerProcess, RawClient, api_versions_ok, fetch_request, frame
 from kafkalog.broker.protocol import APIS
 from kafkalog.manager import LogManager
 from kafkalog.record import RecordBatchBuilder, iter_batches
@@ -86,32 +86,14 @@ def fetch(
     isolation=0,
     partition=0,
 ):
-    T = FetchRequest.FetchTopic
-    request = FetchRequest(
-        replica_id=-1,
+    request = fetch_request(
+        topic,
+        {partition: offset},
+        partition_max_bytes=partition_max,
+        max_bytes=max_bytes,
         max_wait_ms=max_wait,
         min_bytes=min_bytes,
-        max_bytes=max_bytes,
         isolation_level=isolation,
-        session_id=0,
-        session_epoch=-1,
-        topics=[
-            T(
-                topic=topic,
-                partitions=[
-                    T.FetchPartition(
-                        partition=partition,
-                        current_leader_epoch=-1,
-                        fetch_offset=offset,
-                        last_fetched_epoch=-1,
-                        log_start_offset=-1,
-                        partition_max_bytes=partition_max,
-                    )
-                ],
-            )
-        ],
-        forgotten_topics_data=[],
-        rack_id="",
     )
     response = client.call(request, version)
     return response, response.responses[0].partitions[0]

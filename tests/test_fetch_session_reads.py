@@ -7,38 +7,16 @@ from __future__ import annotations
 import threading
 
 from kafka import KafkaProducer
-from kafka.protocol.consumer import FetchRequest
 
-from brokertools import RawClient
+from brokertools import RawClient, fetch_request
 from test_broker_fetch_encoding import _InProcessBroker
 
 TOPIC = "idle"
 
 
 def _request(session_id: int, epoch: int, offsets: dict[int, int], max_wait_ms: int = 0, min_bytes: int = 0):
-    T = FetchRequest.FetchTopic
-    partitions = [
-        T.FetchPartition(
-            partition=p,
-            current_leader_epoch=-1,
-            fetch_offset=o,
-            last_fetched_epoch=-1,
-            log_start_offset=-1,
-            partition_max_bytes=1 << 20,
-        )
-        for p, o in offsets.items()
-    ]
-    return FetchRequest(
-        replica_id=-1,
-        max_wait_ms=max_wait_ms,
-        min_bytes=min_bytes,
-        max_bytes=50 << 20,
-        isolation_level=0,
-        session_id=session_id,
-        session_epoch=epoch,
-        forgotten_topics_data=[],
-        rack_id="",
-        topics=[T(topic=TOPIC, partitions=partitions)] if partitions else [],
+    return fetch_request(
+        TOPIC, offsets, session_id=session_id, session_epoch=epoch, max_wait_ms=max_wait_ms, min_bytes=min_bytes
     )
 
 

@@ -200,18 +200,22 @@ class FileRecords:
         size = max(0, min(size, self._size - position))
         if self._fd < 0:
             self._closed_error()
-        io = file_io()
-        parts = []
         try:
-            while size > 0:
-                chunk = io.pread(self._fd, size, position, self.path)
-                if not chunk:
-                    break
-                parts.append(chunk)
-                position += len(chunk)
-                size -= len(chunk)
+            return self._pread_fully(position, size)
         except OSError as e:
             raise _read_error(e, self.path, position, size) from e
+
+    def _pread_fully(self, position: int, size: int) -> bytes:
+        """``size`` bytes from ``position`` by as many pread calls as it takes (fewer at the end of the file)."""
+        io = file_io()
+        parts = []
+        while size > 0:
+            chunk = io.pread(self._fd, size, position, self.path)
+            if not chunk:
+                break
+            parts.append(chunk)
+            position += len(chunk)
+            size -= len(chunk)
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
     def _closed_error(self) -> None:
@@ -339,18 +343,7 @@ class FileRecords:
         under the read (fewer bytes only if the file was truncated); None once closed. For small regions: it
         holds appends to this file back while it reads."""
         with self._lock:
-            if self._fd < 0:
-                return None
-            io = file_io()
-            parts = []
-            while size > 0:
-                chunk = io.pread(self._fd, size, position, self.path)
-                if not chunk:
-                    break
-                parts.append(chunk)
-                position += len(chunk)
-                size -= len(chunk)
-            return parts[0] if len(parts) == 1 else b"".join(parts)
+            return None if self._fd < 0 else self._pread_fully(position, size)
 
     def duplicate_fd(self) -> int | None:
         """A descriptor of its own on this file (a dup, taken under the lock so it never races a close), for a
