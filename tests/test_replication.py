@@ -144,7 +144,11 @@ def _restore(cluster) -> None:
 
 
 def _full_isr(cluster, topic: str) -> bool:
-    return all(len(p["isr"]) == 3 and p["leader"] >= 0 for p in cluster.metadata(topic).values())
+    """Every partition has a leader and all 3 replicas in its ISR. A topic answered with no partitions (a broker
+    that has not yet learned of a new topic's partitions answers it with an error and none) is not: all() of
+    nothing would be true."""
+    partitions = cluster.metadata(topic).values()
+    return bool(partitions) and all(len(p["isr"]) == 3 and p["leader"] >= 0 for p in partitions)
 
 
 def _check_all(cluster, topic: str, producers: ProducerLog, partitions: list[int]):

@@ -149,7 +149,20 @@ class LocalCluster:
 
     # ----- the view clients have ----------------------------------------------------------------------
     def metadata(self, topic: str, timeout: float = 10.0) -> dict[int, dict[str, object]]:
-        """partition -> {"leader", "replicas", "isr"} from a live broker's Metadata (confluent-kafka's admin)."""
+        """partition -> {"leader", "replicas", "isr"} from a live broker's Metadata (confluent-kafka's admin).
+
+        Brokers learn of a new topic's partitions one after another (each from its own ZooKeeper watch), and the
+        admin client asks whichever broker it likes: one that has not learnt them yet answers the topic with an
+        error and no partitions. Such an answer is asked again for up to ``timeout`` seconds; an empty dict comes
+        back only if it persists (a topic that does not exist)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            answer = self._metadata_once(topic, timeout)
+            if answer or time.monotonic() >= deadline:
+                return answer
+            time.sleep(0.1)
+
+    def _metadata_once(self, topic: str, timeout: float) -> dict[int, dict[str, object]]:
         from confluent_kafka.admin import AdminClient
 
         live = ",".join(b.bootstrap for b in self.brokers.values() if b.alive)
