@@ -121,7 +121,7 @@ class InThreadExecutor:
     """ThreadPoolExecutor's shape, running every job in the calling thread (so cProfile sees it)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        pass
+        """Takes ThreadPoolExecutor's arguments (max_workers, thread_name_prefix...) and needs none of them."""
 
     def __enter__(self) -> InThreadExecutor:
         return self
