@@ -77,89 +77,122 @@ class ProduceRequestData:
         self.topic_data = topic_data
 
 
-class _Reader:
-    """A cursor over the body; every read checks that the bytes are there (Malformed when not)."""
+def _varint(data: memoryview, pos: int) -> tuple[int, int]:
+    try:
+        return read_unsigned_varint(data, pos)
+    except (InvalidRecordError, IndexError, ValueError) as e:
+        raise Malformed(f"bad varint at byte {pos}: {e}") from None
 
-    __slots__ = ("data", "flexible", "pos")
 
-    def __init__(self, data: memoryview, flexible: bool) -> None:
-        self.data = data
-        self.pos = 0
-        self.flexible = flexible
-
-    def fixed(self, shape: struct.Struct) -> tuple:
-        if self.pos + shape.size > len(self.data):
-            raise Malformed(f"the request ends at byte {len(self.data)}, inside a field at byte {self.pos}")
-        values = shape.unpack_from(self.data, self.pos)
-        self.pos += shape.size
-        return values
-
-    def varint(self) -> int:
-        try:
-            value, self.pos = read_unsigned_varint(self.data, self.pos)
-        except (InvalidRecordError, IndexError, ValueError) as e:
-            raise Malformed(f"bad varint at byte {self.pos}: {e}") from None
-        return value
-
-    def length(self, classic: struct.Struct) -> int:
-        """A length prefix: compact (unsigned varint, n + 1; 0 is null) when flexible, else signed; -1 is null."""
-        if self.flexible:
-            return self.varint() - 1
-        return self.fixed(classic)[0]
-
-    def view(self, n: int) -> memoryview:
-        end = self.pos + n
-        if end > len(self.data):
-            raise Malformed(f"a field of {n} bytes at byte {self.pos} runs past the end of the request")
-        view = self.data[self.pos : end]
-        self.pos = end
-        return view
-
-    def string(self, path: str, nullable: bool) -> str | None:
-        n = self.length(_I16)
-        if n < 0:
-            if nullable:
-                return None
-            raise NullField(path)
-        try:
-            return str(self.view(n), "utf-8")
-        except UnicodeDecodeError as e:
-            raise Malformed(f"{path} is not UTF-8: {e}") from None
-
-    def array_length(self, path: str) -> int:
-        n = self.length(_I32)
-        if n < 0:
-            raise NullField(path)
-        return n
-
-    def no_tags(self) -> None:
-        if self.flexible:
-            if self.pos >= len(self.data):
-                raise Malformed("the request ends before a tag buffer")
-            if self.data[self.pos] != 0:
-                raise TaggedFields
-            self.pos += 1
+def _past_end(data: memoryview, pos: int) -> Malformed:
+    return Malformed(f"the request ends at byte {len(data)}, inside a field at byte {pos}")
 
 
 def decode(version: int, body: memoryview) -> ProduceRequestData:
     """The produce request of ``version`` (3-11) in ``body`` (the frame after its header).
 
     Raises Malformed or NullField (the caller reports both as the schema decoder's failures are reported) and
-    TaggedFields when the request must go to the schema decoder.
+    TaggedFields when the request must go to the schema decoder. One flat function: it runs for every
+    produce request, and per partition it does only what the wire format needs (a call per field would double
+    it for requests of many small partitions).
     """
-    r = _Reader(body, version >= FLEXIBLE_FROM)
-    transactional_id = r.string("transactional_id", nullable=True)
-    acks, timeout_ms = r.fixed(_HEAD)
-    topics = []
-    for _ in range(r.array_length("topic_data")):
-        name = r.string("topic_data.name", nullable=False)
-        partitions = []
-        for _ in range(r.array_length("topic_data.partition_data")):
-            (index,) = r.fixed(_I32)
-            n = r.length(_I32)
-            partitions.append(PartitionProduceData(index, None if n < 0 else r.view(n)))
-            r.no_tags()
-        r.no_tags()
-        topics.append(TopicProduceData(name, partitions))  # type: ignore[arg-type]
-    r.no_tags()
+    flexible = version >= FLEXIBLE_FROM
+    data, end = body, len(body)
+    unpack_i32, unpack_i16 = _I32.unpack_from, _I16.unpack_from
+    try:
+        # transactional_id: nullable string
+        if flexible:
+            n, pos = _varint(data, 0)
+            n -= 1
+        else:
+            (n,) = unpack_i16(data, 0)
+            pos = 2
+        transactional_id = None
+        if n >= 0:
+            if pos + n > end:
+                raise _past_end(data, pos)
+            transactional_id = str(data[pos : pos + n], "utf-8")
+            pos += n
+        acks, timeout_ms = _HEAD.unpack_from(data, pos)
+        pos += 6
+        if flexible:
+            topic_count = data[pos]  # one byte below 128: most lengths and counts
+            if topic_count < 0x80:
+                pos += 1
+            else:
+                topic_count, pos = _varint(data, pos)
+            topic_count -= 1
+        else:
+            (topic_count,) = unpack_i32(data, pos)
+            pos += 4
+        if topic_count < 0:
+            raise NullField("topic_data")
+        topics = []
+        for _ in range(topic_count):
+            if flexible:
+                n = data[pos]  # one byte below 128: most lengths and counts
+                if n < 0x80:
+                    pos += 1
+                else:
+                    n, pos = _varint(data, pos)
+                n -= 1
+            else:
+                (n,) = unpack_i16(data, pos)
+                pos += 2
+            if n < 0:
+                raise NullField("topic_data.name")
+            if pos + n > end:
+                raise _past_end(data, pos)
+            name = str(data[pos : pos + n], "utf-8")
+            pos += n
+            if flexible:
+                count = data[pos]  # one byte below 128: most lengths and counts
+                if count < 0x80:
+                    pos += 1
+                else:
+                    count, pos = _varint(data, pos)
+                count -= 1
+            else:
+                (count,) = unpack_i32(data, pos)
+                pos += 4
+            if count < 0:
+                raise NullField("topic_data.partition_data")
+            partitions = []
+            for _ in range(count):
+                (index,) = unpack_i32(data, pos)
+                pos += 4
+                if flexible:
+                    n = data[pos]  # one byte below 128: most lengths and counts
+                    if n < 0x80:
+                        pos += 1
+                    else:
+                        n, pos = _varint(data, pos)
+                    n -= 1
+                else:
+                    (n,) = unpack_i32(data, pos)
+                    pos += 4
+                records = None
+                if n >= 0:
+                    if pos + n > end:
+                        raise Malformed(f"a record set of {n} bytes at byte {pos} runs past the end of the request")
+                    records = data[pos : pos + n]
+                    pos += n
+                if flexible:
+                    if data[pos]:
+                        raise TaggedFields
+                    pos += 1
+                partitions.append(PartitionProduceData(index, records))
+            if flexible:
+                if data[pos]:
+                    raise TaggedFields
+                pos += 1
+            topics.append(TopicProduceData(name, partitions))
+        if flexible and data[pos]:
+            raise TaggedFields
+    except struct.error as e:
+        raise Malformed(str(e)) from None
+    except IndexError:
+        raise Malformed(f"the request ends at byte {end}, inside a field") from None
+    except UnicodeDecodeError as e:
+        raise Malformed(f"a string is not UTF-8: {e}") from None
     return ProduceRequestData(transactional_id, acks, timeout_ms, topics)
