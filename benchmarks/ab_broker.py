@@ -20,6 +20,8 @@ while the cleaner compiles its kernels and cleans.
 into each run (a shape beside the goal's: the goal's load with some admin work).
 ``--a-producer``/``--b-producer`` (JSON) give each side's paced producer more arguments, to A/B the harness
 itself on one tree: ``python -m benchmarks.ab_broker HEAD HEAD --latency --a-producer '{"pacing": "spin"}'``.
+``--a-broker``/``--b-broker`` (JSON) give each side's broker settings for the default loads, to A/B a broker
+setting on one tree: ``python -m benchmarks.ab_broker HEAD HEAD --b-broker '{"socket.send.buffer.bytes": "-1"}'``.
 """
 
 from __future__ import annotations
@@ -53,15 +55,16 @@ def _export(ref: str, into: Path, side: str = "") -> Path:
     return root
 
 
-def _round(tree: Path, mib: int, work: Path) -> dict[str, float]:
-    """One broker from ``tree`` and every load against it: MB/s per load, broker CPU seconds per GB."""
+def _round(tree: Path, mib: int, work: Path, settings: dict[str, str] | None = None) -> dict[str, float]:
+    """One broker from ``tree`` (with ``settings`` over the defaults) and every load against it: MB/s per load,
+    broker CPU seconds per GB."""
     import tests.brokertools as brokertools
 
     from .bench_broker import _cpu_seconds, _create_topic, _e2e_latency_at, _load_consume, _load_produce
 
     brokertools.REPO = tree  # BrokerProcess puts REPO/src first on the broker's PYTHONPATH
     out: dict[str, float] = {}
-    with brokertools.BrokerProcess(work / "logs", {"num.partitions": "1"}) as server:
+    with brokertools.BrokerProcess(work / "logs", {"num.partitions": "1", **(settings or {})}) as server:
         assert server.proc is not None
         pid = server.proc.pid
         _create_topic(server.bootstrap, "warm", 1)
@@ -270,6 +273,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--create-during", type=int, default=0, help="--latency: topics another client creates")
     parser.add_argument("--a-producer", type=json.loads, default={}, help="--latency: paced producer args of A")
     parser.add_argument("--b-producer", type=json.loads, default={}, help="--latency: paced producer args of B")
+    parser.add_argument("--a-broker", type=json.loads, default={}, help="the default loads: broker settings of A")
+    parser.add_argument("--b-broker", type=json.loads, default={}, help="the default loads: broker settings of B")
     args = parser.parse_args(argv)
     scratch = common.Scratch("ab")
     try:
@@ -287,13 +292,16 @@ def main(argv: list[str] | None = None) -> int:
                     producer = args.a_producer if side == "A" else args.b_producer
                     figures[side].append(_latency_round(tree, work, args, producer))
                 else:
-                    figures[side].append(_round(tree, args.mib, work))
+                    settings = args.a_broker if side == "A" else args.b_broker
+                    figures[side].append(_round(tree, args.mib, work, settings))
                 subprocess.run(["rm", "-rf", str(work)], check=False)
                 print(f"round {i} {side}: " + ", ".join(f"{k} {v:.1f}" for k, v in figures[side][-1].items()))
         result: dict[str, Any] = {"A": args.old, "B": args.new or "work tree", "rounds": args.rounds, "loads": {}}
         if args.latency:
             result["latency"] = {"rate": args.rate, "seconds": args.seconds, "repeat": args.repeat}
             result["producer"] = {"A": args.a_producer, "B": args.b_producer}
+        elif args.a_broker or args.b_broker:
+            result["broker_settings"] = {"A": args.a_broker, "B": args.b_broker}
         print(f"\nA = {args.old}, B = {args.new or 'work tree'}; medians of {args.rounds} alternating rounds")
         for key in figures["A"][0]:
             a = statistics.median(r[key] for r in figures["A"])
