@@ -909,18 +909,21 @@ def run_cases(
         return dict(f.outcomes), failures
 
 
-def check_one(control: bytes) -> str:
+def check_one(control: bytes, tls: bool = False) -> str:
     """One case on a fresh broker: how a failure input is reproduced."""
-    with SaslFuzzer() as f:
+    with (SaslTlsFuzzer if tls else SaslFuzzer)() as f:
         outcome: str = f.check(control)
         return outcome
 
 
-def atheris_entry(reset_every: int = 5000, keep_going: Path | None = None) -> Callable[[bytes], None]:
-    """The function to hand to ``atheris.Setup`` (see ``protocol_fuzz.atheris_entry`` for ``keep_going``)."""
+def atheris_entry(
+    reset_every: int = 5000, keep_going: Path | None = None, tls: bool = False
+) -> Callable[[bytes], None]:
+    """The function to hand to ``atheris.Setup`` (see ``protocol_fuzz.atheris_entry`` for ``keep_going``); ``tls``:
+    the cases go over SASL_SSL sockets."""
     from .protocol_fuzz import _save_failure
 
-    state = SaslFuzzer(reset_every).__enter__()
+    state = (SaslTlsFuzzer if tls else SaslFuzzer)(reset_every).__enter__()
     seen: set[str] = set()
 
     def one_input(data: bytes) -> None:
