@@ -1,28 +1,36 @@
-"""The SASL protocol fuzz target: sequences of frames on one SASL_PLAINTEXT connection through a real broker.
+"""The SASL protocol fuzz target: sequences of frames on one SASL connection through a real broker.
 
-``SaslFuzzer`` runs a ``KafkaServer`` in process with a SASL_PLAINTEXT listener enabling PLAIN, SCRAM-SHA-256 and
-SCRAM-SHA-512 (PLAIN users in the listener's JAAS entry, SCRAM users in the credential store, one of them named
-with ',' and '=' to exercise saslname escapes), ``connection.failed.authentication.delay.ms=0``. A case is a plan
+``SaslFuzzer`` runs a ``KafkaServer`` in process with a SASL_PLAINTEXT listener enabling PLAIN, SCRAM-SHA-256,
+SCRAM-SHA-512 and OAUTHBEARER (PLAIN users in the listener's JAAS entry, SCRAM users in the credential store, one
+of them named with ',' and '=' to exercise saslname escapes; OAUTHBEARER with Kafka's default unsecured JWS
+validator, its options drawn per connection), ``connection.failed.authentication.delay.ms=0``. A case is a plan
 of actions on ONE connection (``plan_for``): ApiVersions, SaslHandshake v0/v1 (mechanism names mutated),
 mechanism tokens as SaslAuthenticate v0-v2 or, after a v0 handshake, as bare frames (PLAIN's authzid/user/password,
 SCRAM client-first and client-final with mutated gs2 headers, names, nonces, extensions, channel bindings and
-proofs), other requests before and after login, time passing (KIP-368 re-authentication and session expiry with
-``connections.max.reauth.ms`` of 0, 1 s or 60 s), oversized frames; the plan's order is mutated too, and any
-frame may be mutated byte-wise. Each frame goes through the broker's ``RequestRouter`` as the socket server
-hands it over.
+proofs; OAUTHBEARER first messages with every part of the GS2 header, key/value pairs, scheme and unsecured JWS
+mutated -- header, claims, their JSON and base64, signature, layout -- and the %x01 acknowledgement of an error
+challenge), other requests before and after login, time passing (KIP-368 re-authentication and session expiry
+with ``connections.max.reauth.ms`` of 0, 1 s or 60 s, token expiry on the connection's wall clock), oversized
+frames; the plan's order is mutated too, and any frame may be mutated byte-wise. Each frame goes through the
+broker's ``RequestRouter`` as the socket server hands it over; ``SaslTlsFuzzer`` writes the same frames to TLS
+sockets of a SASL_SSL listener instead.
 
 The oracle (``KafkaSaslModel`` predicts every frame as Kafka would handle it):
 
 - the broker does what Kafka does: answers (header echoing the correlation id, body decoding to its last byte,
   the predicted error code and message, session lifetime, SCRAM server messages that extend the client nonce and
-  sign the exchange), answers then closes (a failed login), or closes unanswered;
+  sign the exchange, OAUTHBEARER's JSON error challenge byte for byte), answers then closes (a failed login), or
+  closes unanswered;
 - after every frame the connection's principal is the model's: a login the password did not make never
   authenticates, a re-authentication never changes the principal, a failed one never leaves one behind;
+- independently of the model, a login never completes on an OAUTHBEARER token the client made invalid (expired,
+  issued in the future, signed, alg other than none, no principal, missing scope, malformed...);
 - no exception escapes, no error is logged, no UNKNOWN_SERVER_ERROR, no frame holds the loop for long;
-- after every case a fresh connection still logs in (PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512 in turn) and gets
-  Metadata.
+- after every case a fresh connection still logs in (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 and OAUTHBEARER in
+  turn) and gets Metadata.
 
-The atheris harness is ``fuzz/fuzz_protocol.py --sasl``; the CI form ``tests/test_protocol_fuzz_sasl.py``.
+The atheris harness is ``fuzz/fuzz_protocol.py --sasl`` (``--sasl-tls`` over TLS); the CI form
+``tests/test_protocol_fuzz_sasl.py``.
 """
 
 from __future__ import annotations

@@ -8,9 +8,19 @@ request as any other; the error code of a SASL answer; and the principal the con
 proofs are checked from the users' passwords (``Users``), not from the broker's stored keys, so a proof the
 broker accepts that the password did not make is a failure of the oracle.
 
+OAUTHBEARER is OAuthBearerSaslServer with Kafka's default OAuthBearerUnsecuredValidatorCallbackHandler
+(``unsecured_verdict``): OAuthBearerClientInitialResponse's grammar (Kafka 3.8+ token characters, KAFKA-15878),
+OAuthBearerUnsecuredJws with the JWS parts decoded base64url (Kafka 4.1+, KAFKA-17089; the JDK decoder
+transliterated) and parsed as Jackson's readTree parses them, claims kept as Jackson's asText prints them, Java's
+trim and double arithmetic, the expiry as Math.round(exp * 1000), the session lifetime of
+SaslServerAuthenticator; tokens are checked against the connection's wall clock (``wall_ms``).
+
 Where kafkalog deliberately answers differently from Kafka the prediction is kafkalog's, and says so: a SCRAM
 proof of the wrong length is answered SASL_AUTHENTICATION_FAILED before the close (Kafka's ScramFormatter.xor
-throws IllegalArgumentException there, which closes the connection unanswered).
+throws IllegalArgumentException there, which closes the connection unanswered); likewise an OAUTHBEARER scheme
+other than Bearer (Kafka: IllegalArgumentException from ``matcher.group("scheme")``, a group its pattern lacks) is
+answered with the standard failure, and a JWS header without ``alg`` or that is not a JSON object with the
+invalid_token challenge (Kafka: NullPointerException); both close Kafka's connection unanswered.
 
 The model uses the broker's header and body decoders (``parse_header``, ``decode_request``): it predicts what is
 done with a request, not whether kafka-python's schema decoder takes its bytes.
