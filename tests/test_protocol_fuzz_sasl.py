@@ -371,6 +371,12 @@ def test_a_lone_surrogate_principal_is_sent_as_java_sends_it(fuzz) -> None:
         "Authentication failed: Client requested an authorization id (alice) that is different from the token's "
         "principal name (?)"
     )
+    c, response = _oauth(fuzz, _token(_good(sub="\\ud800")), reauth_ms=60_000)  # logs in as that principal
+    assert (response.error_code, c.conn.principal) == (0, "User:\ud800")
+    c.now += 61
+    assert c.handshake("OAUTHBEARER").error_code == 0
+    response = c.token(_first(_token(_good())))  # (the long run found the model expecting the lone surrogate)
+    assert response.error_message == "Cannot change principals during re-authentication from User.?: User.alice"
 
 
 def test_a_login_on_a_token_the_client_made_invalid_is_reported_even_if_the_model_agrees(fuzz, monkeypatch) -> None:

@@ -288,7 +288,7 @@ class KafkaSaslModel:
         principal = f"User:{exchange.user}"
         if reauth and principal != self.principal:
             old, new = self.principal.replace(":", ".", 1), principal.replace(":", ".", 1)
-            raise _Failed(f"Cannot change principals during re-authentication from {old}: {new}")
+            raise _Failed(java_utf8(f"Cannot change principals during re-authentication from {old}: {new}"))
         self.principal, self.state, self.raw = principal, "complete", False
         # SaslServerAuthenticator.calcCompletionTimesAndReturnSessionLifetimeMs
         if exchange.expiry_ms is None:
