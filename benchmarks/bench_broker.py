@@ -43,6 +43,21 @@ alternating rounds: benchmarks/ab_broker.py, figures in results/broker-ab.json):
   per decompressed batch (~320 page faults per MiB; a per-thread scratch buffer: 3).
   A 100-byte-record request over 16 partitions costs 2-3x as much per byte (per-partition work); those shapes
   are the producer's own limit (15-18 CPU-s/GB of its own) against kafkalog and the mock alike.
+- Why the mock stays ahead (issue 23, this machine): first touches of memory. The machine is a virtual machine
+  whose host backs guest memory lazily and takes back what the guest leaves free; appending to a file costs
+  0.2-0.4 ms of CPU per MiB while the kernel can reuse memory freed a moment ago (a few hundred MiB) and
+  1.6-2.4 ms per MiB after that (``machine_memory_costs``: a plain pwrite loop, no Kafka logic), and a fresh
+  anonymous page costs about 3 us. The broker's syscalls during a 1 MiB-request produce (``perf trace -s``):
+  pwritev2 about 1 ms per call on average (max 15 ms), 2 recvfrom, 1 sendto, 2 epoll_ctl, ~3 epoll_wait. So
+  most of the broker's CPU per GB is the page cache taking new memory, which Kafka pays alike and the mock
+  (records kept in memory it reuses) does not. The clients pay it too: against kafkalog the producer makes
+  about 200,000 page faults per GB and against the mock 90,000-120,000 (``perf record -e page-faults``: in
+  malloc and in the copy of values into batch buffers); librdkafka's round trip is 3-5 ms here and 0.3-1.3 ms
+  against the mock (its statistics), so more batch buffers are in flight and glibc hands back and takes anew
+  more memory. The consumer on the 32-partition shape makes about 425,000 faults per GB against kafkalog and
+  180,000-270,000 against the mock: it allocates a buffer per response, ours up to fetch.max.bytes (as
+  Kafka's), the mock's one batch per partition. At about 3 us a fault that is the 0.4-0.6 CPU-s/GB the
+  clients spend more against kafkalog. The rows' ``*_faults_per_gb`` and the ``machine`` figures record it.
 - Small requests (the latency load): Python per request, about 120 us of broker CPU for a one-record produce
   after the fixes below, spread flat over the loop, decode, append and validation (2-6% each).
 - Consume: sendfile leaves the broker at 0.3-0.6 CPU-seconds per GB; the confluent-kafka consumer (a Python
@@ -345,6 +360,11 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def _faults(pid: int) -> int:
+    """Minor page faults of a process so far (/proc/PID/stat field 10)."""
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[7])
+
+
 def _memory(pid: int) -> dict[str, int]:
     """Resident set size now and at its peak (VmRSS, VmHWM), in bytes."""
     out = {}
@@ -383,9 +403,56 @@ class _Peers:
 
 def _measured(pid: int, fn: Any, *args: Any) -> tuple[dict[str, Any], float]:
     """(fn(*args)'s answer, CPU seconds the process ``pid`` spent meanwhile)."""
-    before = _cpu_seconds(pid)
+    answer, cpu, _ = _measured_with_faults(pid, fn, *args)
+    return answer, cpu
+
+
+def _measured_with_faults(pid: int, fn: Any, *args: Any) -> tuple[dict[str, Any], float, int]:
+    """(fn(*args)'s answer, CPU seconds and minor page faults of the process ``pid`` meanwhile)."""
+    before, faults = _cpu_seconds(pid), _faults(pid)
     answer = fn(*args)
-    return answer, _cpu_seconds(pid) - before
+    return answer, _cpu_seconds(pid) - before, _faults(pid) - faults
+
+
+def machine_memory_costs(scratch: Path, mib: int = 1024, chunk: int = 128) -> dict[str, Any]:
+    """What first touches of memory cost on this machine, in CPU microseconds of this process: a MiB appended to
+    a new file (page cache the kernel must find memory for: a broker's append), ``chunk`` MiB at a time up to
+    ``mib``, and a page of fresh anonymous memory (a client's new buffer).
+
+    On bare metal both cost about what copying the bytes costs. In a virtual machine whose host backs guest
+    memory lazily and takes back what the guest leaves free (free page reporting), memory freed a moment ago is
+    cheap and the rest is not: on the machine these figures were first taken on, the first few hundred MiB went
+    at 0.2 ms/MiB and the rest at 1.6-2.4 ms/MiB. A broker that appends GBs pays the second figure for every
+    byte; the mock cluster keeps records in memory it reuses and a client that allocates larger or more buffers
+    pays the per-page figure more often.
+    """
+    import mmap
+
+    block = os.urandom(MiB)
+    per_chunk = []
+    path = scratch / "page-cache-probe.bin"
+    fd = os.open(path, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o600)
+    try:
+        for first in range(0, mib, chunk):
+            start = time.process_time()
+            for i in range(first, first + chunk):
+                os.pwrite(fd, block, i * MiB)
+            per_chunk.append((time.process_time() - start) / chunk * 1e6)
+    finally:
+        os.close(fd)
+        path.unlink()
+    area = mmap.mmap(-1, 256 * MiB)  # after the file is gone: the pages it held are free again
+    start = time.process_time()
+    for offset in range(0, 256 * MiB, 4096):
+        area[offset] = 1
+    fault_us = (time.process_time() - start) / (256 * MiB // 4096) * 1e6
+    area.close()
+    return {
+        "page_cache_append_us_per_mib": per_chunk,
+        "page_cache_append_us_per_mib_min": min(per_chunk),
+        "page_cache_append_us_per_mib_max": max(per_chunk),
+        "anonymous_page_fault_us": fault_us,
+    }
 
 
 def _produce_limit(scratch: Path, total: int) -> dict[str, Any]:
@@ -462,8 +529,10 @@ def _produce_matrix(peers: _Peers, p: LoadParams, pid: int, scratch: Path) -> tu
             limits[size] = _produce_limit(scratch, records * size)
         topic = f"produce-{parts}p-{size}b-acks{acks}-{codec}"
         peers.create(topic, parts)
-        ours, cpu = _measured(pid, _load_produce, peers.server.bootstrap, topic, records, size, acks, codec)
-        mock, mock_cpu = _measured(
+        ours, cpu, faults = _measured_with_faults(
+            pid, _load_produce, peers.server.bootstrap, topic, records, size, acks, codec
+        )
+        mock, mock_cpu, mock_faults = _measured_with_faults(
             peers.mock.hello["pid"], _load_produce, peers.mock_bootstrap, topic, records, size, acks, codec
         )
         nbytes = records * size
@@ -484,6 +553,11 @@ def _produce_matrix(peers: _Peers, p: LoadParams, pid: int, scratch: Path) -> tu
             "client_cpu_s_per_gb": ours["client_cpu_s"] / (nbytes / 1e9),
             "mock_client_cpu_s_per_gb": mock["client_cpu_s"] / (nbytes / 1e9),
             "mock_cpu_s_per_gb": mock_cpu / (nbytes / 1e9),
+            # first touches of memory (minor page faults) per GB, each process: see machine_memory_costs
+            "broker_faults_per_gb": faults / (nbytes / 1e9),
+            "mock_faults_per_gb": mock_faults / (nbytes / 1e9),
+            "client_faults_per_gb": ours["client_faults"] / (nbytes / 1e9),
+            "mock_client_faults_per_gb": mock["client_faults"] / (nbytes / 1e9),
         }
         row["ratio_vs_limit"] = row["kafkalog_mb_per_s"] / row["limit_mb_per_s"]
         row["ratio_vs_mock"] = row["kafkalog_mb_per_s"] / row["mock_mb_per_s"]
@@ -517,6 +591,8 @@ def _consume_shapes(peers: _Peers, p: LoadParams, pid: int, log_dir: Path) -> di
         # the read waits on, not the broker
         "client_cpu_s": ours["client_cpu_s"],
         "client_busy": ours["client_cpu_s"] / ours["seconds"],
+        "client_cpu_s_per_gb": ours["client_cpu_s"] / (segment_bytes / 1e9),
+        "client_faults_per_gb": ours["client_faults"] / (segment_bytes / 1e9),
         "kcat_mb_per_s": segment_bytes / kcat["seconds"] / 1e6 if kcat else None,
         "kcat_ratio_vs_sendfile": limit["seconds"] / kcat["seconds"] if kcat else None,
     }
@@ -540,6 +616,10 @@ def _consume_shapes(peers: _Peers, p: LoadParams, pid: int, log_dir: Path) -> di
         "mock_mb_per_s": nbytes / mock_m["seconds"] / 1e6,
         "client_busy": ours_m["client_cpu_s"] / ours_m["seconds"],
         "mock_client_busy": mock_m["client_cpu_s"] / mock_m["seconds"],
+        "client_cpu_s_per_gb": ours_m["client_cpu_s"] / (nbytes / 1e9),
+        "mock_client_cpu_s_per_gb": mock_m["client_cpu_s"] / (nbytes / 1e9),
+        "client_faults_per_gb": ours_m["client_faults"] / (nbytes / 1e9),
+        "mock_client_faults_per_gb": mock_m["client_faults"] / (nbytes / 1e9),
         "kcat_kafkalog_mb_per_s": nbytes / ours_k["seconds"] / 1e6 if ours_k else None,
         "kcat_mock_mb_per_s": nbytes / mock_k["seconds"] / 1e6 if mock_k else None,
     }
@@ -657,6 +737,7 @@ def run_load(server: Any, log_dir: Path, scratch: Path, quick: bool) -> dict[str
         "consume": consume,
         "latency": latency,
         "cost": cost,
+        "machine": machine_memory_costs(scratch, 64 if quick else 1024, 32 if quick else 128),
     }
 
 
@@ -737,7 +818,7 @@ def print_load(console: Console, load: dict[str, Any], goals: list[dict[str, Any
         "producer's against it (2 cores: 2 s of CPU per wall second at most, shared by all of them)",
     )
     columns = ("shape", "records", "kafkalog MB/s", "mock MB/s", "limit MB/s", "vs limit", "vs mock", "CPU s/GB")
-    for col in (*columns, "client s/GB", "mock+client s/GB"):
+    for col in (*columns, "client s/GB", "mock+client s/GB", "client faults/GB", "mock client faults/GB"):
         table.add_column(col, justify="right")
     for r in load["produce"]:
         table.add_row(
@@ -751,6 +832,8 @@ def print_load(console: Console, load: dict[str, Any], goals: list[dict[str, Any
             f"{r['broker_cpu_s_per_gb']:.1f}",
             f"{r['client_cpu_s_per_gb']:.1f}",
             f"{r['mock_cpu_s_per_gb']:.1f}+{r['mock_client_cpu_s_per_gb']:.1f}",
+            f"{r['client_faults_per_gb']:,.0f}",
+            f"{r['mock_client_faults_per_gb']:,.0f}",
         )
     console.print(table)
     disk, vm = load["consume"]["on_disk"], load["consume"]["versus_mock"]
@@ -805,7 +888,9 @@ def print_load(console: Console, load: dict[str, Any], goals: list[dict[str, Any
     console.print(table)
     console.print(
         f"Consumer process CPU over its wall time: {disk['client_busy']:.2f} on the 1p topic; "
-        f"{vm['client_busy']:.2f} against kafkalog and {vm['mock_client_busy']:.2f} against the mock on {vm_shape}."
+        f"{vm['client_busy']:.2f} against kafkalog and {vm['mock_client_busy']:.2f} against the mock on {vm_shape}; "
+        f"its CPU s/GB there {vm['client_cpu_s_per_gb']:.2f} and {vm['mock_client_cpu_s_per_gb']:.2f}, its page "
+        f"faults per GB {vm['client_faults_per_gb']:,.0f} and {vm['mock_client_faults_per_gb']:,.0f}."
     )
     lat = load["latency"]
     table = Table(
@@ -843,6 +928,12 @@ def print_load(console: Console, load: dict[str, Any], goals: list[dict[str, Any
         f"{cost['consume_cpu_s_per_gb']:.1f} s per GB consumed; RSS {(cost['broker_rss_bytes'] or 0) / MiB:.0f} MiB "
         f"(peak {(cost['broker_rss_peak_bytes'] or 0) / MiB:.0f} MiB). 2 cores shared with other work: compare "
         "ratios within one run, not absolute MB/s across runs."
+    )
+    machine = load["machine"]
+    console.print(
+        f"Machine: appending to a new file costs {machine['page_cache_append_us_per_mib_min']:.0f}-"
+        f"{machine['page_cache_append_us_per_mib_max']:.0f} us of CPU per MiB (memory freed a moment ago - memory the "
+        f"host must back again); a fresh anonymous page {machine['anonymous_page_fault_us']:.2f} us."
     )
     table = common.goals_table()
     for g in goals:

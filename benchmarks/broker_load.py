@@ -26,6 +26,7 @@ import glob
 import json
 import os
 import random
+import resource
 import socket
 import struct
 import subprocess
@@ -64,6 +65,12 @@ def payload(size: int, seed: int = 23) -> bytes:
 def payloads(size: int) -> list[bytes]:
     """``POOL`` distinct values of ``size`` bytes (OpenMessaging's randomized payload pool)."""
     return [payload(size, seed) for seed in range(POOL)]
+
+
+def _faults() -> int:
+    """Minor page faults of this process so far (all its threads): each a first touch of a page. On a machine
+    where that is costly (a virtual machine backing guest memory lazily), a client's memory churn shows here."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
 def _emit(result: dict[str, Any]) -> None:
@@ -145,7 +152,7 @@ def role_produce(args: dict[str, Any]) -> None:
 
     produce, poll = producer.produce, producer.poll
     spread = args.get("partitioned", 0)  # round-robin over this many partitions (else the default partitioner)
-    start, cpu_start = time.perf_counter(), time.process_time()
+    start, cpu_start, faults_start = time.perf_counter(), time.process_time(), _faults()
     for i in range(n):
         partition = i % spread if spread else -1  # -1: librdkafka's partitioner chooses
         try:
@@ -163,6 +170,7 @@ def role_produce(args: dict[str, Any]) -> None:
             "records": n,
             "seconds": elapsed,
             "client_cpu_s": cpu,
+            "client_faults": _faults() - faults_start,
             "delivered": delivered[0],
             "left": left,
             "errors": errors[:3],
@@ -185,7 +193,7 @@ def role_consume(args: dict[str, Any]) -> None:
     consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
     count = nbytes = 0
     consume = consumer.consume
-    start, cpu_start = time.perf_counter(), time.process_time()
+    start, cpu_start, faults_start = time.perf_counter(), time.process_time(), _faults()
     deadline = start + args.get("timeout", 300)
     while count < n and time.perf_counter() < deadline:
         batch = consume(10_000, 0.05)
@@ -193,10 +201,20 @@ def role_consume(args: dict[str, Any]) -> None:
         nbytes += sum(map(len, batch))  # in C: the client's own cost stays small next to the broker's
     elapsed = time.perf_counter() - start
     cpu = time.process_time() - cpu_start
+    faults = _faults() - faults_start
     errors = [str(m.error()) for m in batch if m.error() is not None] if count != n else []
     consumer.close()
     # An error event counts as a record of 0 bytes: the caller checks records and bytes both.
-    _emit({"records": count, "bytes": nbytes, "seconds": elapsed, "client_cpu_s": cpu, "errors": errors[:3]})
+    _emit(
+        {
+            "records": count,
+            "bytes": nbytes,
+            "seconds": elapsed,
+            "client_cpu_s": cpu,
+            "client_faults": faults,
+            "errors": errors[:3],
+        }
+    )
 
 
 def role_kcat_consume(args: dict[str, Any]) -> None:

@@ -173,22 +173,28 @@ def test_end_of_stream_inside_a_frame_is_an_incomplete_read() -> None:
         asyncio.run(run(30_000))  # inside the body
 
 
-def test_a_body_that_stops_coming_times_out_but_a_slow_one_does_not() -> None:
-    async def run(trickle: bool):
-        stream, _ = await _started()
-        deliver(stream, frame(b"y" * 100_000)[:5000])
-        size = await stream.read_size()
-        reading = asyncio.ensure_future(stream.read_body(size, idle=0.2))
-        if trickle:  # a byte every 50 ms: slow, but never idle for 0.2 s
-            rest = frame(b"y" * 100_000)[5000:]
-            for i in range(0, len(rest), len(rest) // 8 + 1):
-                await asyncio.sleep(0.05)
-                deliver(stream, rest[i : i + len(rest) // 8 + 1])
-        return bytes(await reading)
+def test_bytes_received_are_recorded_as_activity_and_a_body_waits_without_a_timer() -> None:
+    """No timer per request: the stream records when bytes last came (``last_activity``) and which frame's body
+    it is receiving (``receiving``); the socket server's idle sweep reads both (tests/test_broker_idle.py)."""
 
-    assert asyncio.run(run(True)) == b"y" * 100_000
-    with pytest.raises(TimeoutError):
-        asyncio.run(run(False))
+    async def run():
+        stream, _ = await _started()
+        data = frame(b"y" * 100_000)
+        deliver(stream, data[:5000])
+        size = await stream.read_size()
+        reading = asyncio.ensure_future(stream.read_body(size))
+        await asyncio.sleep(0)
+        assert stream.receiving == 100_000
+        seen = stream.last_activity
+        await asyncio.sleep(0.3)  # nothing comes: still waiting, no TimeoutError of its own
+        assert not reading.done() and stream.last_activity == seen
+        deliver(stream, data[5000:6000])
+        assert stream.last_activity > seen
+        deliver(stream, data[6000:])
+        assert bytes(await reading) == b"y" * 100_000
+        assert stream.receiving == 0
+
+    asyncio.run(run())
 
 
 def test_drain_waits_for_resume_writing_and_fails_when_the_connection_is_lost() -> None:

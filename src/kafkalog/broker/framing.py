@@ -56,7 +56,11 @@ class FrameStream(asyncio.BufferedProtocol):
         self._end = 0
         self._body: memoryview | None = None  # the body being received, and how much of it has come
         self._got = 0
-        self.last_progress = 0.0  # loop.time() of the last bytes received
+        self.receiving = 0  # the size of the frame whose body is being received (0: none), for the idle sweep's log
+        # loop.time() of the connection's last activity (bytes received, a write drained, a response begun):
+        # what the socket server's idle sweep reads; set here instead of a timer per request
+        self.last_activity = 0.0
+        self._raw_transport: asyncio.Transport | None = None  # under TLS: the socket's own transport
         self._waiter: asyncio.Future[None] | None = None
         self._eof = False
         self._lost: BaseException | None = None  # why the connection ended, once it has
@@ -71,7 +75,7 @@ class FrameStream(asyncio.BufferedProtocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
         self._over_ssl = transport.get_extra_info("sslcontext") is not None
-        self.last_progress = self._loop.time()
+        self.last_activity = self._loop.time()
         self.task = self._loop.create_task(self._on_connect(self))
 
     def get_buffer(self, sizehint: int) -> memoryview:
@@ -85,7 +89,7 @@ class FrameStream(asyncio.BufferedProtocol):
         return self._view[self._end :]
 
     def buffer_updated(self, nbytes: int) -> None:
-        self.last_progress = self._loop.time()
+        self.last_activity = self._loop.time()
         if self._body is not None:
             self._got += nbytes
             if self._got == len(self._body):
@@ -118,6 +122,7 @@ class FrameStream(asyncio.BufferedProtocol):
 
     def resume_writing(self) -> None:
         self._write_paused = False
+        self.last_activity = self._loop.time()  # the client took bytes
         while self._drain_waiters:
             waiter = self._drain_waiters.popleft()
             if not waiter.done():
@@ -136,10 +141,10 @@ class FrameStream(asyncio.BufferedProtocol):
         self._consumed()
         return size
 
-    async def read_body(self, size: int, idle: float | None = None) -> memoryview:
+    async def read_body(self, size: int) -> memoryview:
         """The next ``size`` bytes (a frame's body; ``size`` at least 0), which the caller has checked against
-        ``socket.request.max.bytes``. TimeoutError when no byte comes for ``idle`` seconds (None: wait for
-        ever); IncompleteReadError when the stream ends first."""
+        ``socket.request.max.bytes``. IncompleteReadError when the stream ends first. No timer: a body that
+        stops coming is the socket server's idle sweep's to close (``receiving`` says which frame it was)."""
         start, unread = self._start, self._end - self._start
         if unread >= size:  # the whole frame is here already (small requests)
             self._start = start + size
@@ -148,14 +153,18 @@ class FrameStream(asyncio.BufferedProtocol):
             return data
         chunks: list[memoryview] = []
         left = size
-        while left:
-            chunk = memoryview(np.empty(min(left, BODY_CHUNK_BYTES), np.uint8))  # type: ignore[arg-type]
-            await self._receive_into(chunk, idle)
-            chunks.append(chunk)
-            left -= len(chunk)
+        self.receiving = size
+        try:
+            while left:
+                chunk = memoryview(np.empty(min(left, BODY_CHUNK_BYTES), np.uint8))  # type: ignore[arg-type]
+                await self._receive_into(chunk)
+                chunks.append(chunk)
+                left -= len(chunk)
+        finally:
+            self.receiving = 0
         return chunks[0] if len(chunks) == 1 else memoryview(b"".join(chunks))
 
-    async def _receive_into(self, chunk: memoryview, idle: float | None) -> None:
+    async def _receive_into(self, chunk: memoryview) -> None:
         """Fill ``chunk``: first from the scratch buffer, then straight from the socket."""
         unread = min(self._end - self._start, len(chunk))
         chunk[:unread] = self._view[self._start : self._start + unread]
@@ -171,25 +180,9 @@ class FrameStream(asyncio.BufferedProtocol):
             while self._got < len(chunk):
                 if self._eof:
                     raise asyncio.IncompleteReadError(bytes(chunk[: self._got]), len(chunk))
-                if idle is None:
-                    await self._wait()
-                else:
-                    await self._wait_within(idle)
+                await self._wait()
         finally:
             self._body = None
-
-    async def _wait_within(self, idle: float) -> None:
-        """Wait for the body, failing with TimeoutError once no byte has come for ``idle`` seconds."""
-        deadline = self.last_progress + idle
-        if self._loop.time() >= deadline:
-            raise TimeoutError
-        try:
-            async with asyncio.timeout_at(deadline):
-                await self._wait()
-        except TimeoutError:
-            if self._loop.time() >= self.last_progress + idle:
-                raise  # nothing came: a slowloris client, or a dead one
-            # bytes came meanwhile: the next turn waits from the last of them
 
     def _consumed(self) -> None:
         if self._start == self._end:
@@ -221,6 +214,19 @@ class FrameStream(asyncio.BufferedProtocol):
                 self.transport.resume_reading()
 
     # ----- writing -------------------------------------------------------------------------------------
+    def touch(self) -> None:
+        """Record activity now (a response begun, a file region's piece taken by the socket)."""
+        self.last_activity = self._loop.time()
+
+    def write_pending(self) -> int:
+        """Bytes written and not yet taken by the socket: the transport's buffer, and under TLS the encrypted
+        bytes in the socket's own transport too (asyncio's TLS transport counts only what it has not
+        encrypted yet). The idle sweep reads a change in it as the client taking its response."""
+        pending = self.transport.get_write_buffer_size()
+        if self._raw_transport is not None:
+            pending += self._raw_transport.get_write_buffer_size()
+        return pending
+
     def write(self, data: bytes | bytearray | memoryview) -> None:
         self.transport.write(data)
 
@@ -248,6 +254,7 @@ class FrameStream(asyncio.BufferedProtocol):
         )
         if transport is None:  # the connection was closed during the handshake
             raise ConnectionResetError("Connection lost during the TLS handshake")
+        self._raw_transport = self.transport
         self.transport = transport  # type: ignore[assignment]
         self._over_ssl = True
 

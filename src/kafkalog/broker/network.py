@@ -21,8 +21,23 @@ closes the connection); the principal is the client certificate's subject. On SA
 :class:`~.security.sasl.SaslAuthenticator` decides which requests may pass before login (the router asks it).
 Limits: ``max.connections`` (a new connection waits for a slot, as Kafka's acceptor stops accepting),
 ``max.connections.per.ip`` with its overrides (a connection over the limit is closed at once and logged), and
-``connections.max.idle.ms`` (a connection idle that long between requests, or in the middle of one, is closed, as
-is one whose client has not taken a response within it).
+``connections.max.idle.ms`` (-1: none).
+
+Idle expiry is Kafka's Selector's (its ``IdleExpiryManager``), without a timer per request: each connection
+records when it was last active (``FrameStream.last_activity``: bytes received, a response begun, a write
+drained, a file region's step taken by the socket), and one task per server (:meth:`SocketServer.expire_idle`,
+every :func:`sweep_period`) closes each connection idle past the limit. Idle means the client's silence, whatever
+the connection is in: between requests, in the middle of one (a slowloris client that sent half a request and
+stopped; Kafka counts that as idle too) or in a response. A response is judged by progress, as Kafka judges it
+(its selector marks a connection active whenever its socket is ready, so a response the client keeps taking,
+however slowly, never expires): the sweep reads a change in the connection's write backlog since its last turn
+as activity, and a file region the socket does not take at once is sent in ``SENDFILE_STEP_BYTES`` (1 MiB)
+steps, each activity; so a client taking at least 1 MiB per limit (1.7 KB/s at the default 10 minutes) is never
+cut. A client that takes nothing is closed with a reset (SO_LINGER 0, abort: a graceful close would wait, with
+the unsent bytes, for it), and its fetch's file descriptors are released. Not judged: the TLS handshake
+(``ssl_handshake_timeout``), a connection waiting for a ``max.connections`` slot, a request in the handler (a long
+poll, a group join: the broker's time), a quota throttle. Kafka closes at most one expired connection per poll;
+the sweep closes all of them at once.
 
 The loop is asyncio's own: uvloop's transports have no native sendfile (loop.sendfile would copy), so it
 would cost the zero-copy path. Measured (issue 23, alternating brokers, 3 rounds on 2 shared cores): uvloop
@@ -60,8 +75,30 @@ log = logging.getLogger("kafka.network.SocketServer")
 _SIZE = struct.Struct(">i")
 _LINGER_RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close() resets the connection
 CLOSE = object()  # a handler's answer meaning: close this connection (e.g. an acks=0 produce that failed)
+# A file region the socket does not take at once goes through loop.sendfile in steps of this many bytes, each
+# step recorded as activity: the idle sweep sees a slow reader's progress at this grain (see SocketServer).
+SENDFILE_STEP_BYTES = 1 << 20
 
 Handler = Callable[["Connection", memoryview], Awaitable["tuple[bytes, Response] | object | None"]]
+
+
+def sweep_period(max_idle_ms: int) -> float:
+    """Seconds between two idle sweeps for ``connections.max.idle.ms``: a tenth of the limit, at most 1 s and
+    at least 10 ms. A connection is closed between the limit and the limit plus one period after its last
+    activity: at most 10% late for small limits (tests, tight deployments), at most 1 s late at the default 10
+    minutes (Kafka's processor checks after each poll, at least every 300 ms, so it is as exact to within a
+    second); a sweep costs well under a microsecond per connection, so once a second is nothing even at
+    thousands of connections, and the 10 ms floor keeps a tiny limit from spinning the loop."""
+    return min(max(max_idle_ms / 10_000.0, 0.01), 1.0)
+
+
+def _reset(stream: FrameStream) -> None:
+    """Close with a reset (SO_LINGER 0, then abort): unsent bytes are dropped, not waited for."""
+    sock = stream.get_extra_info("socket")
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_RESET)
+    stream.transport.abort()
 
 
 class _Fd:
@@ -101,6 +138,12 @@ class Connection:
         self.mute_until = 0.0  # a throttled client: read nothing before this time.monotonic()
         self.closed = False
         self.busy = False  # a request has been read and its response is not yet written
+        # Idle expiry (SocketServer's sweep): not judged while True (TLS handshake, waiting for a slot, a request
+        # in the handler, a throttle); ``write_seen`` is the write backlog the sweep saw last; ``expired`` is set
+        # by the sweep when it closes the connection ("close": gracefully; "reset": SO_LINGER 0 and abort).
+        self.idle_exempt = True
+        self.write_seen = 0
+        self.expired: str | None = None
         # what the router recorded of the request being served: its metric names and version (broker/metrics.py)
         self.request_metric: tuple[tuple[str, ...], int] | None = None
 
@@ -137,6 +180,7 @@ class SocketServer:
     metrics: BrokerMetrics | None = None
 
     def __post_init__(self) -> None:
+        self._sweeper: asyncio.Task[None] | None = None
         self._per_ip: dict[str, int] = {}
         self._open = 0  # connections holding a max.connections slot
         self._slot_freed = asyncio.Condition()
@@ -176,6 +220,8 @@ class SocketServer:
                     endpoint.name,
                     endpoint.security_protocol,
                 )
+        if self.security.connections_max_idle_ms >= 0 and self._sweeper is None:
+            self._sweeper = asyncio.get_running_loop().create_task(self._sweep_idle())
 
     def _ip_limit(self, host: str) -> int:
         return self.security.max_connections_per_ip_overrides.get(host, self.security.max_connections_per_ip)
@@ -218,6 +264,8 @@ class SocketServer:
         except Exception:
             log.exception("Unexpected error on connection %s; closing it", conn.id)
         finally:
+            if conn.expired == "reset":
+                _reset(stream)
             self._connections.pop(task, None)
             left = self._per_ip.get(host, 1) - 1
             if left:
@@ -263,40 +311,19 @@ class SocketServer:
             return False
         return True
 
-    async def _read_frame_size(self, conn: Connection) -> int:
-        muted = conn.mute_until - time.monotonic()
-        if muted > 0:  # a quota throttle: the next request waits in the socket
-            await asyncio.sleep(muted)
-        idle = self.security.connections_max_idle_ms
-        if idle < 0:
-            return await conn.stream.read_size()
-        try:
-            async with asyncio.timeout(idle / 1000.0):  # a timer, not wait_for's extra task for every request
-                return await conn.stream.read_size()
-        except TimeoutError:
-            log.debug("Closing connection %s: idle for more than connections.max.idle.ms=%d", conn.id, idle)
-            raise
-
-    async def _read_frame_body(self, conn: Connection, size: int) -> memoryview:
-        """The ``size`` bytes of a request, closing the connection (TimeoutError) if they stop coming for
-        ``connections.max.idle.ms``: Kafka's idle expiry counts a half-sent request as idle too, so a slowloris
-        client cannot hold a connection forever. Only what has arrived takes memory (see ``framing``)."""
-        idle = self.security.connections_max_idle_ms
-        try:
-            return await conn.stream.read_body(size, None if idle < 0 else idle / 1000.0)
-        except TimeoutError:
-            log.debug(
-                "Closing connection %s: part of a %d-byte request received, then nothing for "
-                "connections.max.idle.ms=%d",
-                conn.id,
-                size,
-                idle,
-            )
-            raise
-
     async def _serve(self, conn: Connection) -> None:
+        stream = conn.stream
+        loop = asyncio.get_running_loop()
+        conn.idle_exempt = False
+        stream.last_activity = loop.time()
         while not self._stopping:
-            size = await self._read_frame_size(conn)
+            muted = conn.mute_until - time.monotonic()
+            if muted > 0:  # a quota throttle: the next request waits in the socket (not idle: the broker's choice)
+                conn.idle_exempt = True
+                await asyncio.sleep(muted)
+                conn.idle_exempt = False
+                stream.last_activity = loop.time()
+            size = await stream.read_size()
             limit, setting = self.max_request_bytes, "socket.request.max.bytes"
             if conn.sasl is not None and not conn.sasl.authenticated:
                 # Kafka's SaslServerAuthenticator reads no larger frame from a client that has not logged in
@@ -311,9 +338,10 @@ class SocketServer:
                     limit,
                 )
                 return
-            frame = await self._read_frame_body(conn, size)
+            frame = await stream.read_body(size)
             started = time.perf_counter()
             conn.busy = True
+            conn.idle_exempt = True  # being served: the broker's time, however long, is not the client's idleness
             conn.request_metric = None
             try:
                 answer = await self.handler(conn, frame)
@@ -322,41 +350,70 @@ class SocketServer:
                 return
             if answer is CLOSE:
                 return
+            conn.idle_exempt = False
+            stream.last_activity = loop.time()  # the response begins: idle from now if the client takes none of it
             if answer is not None:
                 header, response = answer
                 try:
-                    await self._send_within_idle(conn, header, response)
+                    await self._send(conn, header, response)
                 finally:
-                    response.close()
+                    response.close()  # its regions' descriptors, also when the sweep cut the send short
             if self.metrics is not None and conn.request_metric is not None:
                 self.metrics.request_done(*conn.request_metric, started)
             if conn.close_after_send:
                 return
             conn.busy = False
 
-    async def _send_within_idle(self, conn: Connection, header: bytes, response: Response) -> None:
-        """Write a response, closing the connection (TimeoutError) if the client has not taken it within
-        ``connections.max.idle.ms``: a client that never reads its responses holds neither its connection nor the
-        segment files of its fetch forever. (Kafka's idle expiry waits for traffic to stop; this one bounds the
-        whole response, which at the default 10 minutes only cuts a client reading under ~100 KB/s.)"""
+    async def _sweep_idle(self) -> None:
+        """Close connections idle past ``connections.max.idle.ms``, every :func:`sweep_period` seconds."""
+        limit_ms = self.security.connections_max_idle_ms
+        period, limit = sweep_period(limit_ms), limit_ms / 1000.0
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(period)
+            self.expire_idle(loop.time(), limit)
+
+    def expire_idle(self, now: float, limit: float) -> int:
+        """One sweep at ``now`` (the loop's clock): close each connection whose last activity is more than
+        ``limit`` seconds old; a change in a connection's write backlog since the last sweep is activity (the
+        client took bytes). Returns how many were closed."""
+        closed = 0
+        for task, conn in self._connections.items():
+            if conn.idle_exempt or conn.expired is not None:
+                continue
+            stream = conn.stream
+            pending = stream.write_pending()
+            if pending != conn.write_seen:
+                conn.write_seen = pending
+                stream.last_activity = now
+            elif now - stream.last_activity > limit:
+                self._expire(task, conn, pending)
+                closed += 1
+        return closed
+
+    def _expire(self, task: asyncio.Task, conn: Connection, pending: int) -> None:
+        """Close an idle connection by cancelling its task (whose cleanup releases what it holds): gracefully
+        when nothing is left to send, else with a reset, since a graceful close would wait, with the unsent
+        bytes, for a client that does not read."""
         idle = self.security.connections_max_idle_ms
-        if idle < 0:
-            await self._send(conn, header, response)
-            return
-        try:
-            async with asyncio.timeout(idle / 1000.0):
-                await self._send(conn, header, response)
-        except TimeoutError:
+        if conn.busy:
             log.debug(
-                "Closing connection %s: its response was not read within connections.max.idle.ms=%d", conn.id, idle
+                "Closing connection %s: its client took none of its response for connections.max.idle.ms=%d",
+                conn.id,
+                idle,
             )
-            # Reset, not a graceful close: that would wait, with the unsent bytes, for a client that does not read.
-            sock = conn.stream.get_extra_info("socket")
-            if sock is not None:
-                with contextlib.suppress(OSError):
-                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_RESET)
-            conn.stream.transport.abort()
-            raise
+        elif conn.stream.receiving:
+            log.debug(
+                "Closing connection %s: part of a %d-byte request received, then nothing for "
+                "connections.max.idle.ms=%d",
+                conn.id,
+                conn.stream.receiving,
+                idle,
+            )
+        else:
+            log.debug("Closing connection %s: idle for more than connections.max.idle.ms=%d", conn.id, idle)
+        conn.expired = "reset" if conn.busy or pending else "close"
+        task.cancel()
 
     async def _send(self, conn: Connection, header: bytes, response: Response) -> None:
         """Write one response: its size and header, then each part (file regions by sendfile when zero-copy)."""
@@ -406,8 +463,13 @@ class SocketServer:
                 pass  # the socket's buffer is full: the loop sends the rest when it drains
         if sent < part.size and not eof:
             loop = asyncio.get_running_loop()
-            rest = part.size - sent
-            sent += await loop.sendfile(writer.transport, _Fd(fd), part.position + sent, rest, fallback=False)
+            while sent < part.size:  # in steps, each one activity for the idle sweep (loop.sendfile reports none)
+                step = min(part.size - sent, SENDFILE_STEP_BYTES)
+                n = await loop.sendfile(writer.transport, _Fd(fd), part.position + sent, step, fallback=False)
+                sent += n
+                writer.touch()
+                if n < step:  # end of file: truncated under the send
+                    break
         part.close()
         if sent != part.size:  # a file truncated under the send: the frame cannot be completed (FileRecords.writeTo)
             raise ConnectionError(f"Size of {part.path} was truncated during a send: sent {sent} of {part.size}")
@@ -415,6 +477,9 @@ class SocketServer:
     async def stop(self, drain_timeout: float = 10.0) -> None:
         """Stop accepting, let each connection finish the request it is serving, then close them."""
         self._stopping = True
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
         for server in self._servers:
             server.close()
         busy = []

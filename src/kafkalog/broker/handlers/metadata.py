@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import uuid
+from typing import TYPE_CHECKING
 
 from ...errors import InvalidTopicError, TopicExistsError, UnknownTopicOrPartitionError
 from ...logdir import parse_uuid, validate_topic_name
@@ -25,6 +26,9 @@ from ..security.context import CURRENT
 from .common import log
 from .metadata_encoding import TopicEntries, encode_response, encode_topic, with_operations
 
+if TYPE_CHECKING:
+    from ..cluster.state import ClusterView
+
 Broker = MetadataResponse.MetadataResponseBroker
 Topic = MetadataResponse.MetadataResponseTopic
 Partition = Topic.MetadataResponsePartition
@@ -37,16 +41,21 @@ def topic_uuid(text: str | None) -> uuid.UUID:
 
 
 @functools.lru_cache(maxsize=1 << 16)
-def _partition_answer(node: int, index: int, leader_epoch: int, isr: tuple[int, ...], offline: bool) -> Partition:
+def _partition_answer(
+    node: int, index: int, leader_epoch: int, isr: tuple[int, ...], offline: bool, led: bool = True
+) -> Partition:
     """One partition's answer. The same few values repeat across requests: an all-topics answer of a broker with
     10,000 partitions builds each message object once, not per request (they are only read by the encoder).
 
-    A replica in a log dir that failed is offline, and with it the partition's only leader: Kafka's controller
-    then answers LEADER_NOT_AVAILABLE with no leader and the replica in offline_replicas, until a restart."""
+    A partition with no leader is LEADER_NOT_AVAILABLE with leader -1, as Kafka answers one (its metadata cache's
+    getPartitionMetadata): a replica in a log dir that failed is offline, and with it the partition's only
+    leader (Kafka's controller then lists the replica in offline_replicas, until a restart); a partition being
+    added (its log registered, its replica not yet made leader) or deleted has no leader for that moment."""
+    available = led and not offline
     return Partition(
-        error_code=LEADER_NOT_AVAILABLE if offline else NONE,
+        error_code=NONE if available else LEADER_NOT_AVAILABLE,
         partition_index=index,
-        leader_id=-1 if offline else node,
+        leader_id=node if available else -1,
         leader_epoch=leader_epoch,
         replica_nodes=[node],
         isr_nodes=list(isr),
@@ -67,7 +76,11 @@ def _topic(name: str, topic_id: str | None, partitions: list) -> Topic:
 
 def _local_state(broker, name: str) -> tuple:
     """What a topic's answer shows of this node's logs, as a comparable value: (node, topic id, each partition's
-    (index, leader epoch, ISR, offline)). UnknownTopicOrPartitionError when the topic does not exist."""
+    (index, leader epoch, ISR, offline, led)). UnknownTopicOrPartitionError when the topic does not exist.
+
+    A partition in the log manager's index whose replica is not (or no longer) in the replica manager is being
+    added or deleted (LogManager registers a log before making its replica leader, and deletes the replica
+    first): it is answered with no leader for that moment, not as a reason to call the whole topic unknown."""
     topic_id, tps = broker.log_manager.topic_id_and_partitions(name)
     node = broker.node_id
     single = (node,)
@@ -76,10 +89,17 @@ def _local_state(broker, name: str) -> tuple:
     for tp in tps:
         view = get(tp)
         if view is None:
-            raise UnknownTopicOrPartitionError(f"Partition {tp.topic}-{tp.partition} does not exist.")
+            partitions.append((tp.partition, -1, (), False, False))
+            continue
         isr = view.isr
         partitions.append(
-            (tp.partition, view.leader_epoch, single if isr == {node} else tuple(sorted(isr)), view.log.is_offline)
+            (
+                tp.partition,
+                view.leader_epoch,
+                single if isr == {node} else tuple(sorted(isr)),
+                view.log.is_offline,
+                view.leader_replica_id == node,
+            )
         )
     return node, topic_id, tuple(partitions)
 
@@ -105,7 +125,7 @@ def _topic_by_id(broker, topic_id, version: int) -> tuple[str | None, bytes | To
         return None, Topic(
             error_code=TOPIC_AUTHORIZATION_FAILED, name=None, topic_id=topic_id, is_internal=False, partitions=[]
         )
-    found = None if name is None else _entry(broker, name, False, version, stamp)
+    found = None if name is None else _entry(broker, name, None, version, stamp)
     if found is None:
         return None, Topic(
             error_code=UNKNOWN_TOPIC_ID, name=None, topic_id=topic_id or ZERO_UUID, is_internal=False, partitions=[]
@@ -128,10 +148,16 @@ def _error_topic(name: str, code: int) -> Topic:
     return Topic(error_code=code, name=name, topic_id=ZERO_UUID, is_internal=False, partitions=[])
 
 
-def _cluster_state(broker, name: str) -> tuple | None:
-    """What a topic's answer shows of the ZooKeeper cluster's view, as a comparable value: (topic id, each
-    partition's (index, error, leader, epoch, replicas, ISR, offline replicas)); None if the topic is unknown."""
-    view = broker.cluster.view
+def _cluster_state(view: ClusterView, name: str) -> tuple | None:
+    """What a topic's answer shows of the ZooKeeper cluster's ``view``, as a comparable value: (topic id, each
+    partition's (index, error, leader, epoch, replicas, ISR, offline replicas)); None if the topic is unknown.
+
+    As Kafka's brokers answer from their metadata cache (ZkMetadataCache.getPartitionMetadata): a partition is
+    known once it has a state (the controller sends it to the brokers after writing its state znode, which here
+    the brokers watch), a topic once one of its partitions is (a topic whose partitions have no state yet, just
+    created, is unknown: LEADER_NOT_AVAILABLE when Metadata may create it, as Kafka's auto-creation answers a
+    topic that exists), and a partition whose leader is not a live broker is LEADER_NOT_AVAILABLE with leader
+    -1 (its epoch, replicas and ISR as they are)."""
     assignment = view.topics.get(name)
     if assignment is None:
         return None
@@ -140,18 +166,22 @@ def _cluster_state(broker, name: str) -> tuple | None:
     partitions = []
     for p, replicas in sorted(assignment.partitions.items()):
         state = states.get(TopicPartition(name, p))
-        leader = state.leader if state is not None else -1
+        if state is None:
+            continue
+        led = state.leader in live
         partitions.append(
             (
                 p,
-                NONE if leader >= 0 and leader in live else LEADER_NOT_AVAILABLE,
-                leader,
-                state.leader_epoch if state is not None else -1,
+                NONE if led else LEADER_NOT_AVAILABLE,
+                state.leader if led else -1,
+                state.leader_epoch,
                 tuple(replicas),
-                tuple(state.isr) if state is not None else (),
+                tuple(state.isr),
                 tuple(r for r in replicas if r not in live),
             )
         )
+    if not partitions:
+        return None
     return assignment.topic_id, tuple(partitions)
 
 
@@ -186,15 +216,15 @@ def topic_entries(broker) -> TopicEntries:
     return entries
 
 
-def _entry(broker, name: str, clustered: bool, version: int, stamp: int | None = None) -> bytes | None:
-    """Topic ``name``'s encoded entry at ``version`` (from the ZooKeeper cluster's view when ``clustered``, else
-    this node's logs), encoded anew only if its state changed since it was cached; None if it does not exist.
+def _entry(broker, name: str, view: ClusterView | None, version: int, stamp: int | None = None) -> bytes | None:
+    """Topic ``name``'s encoded entry at ``version`` (from the ZooKeeper cluster's ``view``, else, None, this
+    node's logs), encoded anew only if its state changed since it was cached; None if it does not exist.
 
     ``stamp`` (this node's logs only) is metadata_changes.stamp() read at the start of the request: an entry whose
     state was checked under it is answered without reading the topic's partitions again."""
     entries = topic_entries(broker)
-    if clustered:
-        cluster_state = _cluster_state(broker, name)
+    if view is not None:
+        cluster_state = _cluster_state(view, name)
         if cluster_state is None:
             entries.discard(name)
             return None
@@ -210,10 +240,12 @@ def _entry(broker, name: str, clustered: bool, version: int, stamp: int | None =
     return entries.entry(name, ("local", local_state), lambda: _local_topic_of(name, local_state), version, stamp)
 
 
-async def _topic_or_error(broker, name: str, allow_auto_create: bool, clustered: bool, version: int) -> bytes | Topic:
-    """A topic named in the request: its encoded entry at ``version`` (from the ZooKeeper cluster's view when
-    ``clustered``, else this node's logs), created first when auto-creation is allowed, or the error Kafka
-    answers (a Topic)."""
+async def _topic_or_error(
+    broker, name: str, allow_auto_create: bool, view: ClusterView | None, version: int
+) -> bytes | Topic:
+    """A topic named in the request: its encoded entry at ``version`` (from the ZooKeeper cluster's ``view``,
+    else, None, this node's logs), created first when auto-creation is allowed, or the error Kafka answers (a
+    Topic)."""
     # Kafka: a topic named in the request without DESCRIBE is TOPIC_AUTHORIZATION_FAILED, whether it exists or not.
     if not allowed(broker, "DESCRIBE", "TOPIC", name):
         return _error_topic(name, TOPIC_AUTHORIZATION_FAILED)
@@ -221,7 +253,7 @@ async def _topic_or_error(broker, name: str, allow_auto_create: bool, clustered:
         validate_topic_name(name)
     except InvalidTopicError:
         return _error_topic(name, INVALID_TOPIC_EXCEPTION)
-    found = _entry(broker, name, clustered, version, None if clustered else metadata_changes.stamp())
+    found = _entry(broker, name, view, version, None if view is not None else metadata_changes.stamp())
     if found is not None:
         return found
     if not (allow_auto_create and broker.config.auto_create_topics_enable):
@@ -229,7 +261,7 @@ async def _topic_or_error(broker, name: str, allow_auto_create: bool, clustered:
     if not (cluster_allowed(broker, "CREATE") or allowed(broker, "CREATE", "TOPIC", name)):
         return _error_topic(name, TOPIC_AUTHORIZATION_FAILED)
     try:
-        if clustered:
+        if view is not None:
             replication = broker.cluster.settings.default_replication_factor
             await broker.cluster.create_topic(name, broker.config.num_partitions, replication, {}, False)
         else:
@@ -240,9 +272,9 @@ async def _topic_or_error(broker, name: str, allow_auto_create: bool, clustered:
         log.warning("Auto-creation of topic %s failed: %s", name, e)
         return _error_topic(name, error_code(e))
     # As Kafka answers a topic it just created on a cluster: LEADER_NOT_AVAILABLE until its leaders are elected.
-    if clustered:
+    if view is not None:
         return _error_topic(name, LEADER_NOT_AVAILABLE)
-    return _entry(broker, name, False, version) or _error_topic(name, UNKNOWN_TOPIC_OR_PARTITION)
+    return _entry(broker, name, None, version) or _error_topic(name, UNKNOWN_TOPIC_OR_PARTITION)
 
 
 async def _handle_cluster(broker, header, request) -> Response:
@@ -255,12 +287,12 @@ async def _handle_cluster(broker, header, request) -> Response:
         topics = [
             (name, t)
             for name in names
-            if allowed(broker, "DESCRIBE", "TOPIC", name, False) and (t := _entry(broker, name, True, version))
+            if allowed(broker, "DESCRIBE", "TOPIC", name, False) and (t := _entry(broker, name, view, version))
         ]
         _forget_deleted(broker, names)
     else:
         allow = request.allow_auto_topic_creation if version >= 4 else True
-        topics = [(t.name, await _topic_or_error(broker, t.name or "", allow, True, version)) for t in request.topics]
+        topics = [(t.name, await _topic_or_error(broker, t.name or "", allow, view, version)) for t in request.topics]
     # Each broker's endpoint on the listener this request came in on (Kafka leaves out brokers without it).
     listener = CURRENT.get().listener
     brokers = [
@@ -295,7 +327,7 @@ async def handle(broker, header, request) -> Response:
         topics = [
             (n, t)
             for n in names
-            if allowed(broker, "DESCRIBE", "TOPIC", n, False) and (t := _entry(broker, n, False, version, stamp))
+            if allowed(broker, "DESCRIBE", "TOPIC", n, False) and (t := _entry(broker, n, None, version, stamp))
         ]
         _forget_deleted(broker, names)
     else:
@@ -303,7 +335,7 @@ async def handle(broker, header, request) -> Response:
         topics = [
             _topic_by_id(broker, t.topic_id, version)
             if t.name is None and version >= 10
-            else (t.name, await _topic_or_error(broker, t.name or "", allow, False, version))
+            else (t.name, await _topic_or_error(broker, t.name or "", allow, None, version))
             for t in request.topics
         ]
     host, port = broker.advertised_endpoint()
