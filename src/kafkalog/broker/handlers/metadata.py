@@ -220,18 +220,23 @@ def _entry(broker, name: str, view: ClusterView | None, version: int, stamp: int
     """Topic ``name``'s encoded entry at ``version`` (from the ZooKeeper cluster's ``view``, else, None, this
     node's logs), encoded anew only if its state changed since it was cached; None if it does not exist.
 
-    ``stamp`` (this node's logs only) is metadata_changes.stamp() read at the start of the request: an entry whose
-    state was checked under it is answered without reading the topic's partitions again."""
+    An entry whose state was checked under the current stamp is answered without reading the topic's partitions
+    again: the ``view``'s own stamp (cluster/state.ClusterView.stamp: 0, never stamped, checks every time), or
+    ``stamp`` for this node's logs, metadata_changes.stamp() read at the start of the request."""
     entries = topic_entries(broker)
+    if view is not None:
+        stamp = view.stamp or None
+    found = entries.current(name, stamp, version)
+    if found is not None:
+        return found
     if view is not None:
         cluster_state = _cluster_state(view, name)
         if cluster_state is None:
             entries.discard(name)
             return None
-        return entries.entry(name, ("cluster", cluster_state), lambda: _cluster_topic_of(name, cluster_state), version)
-    found = entries.current(name, stamp, version)
-    if found is not None:
-        return found
+        return entries.entry(
+            name, ("cluster", cluster_state), lambda: _cluster_topic_of(name, cluster_state), version, stamp
+        )
     try:
         local_state = _local_state(broker, name)
     except UnknownTopicOrPartitionError:
