@@ -353,17 +353,17 @@ class CountingCheckpointWrites:
         from kafkalog.storage.checkpoints import CheckpointFile
 
         self.writes: list[str] = []
-        real_write, real_write_all = CheckpointFile.write, CheckpointFile.write_all
+        real_write, real_write_all = CheckpointFile.write_bytes, CheckpointFile.write_all
 
-        def write(file, entries, sync=True):
+        def write(file, data, sync=True):  # CheckpointFile.write goes through write_bytes
             self.writes.append(file.path.parent.name)
-            return real_write(file, entries, sync)
+            return real_write(file, data, sync)
 
         def write_all(writes):
             self.writes.extend(file.path.parent.name for file, _ in writes)
             return real_write_all(writes)
 
-        monkeypatch.setattr(CheckpointFile, "write", write)
+        monkeypatch.setattr(CheckpointFile, "write_bytes", write)
         monkeypatch.setattr(CheckpointFile, "write_all", staticmethod(write_all))
 
 

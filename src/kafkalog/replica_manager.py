@@ -154,8 +154,9 @@ class ReplicaManager:
         return results
 
     def files_pending(self, tps) -> list[TopicPartition]:
-        """Those of ``tps`` whose new log still waits for its deferred files (partition.metadata, the first
-        leader-epoch-checkpoint: DeferredPartitionMetadata), which its first append would write first."""
+        """Those of ``tps`` whose log still waits for its deferred files (a new log's partition.metadata and first
+        leader-epoch-checkpoint: DeferredPartitionMetadata; a loaded log's epoch truncation: Log._flush_loaded_epochs),
+        which its first append would write first."""
         pending = []
         for tp in tps:
             partition = self._partitions.get(tp)

@@ -134,7 +134,10 @@ class CheckpointFile(Generic[T]):
 
     def write(self, entries: Iterable[T], sync: bool = True) -> None:
         """Replace the file's content atomically with ``entries``; ``sync`` fsyncs the file and its directory."""
-        data = self.encode(entries)
+        self.write_bytes(self.encode(entries), sync)
+
+    def write_bytes(self, data: bytes, sync: bool = True) -> None:
+        """``write`` of bytes already encoded (by ``encode``)."""
         with _path_lock(self.path):  # as Kafka's CheckpointFile.write: one writer of a file (and its .tmp) at a time
             try:
                 self._write_tmp(data, sync)
@@ -192,11 +195,19 @@ class CheckpointFile(Generic[T]):
 
     def read(self) -> list[T]:
         """The file's entries, by Kafka's reading rules."""
+        return self.read_with_bytes()[0]
+
+    def read_with_bytes(self) -> tuple[list[T], bytes]:
+        """The file's entries and the bytes they were read from (whoever rewrites the file can compare)."""
         try:
             with _path_lock(self.path):
-                text = self.path.read_bytes().decode("utf-8")
+                data = self.path.read_bytes()
+            text = data.decode("utf-8")
         except (OSError, UnicodeDecodeError) as e:
             raise CheckpointError(f"Error while reading checkpoint file: {e}", path=str(self.path)) from e
+        return self._parse(text), data
+
+    def _parse(self, text: str) -> list[T]:
         lines = _LINE_BREAK.split(text)
         if lines[-1] == "":
             lines.pop()
@@ -330,6 +341,18 @@ class LeaderEpochCheckpointFile(TypedCheckpointFile[tuple[int, int]]):
     def read(self) -> list[EpochEntry]:
         """The checkpointed entries in file order."""
         return self.checkpoint.read()  # type: ignore[return-value]
+
+    def read_with_bytes(self) -> tuple[list[EpochEntry], bytes]:
+        """The checkpointed entries in file order, and the file's bytes."""
+        return self.checkpoint.read_with_bytes()  # type: ignore[return-value]
+
+    def encode(self, entries: Iterable[tuple[int, int]]) -> bytes:
+        """The file's bytes for ``entries`` (what ``write`` would put there)."""
+        return self.checkpoint.encode(entries)
+
+    def write_bytes(self, data: bytes, sync: bool = True) -> None:
+        """Replace the checkpoint with bytes from ``encode``."""
+        self.checkpoint.write_bytes(data, sync)
 
 
 __all__ = [

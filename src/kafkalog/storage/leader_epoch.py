@@ -31,9 +31,32 @@ class LeaderEpochFileCache:
     Assignments are written (and fsynced) at once, so the file never misses an entry; truncations are
     written without an fsync (Kafka flushes those asynchronously: a stale file is corrected at the next
     load, which truncates the cache to the log). The file is created on the first write, not on open, so opening a
-    log that has none writes nothing. The one exception to writing at once: ``assign(..., flush=False)`` (a new
-    log's first epoch, written with the log's other new files) leaves the entries ``unflushed`` until ``flush``
-    or ``flush_all``; the log that does so flushes them before any record is appended at that epoch.
+    log that has none writes nothing. Exceptions to writing at once:
+
+    - ``assign(..., flush=False)`` (a new log's first epoch, written with the log's other new files; the epochs
+      recovery learns while a log loads) leaves the entries ``unflushed`` until ``flush`` or ``flush_all``; whoever
+      does so flushes them before any record is appended at that epoch (and the loader before the load returns,
+      so before the recovery point can move past the batches they came from).
+    - ``truncate_from_end/_from_start(..., flush=False)`` (the loader's, Kafka's truncateFrom*AsyncFlush) changes
+      the entries in memory only and leaves the file ``stale`` until the next write or ``flush``.
+
+    No write whose bytes equal the file's: the cache, its file's only writer (as in Kafka), knows the bytes the file
+    holds (read at open, or its own last write) and skips a write that would put the same bytes back. That is what
+    lets a restart write nothing: an empty partition's ``0 0`` entry, dropped by the loader's truncation at the log
+    end (offset 0), is assigned again when the partition is made leader, and the file already holds exactly that.
+
+    Why a crash at any point leaves a correct state after the next load (the file itself is always whole: every
+    write is ``<file>.tmp`` then rename):
+
+    - A stale file holds what the cache held before the truncation: the same entries plus entries at or past the
+      log end, or before the log start. The next load reads it and truncates again, to the log as it is on disk,
+      which removes exactly those (Kafka's argument for its asynchronous flush).
+    - An entry assigned at the log end (a new leader's) and not yet written starts at or past the log end as
+      long as no record follows it, so the next load would remove it anyway; the log writes it before the first
+      record at its epoch (``Log.flush_metadata``). Records appended at the cache's latest epoch while the file
+      is stale are appended only after that same flush, so the file never names a newer epoch for them.
+    - The bytes found at open are taken as durable: they were fsynced by their writer, or are a truncation
+      written without fsync, whose loss in a power failure brings back the fsynced, longer file (the first case).
     """
 
     def __init__(self, path: str | Path, *, entries: list[EpochEntry] | None = None) -> None:
@@ -43,9 +66,17 @@ class LeaderEpochFileCache:
         self._epochs: list[int] = []
         self._offsets: list[int] = []
         self._unflushed = False  # entries assigned with flush=False and not written since
+        self._stale = False  # entries truncated with flush=False and not written since
         self._changes = 0  # bumped by every change of the entries (flush_all's staleness check)
+        # The bytes the file holds as far as this cache knows (read at open or last written by it; None: unknown
+        # or no file), and whether they are durable (fsynced, or found at open: see the class comment).
+        self._file_bytes: bytes | None = None
+        self._file_synced = False
         if entries is None:  # every log opens one: read the file only when there is one
-            entries = self.checkpoint.read() if os.path.exists(self._path) else []
+            entries = []
+            if os.path.exists(self._path):
+                entries, self._file_bytes = self.checkpoint.read_with_bytes()
+                self._file_synced = True
         if _monotonic(entries):
             self._epochs = [e.epoch for e in entries]  # monotonic already: no assignment to replay
             self._offsets = [e.start_offset for e in entries]
@@ -114,6 +145,17 @@ class LeaderEpochFileCache:
         """Whether entries were assigned with ``flush=False`` and are not in the file yet."""
         return self._unflushed
 
+    @property
+    def stale(self) -> bool:
+        """Whether entries were truncated with ``flush=False`` and the file may still hold them."""
+        return self._stale
+
+    @property
+    def pending(self) -> bool:
+        """Whether ``flush`` has something to write (``unflushed`` or ``stale``); it may still find the file
+        holding the same bytes and write nothing."""
+        return self._unflushed or self._stale
+
     def assign(self, epoch: int, start_offset: int, *, flush: bool = True) -> None:
         """Record that ``epoch`` starts at ``start_offset``; written to the file at once (fsynced) when it changes
         anything, or with ``flush=False`` left for ``flush`` (the caller's promise: before any record of the
@@ -128,11 +170,12 @@ class LeaderEpochFileCache:
                     self._unflushed = True
 
     def flush(self) -> None:
-        """Write the entries if some were assigned with ``flush=False`` since the last write (fsynced)."""
-        if not self._unflushed:
+        """Write the entries (fsynced) if some were assigned or truncated with ``flush=False`` since the last
+        write, unless the file holds their bytes already."""
+        if not (self._unflushed or self._stale):
             return
         with self._lock:
-            if self._unflushed:
+            if self._unflushed or self._stale:
                 self._write()
 
     @staticmethod
@@ -143,19 +186,23 @@ class LeaderEpochFileCache:
         snapshots = []
         for cache in caches:
             with cache._lock:
-                if cache._unflushed and cache._path.parent.is_dir():
-                    file = cache.checkpoint.checkpoint
-                    snapshots.append((cache, cache._changes, (file, file.encode(cache.entries))))
+                if not (cache._unflushed or cache._stale):
+                    continue
+                data = cache.checkpoint.encode(cache.entries)
+                if not cache._path.parent.is_dir() or cache._holds(data, sync=True):
+                    cache._unflushed = cache._stale = False  # its partition's dir is gone, or nothing to change
                 else:
-                    cache._unflushed = False  # nothing to write, or its partition's dir is gone
+                    snapshots.append((cache, cache._changes, data))
         if not snapshots:
             return
-        CheckpointFile.write_all([write for _, _, write in snapshots])
-        for cache, changes, _ in snapshots:
+        CheckpointFile.write_all([(cache.checkpoint.checkpoint, data) for cache, _, data in snapshots])
+        for cache, changes, data in snapshots:
             with cache._lock:
                 if cache._changes == changes:
-                    cache._unflushed = False
-                else:  # changed while the pass wrote: our file may be older than the cache
+                    cache._file_bytes, cache._file_synced = data, True
+                    cache._unflushed = cache._stale = False
+                else:  # changed while the pass wrote: our file may be older than the cache (or newer: re-read)
+                    cache._file_bytes = None
                     cache._write()
 
     def maybe_assign(self, epoch: int, start_offset: int) -> None:
@@ -186,8 +233,9 @@ class LeaderEpochFileCache:
         self._changes += 1
         return True
 
-    def truncate_from_end(self, end_offset: int) -> list[EpochEntry]:
-        """Remove every entry whose start offset is >= ``end_offset`` (truncateFromEnd); return them."""
+    def truncate_from_end(self, end_offset: int, *, flush: bool = True) -> list[EpochEntry]:
+        """Remove every entry whose start offset is >= ``end_offset`` (truncateFromEnd); return them. Written at
+        once without fsync, or with ``flush=False`` left ``stale`` (see the class comment)."""
         with self._lock:
             removed = []
             if end_offset >= 0:
@@ -196,12 +244,12 @@ class LeaderEpochFileCache:
             if removed:
                 self._latest = self._epochs[-1] if self._epochs else UNDEFINED_EPOCH
                 self._changes += 1
-                self._write(sync=False)
+                self._after_truncation(flush)
             return removed[::-1]
 
-    def truncate_from_start(self, start_offset: int) -> list[EpochEntry]:
+    def truncate_from_start(self, start_offset: int, *, flush: bool = True) -> list[EpochEntry]:
         """Drop the entries before ``start_offset``; the last of them moves up to start there (truncateFromStart,
-        exclusive: an entry starting at ``start_offset`` stays as it is)."""
+        exclusive: an entry starting at ``start_offset`` stays as it is). Written as ``truncate_from_end``."""
         with self._lock:
             cut = bisect.bisect_right(self._offsets, start_offset)
             if cut == 0 or (cut == 1 and self._offsets[0] == start_offset):
@@ -213,8 +261,14 @@ class LeaderEpochFileCache:
             self._epochs.insert(0, kept_epoch)
             self._offsets.insert(0, start_offset)
             self._changes += 1
-            self._write(sync=False)
+            self._after_truncation(flush)
             return removed
+
+    def _after_truncation(self, flush: bool) -> None:
+        if flush:
+            self._write(sync=False)
+        else:
+            self._stale = True
 
     def clear_and_flush(self) -> None:
         """Remove every entry and write the empty checkpoint (when there is a file or there were entries)."""
@@ -224,12 +278,20 @@ class LeaderEpochFileCache:
             self._offsets.clear()
             self._latest = UNDEFINED_EPOCH
             self._changes += 1
-            if had or os.path.exists(self._path):
+            if had or self._file_bytes is not None or os.path.exists(self._path):
                 self._write()
 
+    def _holds(self, data: bytes, sync: bool) -> bool:
+        """Whether the file holds ``data`` already (durably, for a ``sync`` write)."""
+        return data == self._file_bytes and (self._file_synced or not sync)
+
     def _write(self, sync: bool = True) -> None:
-        if self._path.parent.is_dir():  # writeIfDirExists: a deleted partition's dir stays gone
-            self.checkpoint.write(self.entries, sync)
+        """Put the entries in the file (under ``_lock``), unless it holds their bytes already."""
+        data = self.checkpoint.encode(self.entries)
+        if not self._holds(data, sync) and self._path.parent.is_dir():  # writeIfDirExists: a deleted dir stays gone
+            self.checkpoint.write_bytes(data, sync)
+            self._file_bytes, self._file_synced = data, sync
+        self._stale = False
         if sync:
             self._unflushed = False
 

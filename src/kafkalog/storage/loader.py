@@ -452,6 +452,19 @@ class _Load:
     had_clean_shutdown: bool
 
 
+def _finish_epochs(cache: LeaderEpochFileCache, next_offset: int, log_start_offset: int) -> None:
+    """The leader epoch cache after a load: entries at or past the log end and before the log start go (issue 25,
+    Kafka's LogLoader: truncateFromEndAsyncFlush / truncateFromStartAsyncFlush), in memory only (the file is left
+    ``stale``: the log writes it before its first append, or whatever writes the cache next does, and a crash
+    before that is corrected by the next load's same truncation). So an empty partition, whose ``0 0`` entry
+    goes here and comes back when it is made leader, has nothing rewritten. The epochs recovery learned are
+    written now (once, and only if the file does not hold them), before the recovery point can pass them."""
+    cache.truncate_from_end(next_offset, flush=False)
+    cache.truncate_from_start(log_start_offset, flush=False)
+    if cache.unflushed:
+        cache.flush()
+
+
 def _recover_and_finish(
     load: _Load, segments: LogSegments, leader_epoch_cache: LeaderEpochFileCache | None
 ) -> tuple[LogSegments, LoadedOffsets]:
@@ -498,9 +511,8 @@ def _recover_and_finish(
         segments.add(open_segment(directory, log_start_offset, config, clock, rng))
         next_offset = log_start_offset
     recovery = next_offset if had_clean_shutdown else min(recovery_point, next_offset)
-    if leader_epoch_cache is not None:  # issue 25: entries past the log end go, as in Kafka
-        leader_epoch_cache.truncate_from_end(next_offset)
-        leader_epoch_cache.truncate_from_start(log_start_offset)
+    if leader_epoch_cache is not None:
+        _finish_epochs(leader_epoch_cache, next_offset, log_start_offset)
     active, oldest = segments.last(), segments.first()
     assert active is not None and oldest is not None  # an empty log got its segment just above
     active.reset_index_sizes()

@@ -34,7 +34,7 @@ from ..layout import (
 from ..record.scan import AnyBatch
 from ..record.types import Record
 from . import metadata_changes
-from .checkpoints import LeaderEpochCheckpointFile
+from .checkpoints import CheckpointError, LeaderEpochCheckpointFile
 from .config import LogConfig
 from .file_records import EMPTY_SLICE
 from .files import delete_if_exists, fsync_dir
@@ -114,10 +114,11 @@ class Log(LogAppend, CleanerSupport):
         self.scheduler = scheduler
         self.segments = segments
         self.producer_state = producer_state
-        # Kafka's UnifiedLog.leaderEpochCache: loaded with the log and truncated to it (LogLoader).
-        self.leader_epoch_cache = leader_epoch_cache or LeaderEpochFileCache(
-            self.directory / LeaderEpochCheckpointFile.FILE_NAME, entries=[]
-        )
+        # Kafka's UnifiedLog.leaderEpochCache: loaded with the log and truncated to it (LogLoader). (Not ``or``: a
+        # cache with no entries is falsy, and the loaded one knows what its file holds.)
+        if leader_epoch_cache is None:
+            leader_epoch_cache = LeaderEpochFileCache(self.directory / LeaderEpochCheckpointFile.FILE_NAME, entries=[])
+        self.leader_epoch_cache = leader_epoch_cache
         self._rng = rng
         self._lock = threading.RLock()
         self._log_start_offset = offsets.log_start_offset
@@ -186,7 +187,7 @@ class Log(LogAppend, CleanerSupport):
             had_clean_shutdown=had_clean_shutdown,
             leader_epoch_cache=epoch_cache,
         )
-        return cls(
+        log_obj = cls(
             directory,
             config,
             clock,
@@ -199,6 +200,9 @@ class Log(LogAppend, CleanerSupport):
             auto_high_watermark,
             epoch_cache,
         )
+        if epoch_cache.stale:  # the loader truncated it in memory: written before the first append, or at close
+            log_obj.metadata_flush = log_obj._flush_loaded_epochs
+        return log_obj
 
     # ----- offsets -------------------------------------------------------------------------
     @property
@@ -664,14 +668,29 @@ class Log(LogAppend, CleanerSupport):
             self.leader_epoch_cache.flush()
             self.metadata_flush = None
 
+    def _flush_loaded_epochs(self) -> None:
+        """``metadata_flush`` of a log whose load truncated its leader epoch cache in memory only (Kafka's
+        truncateFromEndAsyncFlush): write the cache, unless the file holds it already (an empty partition made
+        leader again at its old epoch), before any record is appended or the log closes."""
+        try:
+            self.leader_epoch_cache.flush()
+        except CheckpointError as e:
+            raise KafkaStorageError(
+                f"Error while writing the leader epoch checkpoint of {self.topic}-{self.partition}: {e}",
+                path=str(self.directory),
+            ) from e
+
     def maybe_assign_epoch_start_offset(self, leader_epoch: int, start_offset: int) -> None:
         """Record in the leader epoch cache that ``leader_epoch`` starts at ``start_offset`` (Kafka's
         UnifiedLog.maybeAssignEpochStartOffset, called by a new leader with its log end offset).
 
-        The entry is written (fsynced) at once, except in a new log whose creator deferred its files
-        (``metadata_flush`` set): there it is written with them, by the creator's background flush or at the
+        The entry is written (fsynced) at once, except while ``metadata_flush`` is set: in a new log whose
+        creator deferred its files, it is written with them, by the creator's background flush or at the
         latest by ``flush_metadata`` before the first append, so that neither the creating request nor the
-        first produce waits for its fsyncs and still no record precedes its epoch on disk.
+        first produce waits for its fsyncs and still no record precedes its epoch on disk; in a log just loaded
+        whose cache the loader truncated in memory, it is written with that truncation by the same
+        ``flush_metadata`` (and not at all when the file holds it already: a restart of an empty partition).
+        An entry at the log end that no record follows yet needs no fsync before one does: a load would drop it.
         """
         self.leader_epoch_cache.assign(leader_epoch, start_offset, flush=self.metadata_flush is None)
 

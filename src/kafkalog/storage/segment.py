@@ -420,7 +420,8 @@ class LogSegment:
         leader_epoch_cache: LeaderEpochFileCache | None = None,
     ) -> int:
         """Rebuild the indexes from the .log, stopping at the first invalid batch; return the bytes cut.
-        The leader epoch cache (when given) learns each batch's epoch newer than its latest, as in Kafka."""
+        The leader epoch cache (when given) learns each batch's epoch newer than its latest, as in Kafka, in
+        memory (``assign(..., flush=False)``): its loader writes the cache once, when the load is done."""
         self.offset_index.reset()
         self.time_index.reset()
         self.txn_index.reset()
@@ -441,7 +442,7 @@ class LogSegment:
                     if leader_epoch_cache is not None:
                         epoch, latest = batch.partition_leader_epoch, leader_epoch_cache.latest_epoch
                         if epoch >= 0 and (latest is None or epoch > latest):
-                            leader_epoch_cache.assign(epoch, batch.base_offset)
+                            leader_epoch_cache.assign(epoch, batch.base_offset, flush=False)
                     if producer_state is not None:
                         update_producer_state(producer_state, batch, self)
                 valid_bytes += batch.size_in_bytes

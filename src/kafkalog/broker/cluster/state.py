@@ -41,6 +41,7 @@ class ClusterSettings:
     replica_fetch_response_max_bytes: int = 10485760
     replica_fetch_backoff_ms: int = 1000
     replica_socket_timeout_ms: int = 30000
+    replica_socket_receive_buffer_bytes: int = 65536  # SO_RCVBUF of a follower's fetch connection (-1: the OS's)
     unclean_leader_election_enable: bool = False
     default_replication_factor: int = 1
     controlled_shutdown_enable: bool = True
@@ -70,6 +71,7 @@ class ClusterSettings:
             replica_fetch_response_max_bytes=int_property(props, "replica.fetch.response.max.bytes", 10485760),
             replica_fetch_backoff_ms=int_property(props, "replica.fetch.backoff.ms", 1000),
             replica_socket_timeout_ms=int_property(props, "replica.socket.timeout.ms", 30000),
+            replica_socket_receive_buffer_bytes=int_property(props, "replica.socket.receive.buffer.bytes", 65536),
             unclean_leader_election_enable=str(props.get("unclean.leader.election.enable", "false")).strip().lower()
             == "true",
             default_replication_factor=int_property(props, "default.replication.factor", 1),
