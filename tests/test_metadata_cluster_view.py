@@ -266,3 +266,49 @@ def test_unchanged_view_answers_walk_no_partition(monkeypatch):
         assert _answer(broker, 12) == first
         assert MetadataResponse.decode(_answer(broker, 12, ["a"]), version=12).topics[0].name == "a"
     assert walks == []
+
+
+class _UnstampedCluster:
+    """A node whose views are never stamped (ClusterView.stamp stays 0)."""
+
+    def __init__(self, view: ClusterView) -> None:
+        self.view = view
+
+    async def wait_ready(self) -> None:
+        return None
+
+
+def _by_id(broker, *ids) -> list[tuple[int, str | None, int]]:
+    from kafka.protocol.metadata import MetadataRequest
+
+    request = MetadataRequest(
+        topics=[MetadataRequest.MetadataRequestTopic(topic_id=i, name=None) for i in ids],
+        allow_auto_topic_creation=False,
+    )
+    response = asyncio.run(handler.handle(broker, types.SimpleNamespace(api_version=12), request))
+    return [
+        (t.error_code, t.name, len(t.partitions))
+        for t in MetadataResponse.decode(bytes(response.parts[0]), version=12).topics
+    ]
+
+
+@pytest.mark.parametrize("stamping", [True, False])
+def test_topics_asked_by_id_follow_the_view(stamping):
+    """Metadata v12 by topic id in ZooKeeper mode, as on a single node: the topic, UNKNOWN_TOPIC_ID for an id no
+    topic of the view has (a topic recreated has a new id; one with no partition state yet is unknown). Also
+    with views that are never stamped (stamp 0: every lookup made anew)."""
+    broker = _broker(_view(BROKERS, TOPICS, STATES))
+    if not stamping:
+        broker.cluster = _UnstampedCluster(_view(BROKERS, TOPICS, STATES))
+    ids = {t.name: t.topic_id for t in MetadataResponse.decode(_answer(broker, 12), version=12).topics}
+    c_id = handler.topic_uuid(IDS["c"])
+    unknown = handler.topic_uuid(new_uuid())
+    assert _by_id(broker, ids["b"], unknown, ids["a"], c_id) == [
+        (0, "b", 2),
+        (100, None, 0),
+        (0, "a", 4),
+        (100, None, 0),
+    ]
+    recreated = new_uuid()
+    broker.cluster.view = _view(BROKERS, TOPICS, {**STATES, ("c", 0): (1, 0, [1])}, ids={"a": recreated})
+    assert _by_id(broker, ids["a"], handler.topic_uuid(recreated), c_id) == [(100, None, 0), (0, "a", 4), (0, "c", 1)]
