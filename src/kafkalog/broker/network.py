@@ -438,11 +438,13 @@ class SocketServer:
         when nothing is left to send, else with a reset, since a graceful close would wait, with the unsent
         bytes, for a client that does not read."""
         idle = self.security.connections_max_idle_ms
-        if conn.busy:
+        if conn.busy or pending:  # in _send, or past it with bytes still buffered (under TLS: encrypted ones)
             log.debug(
-                "Closing connection %s: its client took none of its response for connections.max.idle.ms=%d",
+                "Closing connection %s: its client took none of its response for connections.max.idle.ms=%d "
+                "(%d bytes buffered)",
                 conn.id,
                 idle,
+                pending,
             )
         elif conn.stream.receiving:
             log.debug(
