@@ -335,6 +335,10 @@ def test_json_is_read_as_jacksons_read_tree(fuzz) -> None:
     nesting is refused, not a RecursionError."""
     c, response = _oauth(fuzz, _token(_good() + "}garbage", header='{"alg":"none"}}x'))
     assert (response.auth_bytes, c.conn.principal) == (b"", "User:alice")
+    # bytes after the value are never decoded either: UTF-16 claims and a stray byte (was: malformed)
+    header, claims = _part('{"alg":"none"}'), _part(_good().encode("utf-16-le") + b"1")
+    c, response = _oauth(fuzz, f"{header}.{claims}.")
+    assert (response.auth_bytes, c.conn.principal) == (b"", "User:alice")
     c, response = _oauth(fuzz, _token(_good()[:-1] + ',"n":' + "7" * 1001 + "}"))
     assert (response.auth_bytes, c.conn.principal) == (INVALID, ANONYMOUS)
     for exp in ("NaN", "Infinity", "1" * 1500):
@@ -400,3 +404,50 @@ def test_a_login_on_a_token_the_client_made_invalid_is_reported_even_if_the_mode
         fuzz.run_plan(bytes([0, 6]))
     monkeypatch.undo()
     assert fuzz.run_plan(bytes([0, 6])) == ANONYMOUS
+
+
+def test_the_brokers_json_and_base64url_readers_agree_with_the_models() -> None:
+    """A differential check below the protocol: 20,000 byte-mutated JSON texts (BOMs, UTF-16, NaN, bad UTF-8,
+    trailing bytes, scalars) read by the broker's Jackson-like reader and the model's, and 20,000 strings by both
+    base64url decoders. (It found the broker failing UTF-16 claims followed by an odd byte.)"""
+    import random
+
+    from kafkalog.broker.security import oauthbearer as broker
+    from kafkalog.testing import sasl_model as model
+
+    def broker_members(raw: bytes):
+        try:
+            value = broker.jackson_read_tree(raw)
+        except (ValueError, UnicodeDecodeError):
+            return None
+        return {k: broker._convert(v) for k, v in value.items()} if isinstance(value, dict) else {}
+
+    rng = random.Random(7)
+    seeds = [
+        b'{"alg":"none"}',
+        b'{"sub":"a","exp":1e400,"scope":[1e10,true,null,{}],"n":-0.0,"m":123456789012345678901234567890}',
+        b' {"a":[[1]]} x',
+        b'\xef\xbb\xbf{"a":1}',
+        '{"a":"\u00e9"}'.encode("utf-16-be"),
+        '{"a":1}'.encode("utf-16-le"),
+        b'{"a":NaN}',
+        b"[1,2]",
+        b'{"a":1}\xff',
+        b"  ",
+    ]
+    for _ in range(20_000):
+        raw = bytearray(rng.choice(seeds))
+        for _ in range(rng.randrange(4)):
+            at = rng.randrange(len(raw) + 1)
+            if rng.randrange(2):
+                raw[at:at] = bytes([rng.choice(b'{}[]",:09eE.-+ \\nul\x00\xff\xc3')])
+            else:
+                del raw[at : at + 1]
+        assert repr(broker_members(bytes(raw))) == repr(model.jackson_members(bytes(raw))), bytes(raw)
+    for _ in range(20_000):
+        text = "".join(rng.choice("AZaz09-_+/=~") for _ in range(rng.randrange(9)))
+        try:
+            decoded: bytes | None = broker.java_base64url_decode(text)
+        except ValueError:
+            decoded = None
+        assert decoded == model.java_url_decode(text), text

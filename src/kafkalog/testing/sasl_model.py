@@ -488,6 +488,8 @@ def jackson_members(raw: bytes) -> dict[str, Any] | None:
     trailing check), each as OAuthBearerUnsecuredJws.convert keeps it; {} for a value that is not an object or no
     value at all (MissingNode); None for malformed JSON."""
     encoding = json.detect_encoding(raw)
+    if encoding == "utf-8-sig":  # the BOM, then UTF-8
+        raw, encoding = raw[3:], "utf-8"
     try:
         return _members_of(raw.decode(encoding), complete=True)
     except UnicodeDecodeError as e:

@@ -252,20 +252,27 @@ _JACKSON = json.JSONDecoder(parse_constant=_reject_constant, parse_int=_number(i
 
 def jackson_read_tree(raw: bytes) -> Any:
     """ObjectMapper.readTree(byte[]) with Jackson's defaults: the first JSON value of ``raw`` (its encoding
-    detected from a BOM or the zero bytes, UTF-8 otherwise); whatever follows it is never read; MISSING when there
-    is no content; ValueError for malformed JSON (NaN and Infinity are; so are numbers over 1,000 characters and
-    nesting deeper than the interpreter takes -- Jackson allows 1,000 levels, Python fewer: deliberate)."""
-    text = raw.decode(json.detect_encoding(raw), errors="surrogateescape").removeprefix("\ufeff")
+    detected from a BOM or the zero bytes, UTF-8 otherwise); whatever follows it is never read, not even decoded;
+    MISSING when there is no content; ValueError for malformed JSON (NaN and Infinity are; so are numbers over
+    1,000 characters and nesting deeper than the interpreter takes -- Jackson allows 1,000 levels, Python fewer:
+    deliberate)."""
+    encoding = json.detect_encoding(raw)
+    if encoding == "utf-8-sig":
+        raw, encoding = raw[3:], "utf-8"
+    try:
+        text, complete = raw.decode(encoding), True
+    except UnicodeDecodeError as e:  # only the text before the bad bytes can hold the value
+        text, complete = raw[: e.start].decode(encoding), False
+    text = text.removeprefix("\ufeff")
     start = len(text) - len(text.lstrip(_JSON_WHITESPACE))
     if start == len(text):
-        return MISSING
+        if complete:
+            return MISSING
+        raise ValueError("Invalid byte in the JSON text")
     try:
-        value, end = _JACKSON.raw_decode(text, start)
+        return _JACKSON.raw_decode(text, start)[0]
     except RecursionError:
         raise ValueError("JSON nested too deeply") from None
-    if any("\udc80" <= c <= "\udcff" for c in text[start:end]):
-        raise ValueError("Invalid UTF-8")  # bytes that are not UTF-8 inside the value (after it, unread)
-    return value
 
 
 def _to_map(split: str) -> dict[str, Any]:
