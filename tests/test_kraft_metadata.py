@@ -21,7 +21,7 @@ from kafkalog.cli import main
 from kafkalog.errors import MetadataParseError
 from kafkalog.logdir import PartitionMetadataFile
 from kafkalog.record import RecordBatchBuilder
-from kafkalog.record.kraft import _java_double, decode_control_value, decode_metadata_record, to_json_text
+from kafkalog.record.kraft import decode_control_value, decode_metadata_record, java_double_text, to_json_text
 from kafkalog.record.varint import encode_unsigned_varint as uvarint
 from kafkalog.storage.cluster_metadata import (
     TOPIC_RESOURCE,
@@ -128,7 +128,7 @@ def test_snapshot_header_control_value():
 
 def test_json_text_is_jacksons():
     assert to_json_text({"a": [1, None, True], "b": "é\n"}) == '{"a":[1,null,true],"b":"é\\n"}'
-    assert [_java_double(v) for v in (1.0, 0.5, 1e7, 1.5e-4, 123456.75, -2e20)] == [
+    assert [java_double_text(v) for v in (1.0, 0.5, 1e7, 1.5e-4, 123456.75, -2e20)] == [
         "1.0",
         "0.5",
         "1.0E7",

@@ -88,89 +88,57 @@ def _past_end(data: memoryview, pos: int) -> Malformed:
     return Malformed(f"the request ends at byte {len(data)}, inside a field at byte {pos}")
 
 
+def _length(data: memoryview, pos: int, flexible: bool, classic: struct.Struct) -> tuple[int, int]:
+    """(a length or count, the position after it): compact when flexible (an unsigned varint of n + 1, so 0 is
+    null, most of them one byte), else ``classic`` (int16 for strings, int32 for arrays and bytes; -1 null)."""
+    if flexible:
+        n = data[pos]
+        if n < 0x80:
+            return n - 1, pos + 1
+        n, pos = _varint(data, pos)
+        return n - 1, pos
+    return classic.unpack_from(data, pos)[0], pos + classic.size
+
+
+def _string(data: memoryview, pos: int, flexible: bool) -> tuple[str | None, int]:
+    """(a nullable string, the position after it)."""
+    n, pos = _length(data, pos, flexible, _I16)
+    if n < 0:
+        return None, pos
+    if pos + n > len(data):
+        raise _past_end(data, pos)
+    return str(data[pos : pos + n], "utf-8"), pos + n
+
+
 def decode(version: int, body: memoryview) -> ProduceRequestData:
     """The produce request of ``version`` (3-11) in ``body`` (the frame after its header).
 
     Raises Malformed or NullField (the caller reports both as the schema decoder's failures are reported) and
     TaggedFields when the request must go to the schema decoder. One flat function: it runs for every
-    produce request, and per partition it does only what the wire format needs (a call per field would double
-    it for requests of many small partitions).
+    produce request; per partition it makes two small calls (a length, a record count), with the common one-byte
+    compact lengths answered without the general varint reader.
     """
     flexible = version >= FLEXIBLE_FROM
     data, end = body, len(body)
-    unpack_i32, unpack_i16 = _I32.unpack_from, _I16.unpack_from
+    unpack_i32 = _I32.unpack_from
     try:
-        # transactional_id: nullable string
-        if flexible:
-            n, pos = _varint(data, 0)
-            n -= 1
-        else:
-            (n,) = unpack_i16(data, 0)
-            pos = 2
-        transactional_id = None
-        if n >= 0:
-            if pos + n > end:
-                raise _past_end(data, pos)
-            transactional_id = str(data[pos : pos + n], "utf-8")
-            pos += n
+        transactional_id, pos = _string(data, 0, flexible)
         acks, timeout_ms = _HEAD.unpack_from(data, pos)
-        pos += 6
-        if flexible:
-            topic_count = data[pos]  # one byte below 128: most lengths and counts
-            if topic_count < 0x80:
-                pos += 1
-            else:
-                topic_count, pos = _varint(data, pos)
-            topic_count -= 1
-        else:
-            (topic_count,) = unpack_i32(data, pos)
-            pos += 4
+        topic_count, pos = _length(data, pos + 6, flexible, _I32)
         if topic_count < 0:
             raise NullField("topic_data")
         topics = []
         for _ in range(topic_count):
-            if flexible:
-                n = data[pos]  # one byte below 128: most lengths and counts
-                if n < 0x80:
-                    pos += 1
-                else:
-                    n, pos = _varint(data, pos)
-                n -= 1
-            else:
-                (n,) = unpack_i16(data, pos)
-                pos += 2
-            if n < 0:
+            name, pos = _string(data, pos, flexible)
+            if name is None:
                 raise NullField("topic_data.name")
-            if pos + n > end:
-                raise _past_end(data, pos)
-            name = str(data[pos : pos + n], "utf-8")
-            pos += n
-            if flexible:
-                count = data[pos]  # one byte below 128: most lengths and counts
-                if count < 0x80:
-                    pos += 1
-                else:
-                    count, pos = _varint(data, pos)
-                count -= 1
-            else:
-                (count,) = unpack_i32(data, pos)
-                pos += 4
+            count, pos = _length(data, pos, flexible, _I32)
             if count < 0:
                 raise NullField("topic_data.partition_data")
             partitions = []
             for _ in range(count):
                 (index,) = unpack_i32(data, pos)
-                pos += 4
-                if flexible:
-                    n = data[pos]  # one byte below 128: most lengths and counts
-                    if n < 0x80:
-                        pos += 1
-                    else:
-                        n, pos = _varint(data, pos)
-                    n -= 1
-                else:
-                    (n,) = unpack_i32(data, pos)
-                    pos += 4
+                n, pos = _length(data, pos + 4, flexible, _I32)
                 records = None
                 if n >= 0:
                     if pos + n > end:

@@ -464,8 +464,9 @@ def decode_control_value(control_type: int, value: bytes | memoryview) -> Messag
 # ---------------------------------------------------------------------------------------------------- JSON
 
 
-def _java_double(value: float) -> str:
-    """Java's Double.toString, as Jackson prints a DoubleNode: plain between 10^-3 and 10^7, else ``d.dddEn``."""
+def java_double_text(value: float) -> str:
+    """Java's Double.toString, as Jackson prints a DoubleNode: plain between 10^-3 and 10^7, else ``d.dddEn``
+    (the shortest digits that round-trip). Also the OAUTHBEARER validator's text of a number claim."""
     if math.isnan(value):
         return "NaN"
     if math.isinf(value):
@@ -490,5 +491,5 @@ def to_json_text(obj: Any) -> str:
     if isinstance(obj, bool) or obj is None or isinstance(obj, int | str):
         return json.dumps(obj, ensure_ascii=False)
     if isinstance(obj, float):
-        return _java_double(obj)
+        return java_double_text(obj)
     return to_json_text(_json_value(obj))

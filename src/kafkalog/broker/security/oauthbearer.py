@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...errors import InvalidConfigurationError
+from ...record.kraft import java_double_text
 
 MECHANISM = "OAUTHBEARER"
 LOGIN_MODULE = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"
@@ -141,36 +142,6 @@ def java_round(value: float) -> int:
     return floor + 1 if value - floor >= 0.5 else floor
 
 
-def java_double_text(value: float) -> str:
-    """Double.toString(): the shortest digits that round-trip, as d.ddd below 1e7 and from 1e-3, else d.dddE<n>."""
-    if math.isnan(value):
-        return "NaN"
-    if math.isinf(value):
-        return "Infinity" if value > 0 else "-Infinity"
-    if value == 0:
-        return "-0.0" if math.copysign(1.0, value) < 0 else "0.0"
-    sign = "-" if value < 0 else ""
-    digits, exponent = _shortest_digits(abs(value))
-    if 1e-3 <= abs(value) < 1e7:
-        point = exponent + 1  # digits before the decimal point
-        if point <= 0:
-            return f"{sign}0.{'0' * -point}{digits}"
-        whole, fraction = (digits + "0" * point)[:point], digits[point:]
-        return f"{sign}{whole}.{fraction or '0'}"
-    return f"{sign}{digits[0]}.{digits[1:] or '0'}E{exponent}"
-
-
-def _shortest_digits(value: float) -> tuple[str, int]:
-    """(significant digits, decimal exponent of the first digit) of repr(value), trailing zeros dropped."""
-    mantissa, _, exp = f"{value!r}".partition("e")
-    whole, _, fraction = mantissa.partition(".")
-    digits = (whole + fraction).lstrip("0")
-    exponent = (int(exp) if exp else 0) + len(whole.lstrip("0")) - 1
-    if not whole.lstrip("0"):  # 0.000ddd
-        exponent = (int(exp) if exp else 0) - (len(fraction) - len(fraction.lstrip("0"))) - 1
-    return digits.rstrip("0") or "0", exponent
-
-
 def _java_type(value: Any) -> str:
     """The simple name of the Java class Jackson would give a claim (for Kafka's wording of type errors)."""
     if isinstance(value, list):
@@ -206,7 +177,7 @@ def _as_text(value: Any) -> str:
     if isinstance(value, int):
         return str(value)
     if isinstance(value, float):
-        return java_double_text(value)
+        return java_double_text(value)  # Jackson prints a double as Java does
     return ""
 
 
