@@ -7,7 +7,7 @@ environment, an input that breaks the oracle is saved in DIR (once per distinct 
 
 ``--sasl`` (first argument) fuzzes SASL authentication instead: each input is a plan of frames on one
 SASL_PLAINTEXT connection (``kafkalog.testing.sasl_fuzz``, fuzz/README.md "Fuzzing SASL"); ``--sasl
---write-corpus DIR`` writes its seeds.
+--write-corpus DIR`` writes its seeds. ``--sasl-tls``: the same cases over TLS sockets of a SASL_SSL listener.
 """
 
 import importlib.util
@@ -38,7 +38,8 @@ def _modules_outside(package: str) -> list[str]:
     return names
 
 
-SASL = len(sys.argv) > 1 and sys.argv[1] == "--sasl"
+SASL = len(sys.argv) > 1 and sys.argv[1] in ("--sasl", "--sasl-tls")
+TLS = SASL and sys.argv[1] == "--sasl-tls"
 if SASL:
     del sys.argv[1]  # libFuzzer would take it for a flag of its own
 
@@ -59,7 +60,8 @@ def main() -> None:
         print(f"wrote {len(seeds)} seed inputs to {out}")
         return
     keep_going = os.environ.get("KAFKALOG_FUZZ_KEEP_GOING")
-    atheris.Setup(sys.argv, atheris_entry(keep_going=Path(keep_going) if keep_going else None))
+    options = {"tls": True} if TLS else {}
+    atheris.Setup(sys.argv, atheris_entry(keep_going=Path(keep_going) if keep_going else None, **options))
     atheris.Fuzz()
 
 

@@ -227,6 +227,19 @@ def api_versions_ok(bootstrap: str) -> bool:
         return response.error_code == 0
 
 
+def knows_its_topic(consumer, topic: str) -> set[int]:
+    """Have a subscribing kafka-python consumer fetch ``topic``'s metadata before its first poll; its partitions.
+
+    kafka-python (3.0.12) sends its first JoinGroup before any Metadata of its subscription (its bootstrap asks for
+    no topic): its leader then assigns nothing ("No partition metadata for topic ...") and rejoins once the topic's
+    metadata comes in. That rejoin is driven only by the changed metadata, which the leader's assignment marks as
+    seen: when a poll's timeout ends while its SyncGroup is in flight, the next poll finds nothing to rejoin for,
+    drops the in-flight answer and never re-enables its heartbeat, so the member is expelled after its session
+    timeout and consumes nothing (Kafka would see the same client do the same). Knowing the topic first makes the
+    first assignment complete."""
+    return consumer.partitions_for_topic(topic)
+
+
 def wait_until(predicate, timeout: float = 10.0, interval: float = 0.05) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

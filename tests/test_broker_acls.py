@@ -12,7 +12,7 @@ import pytest
 
 pytest.importorskip("cryptography")
 
-from brokertools import REPO, BrokerProcess, RawClient
+from brokertools import REPO, BrokerProcess, RawClient, knows_its_topic
 from kafkalog.broker.security.acl import AclBinding, AclFilter, AclStore, Authorizer
 from securitytools import CLIENT_PRINCIPAL, make_pki
 
@@ -284,6 +284,7 @@ def test_a_consumer_needs_read_on_its_group(broker, admin_config):
     )
     assert _produce(broker, "admin", topic, [b"m"]) == [None]
     consumer = KafkaConsumer(topic, **kwargs)
+    knows_its_topic(consumer, topic)
     assert [m.value for m in consumer] == [b"m"]
     consumer.close()
 

@@ -37,7 +37,7 @@ from kafka.protocol.consumer import (
 )
 from kafka.protocol.metadata import FindCoordinatorRequest
 
-from brokertools import REPO, BrokerProcess, RawClient, encode_request, wait_until
+from brokertools import REPO, BrokerProcess, RawClient, encode_request, knows_its_topic, wait_until
 from conftest import fixture_path
 
 GROUP_OVERRIDES = {
@@ -234,16 +234,9 @@ def test_kafka_python_group_consumers_split_partitions_and_commit(broker):
             session_timeout_ms=10000,  # nobody is killed here: no need for a short session on a loaded machine
             heartbeat_interval_ms=500,
         )
-        # kafka-python (3.0.12) sends its first JoinGroup before any Metadata of the topic it subscribed to (its
-        # bootstrap asked for no topic): its leader then assigns nothing ("No partition metadata for topic
-        # kp-shared") and rejoins once the topic's metadata comes in. That rejoin is driven only by the changed
-        # metadata, which the leader's assignment marks as seen; when a poll's timeout ends while its SyncGroup is
-        # in flight, the next poll finds nothing to rejoin for, drops the in-flight answer and never re-enables
-        # its heartbeat: the member is expelled after its session timeout and consumes nothing (the test's flake,
-        # reproduced with the client's DEBUG logging on; Kafka would see the same client do the same). Knowing
-        # the topic before the first poll makes the first assignment complete. This also checks the broker's
-        # answer right after CreateTopics and a produce: every partition.
-        assert c.partitions_for_topic(topic) == set(range(partitions))
+        # The topic known before the first poll (see knows_its_topic: the flake this test had). This also checks
+        # the broker's answer right after CreateTopics and a produce: every partition.
+        assert knows_its_topic(c, topic) == set(range(partitions))
         return c
 
     got: dict[tuple[int, int], int] = {}
@@ -424,6 +417,7 @@ def test_dump_offsets_decoder_prints_what_the_coordinator_wrote(tmp_path):
             enable_auto_commit=False,
             consumer_timeout_ms=5000,
         )
+        knows_its_topic(consumer, "dumped")
         assert len(list(consumer)) == 5
         consumer.commit()
         consumer.close()

@@ -14,6 +14,7 @@ import contextlib
 import logging
 import os
 import socket
+import ssl
 import struct
 import threading
 import time
@@ -25,9 +26,15 @@ import pytest
 from kafkalog.broker.config import Endpoint
 from kafkalog.broker.network import SocketSecurity, SocketServer, sweep_period
 from kafkalog.broker.protocol import FileRegion, Response
+from securitytools import make_pki
 
 MB = 1 << 20
 NETWORK_LOG = "kafka.network.SocketServer"
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory):
+    return make_pki(tmp_path_factory.mktemp("pki"))
 
 
 class _SegmentFile:
@@ -51,7 +58,8 @@ class Served:
     """A SocketServer on its own loop thread. Requests: ``e<bytes>`` echo, ``b<n>`` n bytes encoded,
     ``f<n>`` n bytes of the file as a FileRegion (sendfile), ``w<seconds>`` answered after that long."""
 
-    def __init__(self, tmp_path, idle_ms: int) -> None:
+    def __init__(self, tmp_path, idle_ms: int, pki=None) -> None:
+        self.pki = pki  # a TLS listener when given (securitytools.make_pki)
         path = tmp_path / "segment.log"
         path.write_bytes(bytes(range(256)) * (64 * MB // 256))
         self.file = _SegmentFile(str(path))
@@ -85,12 +93,14 @@ class Served:
         asyncio.set_event_loop(self.loop)
 
         async def start() -> None:
-            self.server = SocketServer(
-                [Endpoint("PLAINTEXT", "127.0.0.1", 0)],
-                self._handle,
-                max_request_bytes=100 * MB,
-                security=SocketSecurity(connections_max_idle_ms=self.idle_ms),
-            )
+            security = SocketSecurity(connections_max_idle_ms=self.idle_ms)
+            endpoint = Endpoint("PLAINTEXT", "127.0.0.1", 0)
+            if self.pki is not None:
+                context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+                context.load_cert_chain(str(self.pki.server_keystore))
+                security.ssl_contexts["SSL"] = context
+                endpoint = Endpoint("SSL", "127.0.0.1", 0, "SSL")
+            self.server = SocketServer([endpoint], self._handle, max_request_bytes=100 * MB, security=security)
             await self.server.start()
             started.set()
 
@@ -108,6 +118,9 @@ class Served:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
         sock.settimeout(10)
         sock.connect(self.address)
+        if self.pki is not None:
+            context = ssl.create_default_context(cafile=str(self.pki.ca))
+            return context.wrap_socket(sock, server_hostname="localhost")
         return sock
 
     def close(self) -> None:
@@ -124,8 +137,8 @@ async def _call(fn):
 
 
 @contextlib.contextmanager
-def served(tmp_path, idle_ms: int) -> Iterator[Served]:
-    server = Served(tmp_path, idle_ms)
+def served(tmp_path, idle_ms: int, pki=None) -> Iterator[Served]:
+    server = Served(tmp_path, idle_ms, pki)
     try:
         yield server
     finally:
@@ -149,10 +162,12 @@ def _exactly(sock: socket.socket, n: int, pace: tuple[int, float, int] | None) -
         if pace is not None and len(out) >= pace[2]:
             pace = None
         step = n - len(out) if pace is None else min(n - len(out), pace[0])
-        chunk = sock.recv(step, 0 if pace is None else socket.MSG_WAITALL)
-        if not chunk:
-            raise ConnectionError(f"closed after {len(out)} of {n} bytes")
-        out += chunk
+        end = len(out) + step
+        while len(out) < end:  # the whole step (what MSG_WAITALL does, which TLS sockets refuse)
+            chunk = sock.recv(end - len(out))
+            if not chunk:
+                raise ConnectionError(f"closed after {len(out)} of {n} bytes")
+            out += chunk
         if pace is not None:
             time.sleep(pace[1])
     return bytes(out)
@@ -292,3 +307,23 @@ def test_minus_one_disables_the_limit(tmp_path) -> None:
         assert receive(half) == b"e" * 4999
         idle.sendall(request(b"estill"))
         assert receive(idle) == b"still"
+
+
+def test_over_tls_a_slow_reader_is_kept_and_one_that_never_reads_is_reset(tmp_path, pki, caplog) -> None:
+    """Under TLS the encrypted bytes wait in the socket's own transport, below asyncio's TLS transport (which
+    counts only what it has not encrypted): the sweep reads both, so progress there is activity too."""
+    caplog.set_level(logging.DEBUG, logger=NETWORK_LOG)
+    with served(tmp_path, idle_ms=1000, pki=pki) as server:
+        reader = server.connect()
+        reader.sendall(request(b"b" + str(16 * MB).encode()))
+        assert len(receive(reader, pace=(256 * 1024, 0.05, 12 * MB))) == 16 * MB
+        reader.sendall(request(b"eafter"))
+        assert receive(reader) == b"after"
+        stalled = server.connect()
+        stalled.sendall(request(b"b" + str(32 * MB).encode()))
+        raw = socket.socket(fileno=os.dup(stalled.fileno()))  # the TCP socket below, to watch without reading
+        try:
+            assert reset_without_reading(raw), "reset once its response sat untaken"
+        finally:
+            raw.close()
+        assert "took none of its response for connections.max.idle.ms=1000" in caplog.text

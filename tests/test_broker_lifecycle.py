@@ -50,7 +50,9 @@ def _metadata(client, topic):
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
-    with BrokerProcess(tmp_path_factory.mktemp("broker-lifecycle")) as server:
+    # A thousand connects in a burst outrun Kafka's default accept queue of 50 (socket.listen.backlog.size) on a
+    # loop that also serves requests: the kernel drops the excess SYNs and clients retry after 1 s, 3 s, ...
+    with BrokerProcess(tmp_path_factory.mktemp("broker-lifecycle"), {"socket.listen.backlog.size": "1024"}) as server:
         yield server
 
 

@@ -71,7 +71,9 @@ def closed_by_broker(sock: socket.socket, timeout: float) -> bool:
 def broker(tmp_path_factory):
     if not os.path.isdir("/proc/self/fd"):
         pytest.skip("needs /proc to read the broker's memory and descriptors")
-    server = BrokerProcess(tmp_path_factory.mktemp("slow-clients"), {"connections.max.idle.ms": str(IDLE_MS)}).start()
+    # socket.listen.backlog.size: a thousand connects in a burst outrun Kafka's default accept queue of 50
+    settings = {"connections.max.idle.ms": str(IDLE_MS), "socket.listen.backlog.size": "1024"}
+    server = BrokerProcess(tmp_path_factory.mktemp("slow-clients"), settings).start()
     yield server
     assert server.stop() == 0, server.log
 

@@ -11,7 +11,7 @@ import re
 import pytest
 from click.testing import CliRunner
 
-from brokertools import BrokerProcess, wait_until
+from brokertools import BrokerProcess, knows_its_topic, wait_until
 from kafkalog.cli import main as cli
 
 OVERRIDES = {
@@ -107,6 +107,7 @@ def test_describe_members_state_and_reset_refused_while_active(broker, tmp_path)
         heartbeat_interval_ms=1000,
     )
     try:
+        knows_its_topic(consumer, "lagged")
         assert wait_until(lambda: bool(consumer.poll(timeout_ms=100) is not None and consumer.assignment()), 30)
         consumer.commit()
         described = run(broker, "--describe", "--group", "active-group")

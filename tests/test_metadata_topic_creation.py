@@ -194,8 +194,9 @@ def test_auto_creation_by_metadata_answers_the_whole_topic(tmp_path):
 
 # ----- ZooKeeper mode ------------------------------------------------------------------------------------------
 class _Cluster:
-    """What the handler reads of a cluster broker's ZooKeeper node: ``view`` (set by the test) and auto-creation,
-    which finds a topic whose assignment is in the view existing, else records it in ``created``."""
+    """What the handler reads of a cluster broker's ZooKeeper node: ``view`` (set by the test, stamped as the
+    node stamps its views) and auto-creation, which finds a topic whose assignment is in the view existing, else
+    records it in ``created``."""
 
     def __init__(self) -> None:
         from kafkalog.broker.cluster.state import ClusterView
@@ -203,6 +204,16 @@ class _Cluster:
         self.view = ClusterView()
         self.created: list[str] = []
         self.settings = types.SimpleNamespace(default_replication_factor=3)
+
+    @property
+    def view(self):
+        return self._view
+
+    @view.setter
+    def view(self, view) -> None:
+        from kafkalog.broker.cluster.state import stamped
+
+        self._view = stamped(view, getattr(self, "_view", None))
 
     async def wait_ready(self) -> None:
         return None

@@ -126,6 +126,17 @@ def _int(props: Mapping[str, str], key: str, default: int, minimum: int | None =
     return value
 
 
+def _buffer_bytes(props: Mapping[str, str], key: str, default: int) -> int:
+    """A socket buffer size (SO_SNDBUF/SO_RCVBUF): -1 for the OS default, else a positive byte count. Kafka's
+    definition takes any INT and fails later, on the first socket (Java refuses a size below 1); here at once."""
+    value = _int(props, key, default, -1)
+    if value == 0:
+        raise InvalidConfigurationError(
+            f"Invalid value 0 for configuration {key}: Value must be -1 (the OS default) or a positive number of bytes"
+        )
+    return value
+
+
 def _per_ip_overrides(value: str) -> dict[str, int]:
     """``max.connections.per.ip.overrides``: ``host:count`` pairs."""
     result: dict[str, int] = {}
@@ -201,6 +212,12 @@ class KafkaConfig:
             )
         self.inter_broker_listener = self._inter_broker_listener()
         self.socket_request_max_bytes = _int(p, "socket.request.max.bytes", 100 * 1024 * 1024, 1)
+        # Kafka's SocketServer: SO_RCVBUF of the listening sockets (accepted ones inherit it), SO_SNDBUF of each
+        # accepted socket, the listen backlog; the follower's fetch connection's SO_RCVBUF (BrokerBlockingSender).
+        self.socket_send_buffer_bytes = _buffer_bytes(p, "socket.send.buffer.bytes", 100 * 1024)
+        self.socket_receive_buffer_bytes = _buffer_bytes(p, "socket.receive.buffer.bytes", 100 * 1024)
+        self.socket_listen_backlog_size = _int(p, "socket.listen.backlog.size", 50, 1)
+        self.replica_socket_receive_buffer_bytes = _buffer_bytes(p, "replica.socket.receive.buffer.bytes", 64 * 1024)
         self.queued_max_requests = _int(p, "queued.max.requests", 500, 1)
         self.group_initial_rebalance_delay_ms = _int(p, "group.initial.rebalance.delay.ms", 3000, 0)
         # KIP-227's session cache (broker/fetch_session.py), Kafka's names and defaults.

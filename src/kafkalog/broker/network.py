@@ -39,6 +39,15 @@ the unsent bytes, for it), and its fetch's file descriptors are released. Not ju
 poll, a group join: the broker's time), a quota throttle. Kafka closes at most one expired connection per poll;
 the sweep closes all of them at once.
 
+Sockets (Kafka's Acceptor): each listening socket gets ``socket.receive.buffer.bytes`` as SO_RCVBUF before it
+listens (accepted sockets inherit it, and the TCP window scale is agreed at the SYN, so it cannot wait for the
+accept) and ``socket.listen.backlog.size`` as its backlog; each accepted socket TCP_NODELAY, SO_KEEPALIVE and
+``socket.send.buffer.bytes`` as SO_SNDBUF. -1 leaves a size to the OS (on Linux: autotuned, up to
+``net.ipv4.tcp_rmem``/``tcp_wmem``'s maximum); a size set turns Linux's autotuning off for that buffer, as in Kafka.
+Kafka's backlog of 50 is drained by an acceptor thread of its own; here the loop that serves requests accepts,
+so a burst of connects larger than the backlog while the loop is busy waits for the clients' SYN retries (1 s,
+3 s, ...): raise ``socket.listen.backlog.size`` for connection storms.
+
 The loop is asyncio's own: uvloop's transports have no native sendfile (loop.sendfile would copy), so it
 would cost the zero-copy path. Measured (issue 23, alternating brokers, 3 rounds on 2 shared cores): uvloop
 gave 0.95-0.97x the broker CPU per GB produced (within the noise) and 1.67x per GB consumed (the copies),
@@ -90,6 +99,11 @@ def sweep_period(max_idle_ms: int) -> float:
     second); a sweep costs well under a microsecond per connection, so once a second is nothing even at
     thousands of connections, and the 10 ms floor keeps a tiny limit from spinning the loop."""
     return min(max(max_idle_ms / 10_000.0, 0.01), 1.0)
+
+
+def _address(address: tuple | None) -> str:
+    """A socket address as Java prints one (``/host:port``)."""
+    return f"/{address[0]}:{address[1]}" if address else "?"
 
 
 def _reset(stream: FrameStream) -> None:
@@ -178,6 +192,10 @@ class SocketServer:
     zero_copy: bool = True
     security: SocketSecurity = field(default_factory=SocketSecurity)
     metrics: BrokerMetrics | None = None
+    # Kafka's socket.send.buffer.bytes / socket.receive.buffer.bytes (-1: the OS's) and socket.listen.backlog.size
+    send_buffer_bytes: int = 100 * 1024
+    receive_buffer_bytes: int = 100 * 1024
+    listen_backlog: int = 50
 
     def __post_init__(self) -> None:
         self._sweeper: asyncio.Task[None] | None = None
@@ -206,8 +224,13 @@ class SocketServer:
                 host,
                 endpoint.port,
                 reuse_address=True,
-                backlog=1024,
+                backlog=self.listen_backlog,
+                start_serving=False,  # bound, not listening: SO_RCVBUF must be set before listen()
             )
+            if self.receive_buffer_bytes != -1:  # accepted sockets inherit it; the window scale is set at the SYN
+                for sock in server.sockets:
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.receive_buffer_bytes)
+            await server.start_serving()
             self._servers.append(server)
             for sock in server.sockets:
                 address = sock.getsockname()
@@ -223,14 +246,33 @@ class SocketServer:
         if self.security.connections_max_idle_ms >= 0 and self._sweeper is None:
             self._sweeper = asyncio.get_running_loop().create_task(self._sweep_idle())
 
+    def _configure_accepted(self, stream: FrameStream) -> None:
+        """Kafka's configureAcceptedSocketChannel: TCP_NODELAY, SO_KEEPALIVE and ``socket.send.buffer.bytes``."""
+        sock = stream.get_extra_info("socket")
+        if sock is None:
+            return
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+            if self.send_buffer_bytes != -1:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.send_buffer_bytes)
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug(
+                    "Accepted connection from %s on %s, sendBufferSize [actual|requested]: [%d|%d] "
+                    "recvBufferSize [actual|requested]: [%d|%d]",
+                    _address(stream.get_extra_info("peername")),
+                    _address(stream.get_extra_info("sockname")),
+                    sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF),
+                    self.send_buffer_bytes,
+                    sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF),
+                    self.receive_buffer_bytes,
+                )
+
     def _ip_limit(self, host: str) -> int:
         return self.security.max_connections_per_ip_overrides.get(host, self.security.max_connections_per_ip)
 
     async def _accept(self, endpoint: Endpoint, stream: FrameStream) -> None:
-        sock = stream.get_extra_info("socket")
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._configure_accepted(stream)
         peer = stream.get_extra_info("peername") or ("?", 0)
         host = str(peer[0])
         if self._per_ip.get(host, 0) >= self._ip_limit(host):
@@ -396,11 +438,13 @@ class SocketServer:
         when nothing is left to send, else with a reset, since a graceful close would wait, with the unsent
         bytes, for a client that does not read."""
         idle = self.security.connections_max_idle_ms
-        if conn.busy:
+        if conn.busy or pending:  # in _send, or past it with bytes still buffered (under TLS: encrypted ones)
             log.debug(
-                "Closing connection %s: its client took none of its response for connections.max.idle.ms=%d",
+                "Closing connection %s: its client took none of its response for connections.max.idle.ms=%d "
+                "(%d bytes buffered)",
                 conn.id,
                 idle,
+                pending,
             )
         elif conn.stream.receiving:
             log.debug(

@@ -116,6 +116,7 @@ from kafka.protocol.sasl import (
 from ..errors import InvalidRecordError
 from ..record.varint import encode_unsigned_varint, read_unsigned_varint
 from ..storage.file_records import RecordsSlice
+from . import produce_request
 from .messages import (
     ConsumerGroupDescribeRequest,
     ConsumerGroupDescribeResponse,
@@ -337,6 +338,7 @@ APIS: dict[int, ApiSpec] = {
     )
 }
 API_VERSIONS_KEY = 18
+PRODUCE_KEY = 0
 
 
 class InvalidRequestError(Exception):
@@ -416,10 +418,26 @@ def parse_header(frame: memoryview) -> tuple[RequestHeader, ApiSpec | None]:
 def decode_request(spec: ApiSpec, header: RequestHeader, frame: memoryview):
     """The request body, decoded by its schema; InvalidRequestError when it does not parse.
 
+    A produce request is read by ``produce_request`` (its records as views of the frame, not copies).
+
     Beyond the decoder, a null in a field the schema does not declare nullable is refused here (Kafka's
     generated readers refuse it while parsing), so handlers never meet a None they were not promised.
     """
     version = header.api_version
+    if spec.key == PRODUCE_KEY:
+        try:
+            return produce_request.decode(version, frame[header.size :])
+        except produce_request.TaggedFields:
+            pass  # kept by the schema decoder below
+        except produce_request.Malformed as e:
+            raise InvalidRequestError(
+                f"Error parsing {spec.name} v{version} request (correlation id {header.correlation_id}): {e}"
+            ) from None
+        except produce_request.NullField as e:
+            raise InvalidRequestError(
+                f"Error parsing {spec.name} v{version} request (correlation id {header.correlation_id}): "
+                f"non-nullable field {e} was serialized as null"
+            ) from None
     try:
         request = spec.request[version].decode(frame[header.size :])
     except Exception as e:  # the schema decoder raises struct.error, ValueError, IndexError, UnicodeDecodeError...

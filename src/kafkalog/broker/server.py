@@ -284,6 +284,9 @@ class KafkaServer:
             zero_copy=self.zero_copy,
             security=security,
             metrics=self.metrics,
+            send_buffer_bytes=self.config.socket_send_buffer_bytes,
+            receive_buffer_bytes=self.config.socket_receive_buffer_bytes,
+            listen_backlog=self.config.socket_listen_backlog_size,
         )
         try:
             await self.socket_server.start()

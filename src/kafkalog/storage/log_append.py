@@ -60,13 +60,14 @@ class LogAppend(LogState):
         ``records`` is batch bytes, a RecordBatchBuilder, or a list of records: ``Record`` objects or
         (key, value[, timestamp[, headers]]) tuples, which go into one uncompressed batch.
         """
-        if isinstance(records, bytes):
-            data = records
+        data: BytesLike
+        if isinstance(records, bytes | memoryview):
+            data = records  # a view (a request's frame) is read in place by the common path: see _append
         elif isinstance(records, RecordBatchBuilder):
             data = records.build()
         elif isinstance(records, list | tuple):
             data = self._build(records)
-        elif isinstance(records, bytearray | memoryview):
+        elif isinstance(records, bytearray):
             data = bytes(records)
         else:
             raise TypeError(
@@ -108,8 +109,11 @@ class LogAppend(LogState):
         return self._append(batch, origin=COORDINATOR, leader_epoch=leader_epoch, assign_offsets=True)
 
     def _append(
-        self, records: bytes, *, origin: AppendOrigin, leader_epoch: int, assign_offsets: bool
+        self, records: BytesLike, *, origin: AppendOrigin, leader_epoch: int, assign_offsets: bool
     ) -> LogAppendInfo:
+        """Append ``records``: bytes, or a read-only-in-practice view (a produce request's frame). The common
+        client append (one plain batch, checked and written in place) reads a view where it lies; every other
+        path gets its own bytes, since its batches may outlive the call (producer state, cached batches)."""
         if self.metadata_flush is not None:  # UnifiedLog.append: the topic id on disk before any record
             self.flush_metadata()
         if assign_offsets and origin == CLIENT:
@@ -118,6 +122,8 @@ class LogAppend(LogState):
                 fast = validate_single_plain_batch(records, self._log_end_offset, now, self.config, leader_epoch)
                 if fast is not None:
                     return self._append_validated(*fast, now, epoch=leader_epoch)
+        if not isinstance(records, bytes):
+            records = bytes(records)
         return self._append_general(records, origin=origin, leader_epoch=leader_epoch, assign_offsets=assign_offsets)
 
     def _append_validated(

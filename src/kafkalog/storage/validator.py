@@ -444,7 +444,7 @@ _FAST_ATTRIBUTES_MASK = 0x7F  # codec, timestamp type, transactional, control, d
 PlainHeader = tuple[Any, ...]
 
 
-def plain_batch_header(records: bytes, config: LogConfig) -> PlainHeader | None:
+def plain_batch_header(records: BytesLike, config: LogConfig) -> PlainHeader | None:
     """The unpacked header (``HEADER_STRUCT`` fields) of the common client append, a lone uncompressed v2
     batch without a producer id, once its header checks pass; None when the append is anything else, so
     that the general path handles it."""
@@ -468,15 +468,16 @@ def plain_batch_header(records: bytes, config: LogConfig) -> PlainHeader | None:
     return header
 
 
-def check_plain_batch(records: bytes, header: PlainHeader, now: int, config: LogConfig) -> int | None:
+def check_plain_batch(records: BytesLike, header: PlainHeader, now: int, config: LogConfig) -> int | None:
     """The CRC and record checks (analyze's and LogValidator's) of a batch ``plain_batch_header`` passed:
     its records' max timestamp, or None when anything is wrong, so that the general path raises Kafka's
     exact error. It takes no lock, so a large batch is checked while it is written."""
     if crc32c(memoryview(records)[ATTRIBUTES_OFFSET:]) != header[_CRC]:
         return None
-    # numba reads the bytes object as a buffer directly (no numpy wrapper needed on this path)
+    # numba reads a bytes object as a buffer directly; a view (a request's frame) goes in as an array over it
+    arena = records if isinstance(records, bytes) else np.frombuffer(records, dtype=np.uint8)
     code, _, _, min_ts, max_ts, null_keys = _kernels.summarize_records(
-        records, RECORDS_OFFSET, len(records), header[_COUNT], header[_BASE_TS]
+        arena, RECORDS_OFFSET, len(records), header[_COUNT], header[_BASE_TS]
     )
     if code != _kernels.OK or (null_keys and config.compact):
         return None
@@ -490,7 +491,7 @@ def check_plain_batch(records: bytes, header: PlainHeader, now: int, config: Log
 
 
 def plain_batch_append(
-    records: bytes, header: PlainHeader, max_ts: int, first_offset: int, leader_epoch: int
+    records: BytesLike, header: PlainHeader, max_ts: int, first_offset: int, leader_epoch: int
 ) -> tuple[list[BytesLike], int, LogAppendInfo]:
     """(buffers to write, size, info) for a checked batch whose records' max timestamp is ``max_ts``: the
     header gets the offsets and leader epoch in place, and the CRC is recomputed only when the max
@@ -536,10 +537,13 @@ def warm_up() -> None:
     other connection of a broker meanwhile); a server calls this while it starts instead.
     """
     _kernels.summarize_records(b"", 0, 0, 0, 0)
+    # the arrays the other paths pass: over a request frame's own buffer (writable), over bytes (read-only)
+    _kernels.summarize_records(np.empty(0, dtype=np.uint8), 0, 0, 0, 0)
+    _kernels.summarize_records(np.frombuffer(b"", dtype=np.uint8), 0, 0, 0, 0)
 
 
 def validate_single_plain_batch(
-    records: bytes, first_offset: int, now: int, config: LogConfig, leader_epoch: int
+    records: BytesLike, first_offset: int, now: int, config: LogConfig, leader_epoch: int
 ) -> tuple[list[BytesLike], int, LogAppendInfo] | None:
     """The common client append in one pass: a lone uncompressed v2 batch with no producer id.
 

@@ -1,35 +1,46 @@
-"""The SASL protocol fuzz target: sequences of frames on one SASL_PLAINTEXT connection through a real broker.
+"""The SASL protocol fuzz target: sequences of frames on one SASL connection through a real broker.
 
-``SaslFuzzer`` runs a ``KafkaServer`` in process with a SASL_PLAINTEXT listener enabling PLAIN, SCRAM-SHA-256 and
-SCRAM-SHA-512 (PLAIN users in the listener's JAAS entry, SCRAM users in the credential store, one of them named
-with ',' and '=' to exercise saslname escapes), ``connection.failed.authentication.delay.ms=0``. A case is a plan
+``SaslFuzzer`` runs a ``KafkaServer`` in process with a SASL_PLAINTEXT listener enabling PLAIN, SCRAM-SHA-256,
+SCRAM-SHA-512 and OAUTHBEARER (PLAIN users in the listener's JAAS entry, SCRAM users in the credential store, one
+of them named with ',' and '=' to exercise saslname escapes; OAUTHBEARER with Kafka's default unsecured JWS
+validator, its options drawn per connection), ``connection.failed.authentication.delay.ms=0``. A case is a plan
 of actions on ONE connection (``plan_for``): ApiVersions, SaslHandshake v0/v1 (mechanism names mutated),
 mechanism tokens as SaslAuthenticate v0-v2 or, after a v0 handshake, as bare frames (PLAIN's authzid/user/password,
 SCRAM client-first and client-final with mutated gs2 headers, names, nonces, extensions, channel bindings and
-proofs), other requests before and after login, time passing (KIP-368 re-authentication and session expiry with
-``connections.max.reauth.ms`` of 0, 1 s or 60 s), oversized frames; the plan's order is mutated too, and any
-frame may be mutated byte-wise. Each frame goes through the broker's ``RequestRouter`` as the socket server
-hands it over.
+proofs; OAUTHBEARER first messages with every part of the GS2 header, key/value pairs, scheme and unsecured JWS
+mutated -- header, claims, their JSON and base64, signature, layout -- and the %x01 acknowledgement of an error
+challenge), other requests before and after login, time passing (KIP-368 re-authentication and session expiry
+with ``connections.max.reauth.ms`` of 0, 1 s or 60 s, token expiry on the connection's wall clock), oversized
+frames; the plan's order is mutated too, and any frame may be mutated byte-wise. Each frame goes through the
+broker's ``RequestRouter`` as the socket server hands it over; ``SaslTlsFuzzer`` writes the same frames to TLS
+sockets of a SASL_SSL listener instead.
 
 The oracle (``KafkaSaslModel`` predicts every frame as Kafka would handle it):
 
 - the broker does what Kafka does: answers (header echoing the correlation id, body decoding to its last byte,
   the predicted error code and message, session lifetime, SCRAM server messages that extend the client nonce and
-  sign the exchange), answers then closes (a failed login), or closes unanswered;
+  sign the exchange, OAUTHBEARER's JSON error challenge byte for byte), answers then closes (a failed login), or
+  closes unanswered;
 - after every frame the connection's principal is the model's: a login the password did not make never
   authenticates, a re-authentication never changes the principal, a failed one never leaves one behind;
+- independently of the model, a login never completes on an OAUTHBEARER token the client made invalid (expired,
+  issued in the future, signed, alg other than none, no principal, missing scope, malformed...);
 - no exception escapes, no error is logged, no UNKNOWN_SERVER_ERROR, no frame holds the loop for long;
-- after every case a fresh connection still logs in (PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512 in turn) and gets
-  Metadata.
+- after every case a fresh connection still logs in (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 and OAUTHBEARER in
+  turn) and gets Metadata.
 
-The atheris harness is ``fuzz/fuzz_protocol.py --sasl``; the CI form ``tests/test_protocol_fuzz_sasl.py``.
+The atheris harness is ``fuzz/fuzz_protocol.py --sasl`` (``--sasl-tls`` over TLS); the CI form
+``tests/test_protocol_fuzz_sasl.py``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import copy
+import dataclasses
+import json
 import struct
 import time
 from collections.abc import Callable
@@ -39,12 +50,19 @@ from typing import Any
 
 from ..broker.network import CLOSE, Connection
 from ..broker.protocol import APIS, InvalidRequestError
+from ..broker.security.oauthbearer import (
+    ALLOWABLE_CLOCK_SKEW_MS_OPTION,
+    PRINCIPAL_CLAIM_NAME_OPTION,
+    REQUIRED_SCOPE_OPTION,
+    SCOPE_CLAIM_NAME_OPTION,
+    UnsecuredValidatorOptions,
+)
 from ..broker.security.scram import new_credential
 from ..broker.server import KafkaServer
 from .fuzz import UnexpectedOutcome, mutate
 from .protocol_fuzz import FuzzBroker, _response_bytes, decode_response, judge
 from .protocol_messages import Choices, encode_frame, mutate_message, seed_message, try_encode
-from .sasl_model import ANONYMOUS, Expect, KafkaSaslModel, Users, scram_proof
+from .sasl_model import ANONYMOUS, OAUTHBEARER, Expect, KafkaSaslModel, OAuthOptions, Users, scram_proof, wall_ms
 
 HANG_SECONDS = 10.0  # one frame holding the event loop this long is a hang
 PLAIN_USERS = {"admin": "admin-secret", "bob": "bob-secret"}
@@ -54,22 +72,33 @@ SCRAM_USERS = {
     "c,a=r": {"SCRAM-SHA-256": "comma-secret"},
 }
 USERS = Users(PLAIN_USERS, SCRAM_USERS)
-ENABLED = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+ENABLED = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", OAUTHBEARER)
 JAAS = (
     "org.apache.kafka.common.security.plain.PlainLoginModule required "
     + " ".join(f'user_{user}="{password}"' for user, password in PLAIN_USERS.items())
     + ";"
 )
+OAUTH_JAAS = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;"
+# The unsecured validator's options of a connection (drawn at its first OAUTHBEARER handshake): Kafka's defaults;
+# a required scope; another principal and scope claim, two required scope values (one as Java prints the number
+# 1e10 in a list) and 30 s of allowed clock skew.
+OAUTH_OPTIONS = (
+    OAuthOptions(),
+    OAuthOptions(required_scope=("kafka",)),
+    OAuthOptions("client_id", "scp", ("read", "1.0E10"), 30_000),
+)
 BROKER_CONFIG = {
     "listeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
     "sasl.enabled.mechanisms": ",".join(ENABLED),
     "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS,
+    "listener.name.sasl_plaintext.oauthbearer.sasl.jaas.config": OAUTH_JAAS,
     "connection.failed.authentication.delay.ms": "0",
     "offsets.topic.num.partitions": "1",
     "log.segment.bytes": "1048576",
 }
 REAUTH_MS = (0, 60_000, 1_000)  # connections.max.reauth.ms of a case (0: no re-authentication)
-FOLLOW_UP_LOGINS = (b"\x00", b"\x01", b"\x02")  # plans of honest PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 logins
+# plans of honest PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 and OAUTHBEARER logins (templates 0, 1, 2 and 5)
+FOLLOW_UP_LOGINS = (b"\x00\x00", b"\x00\x01", b"\x00\x02", b"\x00\x05")
 # Requests other than the SASL ones a case sends (read-only, answered at once): (API key, version).
 OTHER_REQUESTS = ((3, 12), (18, 3), (3, 1), (60, 1), (16, 4), (18, 0), (3, 0), (32, 4), (18, 9), (3, 13), (10, 4))
 
@@ -91,8 +120,24 @@ TEMPLATES: tuple[tuple[str, ...], ...] = (
         "scram-final",
         "other",
     ),
+    ("handshake:OAUTHBEARER", "oauth", "other"),
+    ("handshake:OAUTHBEARER", "oauth:bad", "oauth-ack", "other"),
+    ("versions", "handshake:OAUTHBEARER", "oauth:bad", "oauth", "other"),
+    ("handshake:OAUTHBEARER", "oauth", "tick", "handshake:OAUTHBEARER", "oauth", "other"),
 )
-POOL = ("versions", "handshake", "plain", "scram-first", "scram-final", "token", "other", "tick", "huge")
+POOL = (
+    "versions",
+    "handshake",
+    "plain",
+    "scram-first",
+    "scram-final",
+    "token",
+    "other",
+    "tick",
+    "huge",
+    "oauth",
+    "oauth-ack",
+)
 
 
 def plan_for(choices: Choices) -> list[str]:
@@ -122,13 +167,18 @@ class Client:
     """Renders a plan's actions into frames, as a client would (honest at choice 0 of every decision), from
     what the broker answered so far."""
 
-    def __init__(self, choices: Choices) -> None:
+    def __init__(self, choices: Choices, wall: Callable[[], int] = lambda: wall_ms(1000.0)) -> None:
         self.c = choices
+        self.wall = wall  # the wall clock tokens are minted by (epoch ms)
         self.correlation = 0
         self.mechanism = "PLAIN"
         self.raw = False  # the client's belief: the last handshake was v0
         self.last_token = b""
         self.scram: dict[str, Any] = {}
+        self.oauth_options: OAuthOptions | None = None  # drawn at the first OAUTHBEARER handshake
+        # why the last OAUTHBEARER token sent is invalid by construction (expired, signed, no principal...), or
+        # None when it may be valid: a login on a token with a reason is a SECURITY failure, whatever the model says
+        self.invalid_because: str | None = None
 
     def _pick(self, options: Any) -> Any:
         """The first (honest) option two times in three, else any: so that most decisions of a case keep the
@@ -139,9 +189,11 @@ class Client:
         """The frame of ``action`` (None for "tick"), maybe byte-mutated."""
         name, _, argument = action.partition(":")
         render: Callable[[str], bytes] = getattr(self, "_" + name.replace("-", "_"))
+        self.invalid_because = None
         frame = render(argument)
         if self.c.below(10) == 9:
             frame = mutate(frame, bytes(self.c.below(256) for _ in range(4)))
+            self.invalid_because = None  # the mutation may have made it anything
         return frame
 
     def _request(self, key: int, version: int, **values: Any) -> bytes:
@@ -175,6 +227,8 @@ class Client:
         version = self._pick((1, 0, 2))
         self.mechanism, self.raw = name, version == 0
         self.scram = {}
+        if name == OAUTHBEARER and self.oauth_options is None:
+            self.oauth_options = self.c.pick(OAUTH_OPTIONS)
         return self._request(17, version, mechanism=name)
 
     def _token_frame(self, token: bytes) -> bytes:
@@ -269,8 +323,237 @@ class Client:
             proof_text = base64.b64encode(bytes(len(proof))).decode()
         return self._token_frame(f"c={channel},r={nonce}{extensions},p={proof_text}".encode())
 
+    # ----- OAUTHBEARER -----------------------------------------------------------------------------------------
+    def _oauth_ack(self, _: str) -> bytes:
+        """The client's reply to an error challenge: %x01 (RFC 7628 3.2.3)."""
+        return self._token_frame(self._pick((b"\x01", b"\x01\x01", b"", b"\x02", b"\x01 ")))
+
+    def _oauth(self, argument: str) -> bytes:
+        """A client's first OAUTHBEARER message: ``n,[a=authzid],^Aauth=Bearer <unsecured JWS>[^Akey=value]^A^A``,
+        honest at choice 0 (an expired token for ``oauth:bad``), every part mutated otherwise."""
+        options = self.oauth_options or OAuthOptions()
+        now = self.wall()
+        why: list[str] = []
+        header = self._jws_header(why)
+        claims = self._claims(options, now, argument == "bad", why)
+        token = self._jws(header, claims, why)
+        principal = claims.get(options.principal_claim)
+        authzid = self._pick(("", principal if isinstance(principal, str) else "alice", "bob", "al=3Dice", "=2C"))
+        if authzid and authzid != principal:
+            why.append(f"authzid {authzid} is not the principal")
+        gs2 = self._pick((f"n,a={authzid}," if authzid else "n,,", "y,,", "n,a=,", "n,a=alice", "p=x,,", "n,"))
+        scheme = self._pick(("Bearer", "bearer", "BEARER", "Basic", "Bearer ", "Bearer\t", "Bearer_1"))
+        auth = f"auth={scheme} {token}"
+        extension = self._pick(
+            ("", "traceId=42", "auth=Bearer e30.e30.", "bad_key=1", "k=v w", "k=", "k=\x7f", "=v", "k=a=b")
+        )
+        pairs = [auth, extension] if not extension or self.c.below(2) == 0 else [extension, auth]
+        body = "".join(f"{pair}\x01" for pair in pairs if pair)
+        end = self._pick(("\x01", "", "\x01\x01"))
+        if why:
+            self.invalid_because = ", ".join(why)
+        return self._token_frame(f"{gs2}\x01{body}{end}".encode("utf-8", "surrogatepass"))
+
+    def _jws_header(self, why: list[str]) -> str:
+        options = (
+            ('{"alg":"none"}', None),
+            ('{"alg":"HS256"}', "alg HS256"),
+            ('{"alg":"None"}', "alg None"),
+            ("{}", "no alg"),
+            ('{"alg":null}', "alg null"),
+            ('{"typ":"JWT","alg":"none"}', None),
+            ("[]", "header not an object"),
+            ('{"alg":["none"]}', "alg a list"),
+            ('{"alg":"none","alg":"RS256"}', "alg RS256 (the last one)"),
+            ('{"alg":"RS256","alg":"none"}', None),
+            ('{"alg":"none"}}x', None),
+        )
+        text, reason = self._pick(options)
+        if reason:
+            why.append(reason)
+        return str(text)
+
+    def _claims(self, options: OAuthOptions, now: int, expired: bool, why: list[str]) -> dict[str, Any]:
+        """The claims (values are Python objects, or ``Raw`` JSON text), and why they are invalid if they are."""
+        skew, claims = options.skew_ms, {}
+        principal = self._pick(
+            (
+                "alice",
+                "bob",
+                "",
+                " ",
+                "\x01",
+                "\xa0x",
+                "\ud800",
+                7,
+                None,
+                True,
+                ["alice"],
+                {},
+                _ABSENT,
+                "a" * 300,
+                " alice ",
+            )
+        )
+        if principal in ("", " ", "\x01", 7, ["alice"], {}) or principal is _ABSENT:
+            why.append(f"principal {principal!r}")
+        if principal is not _ABSENT:
+            claims[options.principal_claim] = principal
+        exp_ms = now - skew - 1 if expired else now + 3_600_000
+        exp_choices: tuple[Any, ...] = (
+            exp_ms,
+            now - skew - 1,
+            now - skew,
+            now - skew + 1,
+            now + 500,
+            -1000,
+            "soon",
+            _ABSENT,
+            Raw("1e400"),
+            Raw("NaN"),
+            10**30 * 1000,
+            9_300_000_000_000_000_000,
+            Raw("1" * 1500),
+            now + 3_600_000,
+        )
+        exp = self._pick(exp_choices)
+        if isinstance(exp, int):
+            if now - skew > exp:  # (at the boundary itself, the double arithmetic decides: left to the model)
+                why.append(f"expired ({exp} ms at {now} ms, skew {skew})")
+            claims["exp"] = exp // 1000 if exp % 1000 == 0 and self.c.below(2) else exp / 1000
+        elif exp is not _ABSENT:
+            claims["exp"] = exp
+            if exp in ("soon", Raw("NaN"), Raw("1" * 1500)):
+                why.append(f"exp {exp}")
+        else:
+            why.append("no exp")
+        issued = exp_ms - 3_600_000 if expired else now  # an expired token was issued an hour before its expiry
+        iat = self._pick((issued, _ABSENT, now + skew + 1, now + skew, "exp", "x", now - 1000))
+        if iat == "exp" and isinstance(exp, int):
+            iat = exp
+            why.append("exp not after iat")
+        if iat == now + skew + 1:
+            why.append("iat in the future")
+        if iat == "x":
+            why.append("iat a string")
+        if isinstance(iat, int):
+            claims["iat"] = iat / 1000
+        elif iat not in (_ABSENT, "exp"):
+            claims["iat"] = iat
+        scope = self._pick(
+            (
+                list(options.required_scope) or ["kafka"],
+                [],
+                _ABSENT,
+                " ".join(options.required_scope) or "kafka",
+                5,
+                [Raw("1e10"), "read"],
+                [" "],
+                ["\xa0kafka"],
+                ["kafka", None],
+                " kafka ",
+            )
+        )
+        if scope is not _ABSENT:
+            claims[options.scope_claim] = scope
+        if scope == 5:
+            why.append("scope a number")
+        elif options.required_scope and (scope is _ABSENT or scope in ([], [" "])):
+            why.append(f"no scope of {options.required_scope}")
+        extra = self._pick((None, "depth50", "depth3000", "long-number"))
+        if extra == "depth50":
+            claims["x"] = Raw("[" * 50 + "]" * 50)
+        elif extra == "depth3000":
+            claims["x"] = Raw("[" * 3000 + "]" * 3000)
+            why.append("JSON nested 3,000 deep")
+        elif extra == "long-number":
+            claims["n"] = Raw("7" * 1500)
+            why.append("a 1,500-digit number")
+        return claims
+
+    def _jws(self, header: str, claims: dict[str, Any], why: list[str]) -> str:
+        body = "{" + ",".join(f"{json.dumps(k)}:{_json(v)}" for k, v in claims.items()) + "}"
+        layout = self._pick(("compact", "spaced", "trailing", "bom", "utf16", "trailing-bytes"))
+        if layout == "spaced":
+            body = " " + body.replace(",", " , ").replace(":", " : ") + "\n"
+        elif layout == "trailing":
+            body += "}garbage"
+        data = body.encode("utf-8", "surrogatepass")
+        if layout == "bom":
+            data = b"\xef\xbb\xbf" + data
+        elif layout == "utf16":
+            data = body.encode("utf-16-be", "surrogatepass")
+        elif layout == "trailing-bytes":
+            data += b"\xff\xfe"
+        encoding = self._pick(("url", "padded", "standard", "tilde", "short"))
+        parts = [_b64(header.encode(), encoding), _b64(data, encoding)]
+        if encoding == "standard" and any(c in part for part in parts for c in "+/"):
+            why.append("standard base64 alphabet")
+        elif encoding == "padded" and any("=" in part for part in parts):
+            why.append("padding inside the token")
+        elif encoding in ("tilde", "short"):
+            why.append(f"base64 {encoding}")
+        signature = self._pick(("", "c2ln", "=", "AAAA"))
+        if signature:
+            why.append("signed")
+        shape = self._pick(("{h}.{c}.{s}", "{h}.{c}", "{h}.{c}.{s}.x", ".{c}.{s}", "{h}..{c}.", "{h}.{c}.{s}."))
+        if shape != "{h}.{c}.{s}":
+            why.append(f"shape {shape}")
+        return str(shape).format(h=parts[0], c=parts[1], s=signature)
+
+
+class Raw(str):
+    """JSON text put into a claim as it is (NaN, 1e400, deep nesting...)."""
+
+
+_ABSENT: Any = Raw("<absent>")
+
+
+def _json(value: Any) -> str:
+    if isinstance(value, Raw):
+        return str(value)
+    if isinstance(value, list):
+        return "[" + ",".join(_json(v) for v in value) + "]"
+    return json.dumps(value)
+
+
+def _b64(data: bytes, encoding: str) -> str:
+    """Base64 of a JWS part: URL-safe without padding (RFC 7515), or as a careless client writes it."""
+    if encoding == "standard":
+        return base64.b64encode(data).decode().rstrip("=")
+    text = base64.urlsafe_b64encode(data).decode()
+    if encoding == "padded":
+        return text
+    text = text.rstrip("=")
+    if encoding == "tilde":
+        return text[:1] + "~" + text[1:]
+    if encoding == "short":
+        return text + "A" * ((1 - len(text) % 4) % 4)  # a length of 1 mod 4: a lone final character
+    return text
+
 
 # ------------------------------------------------------------------------------------------------ the broker
+
+
+def broker_options(options: OAuthOptions) -> UnsecuredValidatorOptions:
+    """The broker's validator options for ``options``, read from the JAAS options that set them."""
+    return UnsecuredValidatorOptions.from_jaas(
+        {
+            PRINCIPAL_CLAIM_NAME_OPTION: options.principal_claim,
+            SCOPE_CLAIM_NAME_OPTION: options.scope_claim,
+            REQUIRED_SCOPE_OPTION: " ".join(options.required_scope),
+            ALLOWABLE_CLOCK_SKEW_MS_OPTION: str(options.skew_ms),
+        }
+    )
+
+
+Send = Callable[[bytes, Expect], Any]  # a frame and its prediction -> CLOSE or (header, response)
+
+
+def _on_clocks(sasl: Any, reauth_ms: int, clock: Callable[[], float]) -> None:
+    """Put a connection's authenticator on the case's clock: its sessions, and the wall clock of its tokens."""
+    sasl.reauth_ms, sasl.clock = reauth_ms, clock
+    sasl.wall_clock_ms = lambda: wall_ms(clock())
 
 
 class _Clock:
@@ -308,13 +591,21 @@ class SaslFuzzer(FuzzBroker):
         self.factory = server.socket_server.security.sasl_factory
 
     def connection(self, reauth_ms: int, clock: Callable[[], float]) -> Connection:
-        """A fresh SASL_PLAINTEXT connection (its socket ends are never used)."""
+        """A fresh SASL_PLAINTEXT connection (its socket ends are never used), on the fuzz clocks."""
         self._index += 1
         stream = SimpleNamespace(get_extra_info=lambda name: None)
         conn = Connection(stream, self._index, self.endpoint)  # type: ignore[arg-type]
         conn.sasl = self.factory(self.endpoint)
-        conn.sasl.reauth_ms, conn.sasl.clock = reauth_ms, clock
+        _on_clocks(conn.sasl, reauth_ms, clock)
         return conn
+
+    def open(self, reauth_ms: int, clock: Callable[[], float]) -> tuple[Connection, Send]:
+        """(the broker's connection, how a frame is sent on it and answered): here, straight to the router."""
+        conn = self.connection(reauth_ms, clock)
+        return conn, lambda frame, expect: self._run(conn, frame)
+
+    def close(self, conn: Connection) -> None:
+        """The client is done with the connection."""
 
     # ----- one case --------------------------------------------------------------------------------------------
     def check(self, control: bytes) -> str:
@@ -326,7 +617,7 @@ class SaslFuzzer(FuzzBroker):
 
         def run() -> str:
             principal = self.run_plan(control)
-            self.run_plan(FOLLOW_UP_LOGINS[self.cases % 3], expect_login=True)
+            self.run_plan(FOLLOW_UP_LOGINS[self.cases % len(FOLLOW_UP_LOGINS)], expect_login=True)
             self._raise_logged(control)
             return "refused" if principal == ANONYMOUS else "authenticated"
 
@@ -339,8 +630,10 @@ class SaslFuzzer(FuzzBroker):
         reauth_ms = REAUTH_MS[choices.below(len(REAUTH_MS))]
         model = KafkaSaslModel(USERS, ENABLED, reauth_ms)
         clock = _Clock()
-        conn = self.connection(reauth_ms, clock)
-        client = Client(choices)
+        conn, send = self.open(reauth_ms, clock)
+        sasl = conn.sasl
+        assert sasl is not None
+        client = Client(choices, sasl.wall_clock_ms)
         steps: list[str] = []
         for action in plan if plan is not None else plan_for(choices):
             if action == "tick":
@@ -351,17 +644,27 @@ class SaslFuzzer(FuzzBroker):
                 continue
             frame = client.frame(action)
             assert frame is not None
+            if client.oauth_options is not None and model.oauth is not client.oauth_options:
+                model.oauth = client.oauth_options  # this connection's validator options, for both
+                sasl.settings = dataclasses.replace(sasl.settings, oauthbearer=broker_options(client.oauth_options))
             steps.append(f"{action} {frame[:80]!r}")
+            exchanging = sasl.state in ("authenticate", "reauthenticate")
             expect = model.step(frame)
-            result = self._run(conn, frame)
+            result = send(frame, expect)
             if conn.principal != model.principal:  # checked first: the property that matters most
                 raise UnexpectedOutcome(
                     f"SECURITY: the connection's principal is {conn.principal}, Kafka's would be {model.principal}"
                     f" after {steps}"
                 )
+            if exchanging and sasl.state == "complete" and client.invalid_because:
+                raise UnexpectedOutcome(  # whatever the model says: the client made this token invalid
+                    f"SECURITY: a login completed with an invalid OAUTHBEARER token ({client.invalid_because}) after "
+                    f"{steps}"
+                )
             client.last_token = self._compare(frame, expect, result, conn, steps)
             if model.state == "closed":
                 break
+        self.close(conn)
         if expect_login and conn.principal == ANONYMOUS:
             raise UnexpectedOutcome(f"a valid login on a fresh connection failed: {steps}")
         return conn.principal
@@ -440,6 +743,143 @@ class SaslFuzzer(FuzzBroker):
             raise UnexpectedOutcome(f"the broker logged an error: {text} on case {control[:64]!r}")
 
 
+# ------------------------------------------------------------------------------------------------ over TLS
+
+READ_SECONDS = 10.0  # an answer (or the close) that takes longer over the socket is a hang
+
+
+def tls_material() -> tuple[str, str, str]:
+    """(server key PEM, server certificate chain PEM, CA certificate PEM) for 127.0.0.1, made now with
+    ``cryptography`` (EC P-256: milliseconds); nothing is written to disk."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    now = datetime.datetime.now(datetime.UTC)
+
+    def certificate(subject: str, key: Any, issuer: str, issuer_key: Any, ca: bool) -> Any:
+        builder = (
+            x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]))
+            .issuer_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, issuer)]))
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=2))
+            .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+        )
+        if not ca:
+            address = x509.IPAddress(ipaddress.ip_address("127.0.0.1"))
+            builder = builder.add_extension(x509.SubjectAlternativeName([address]), critical=False)
+        return builder.sign(issuer_key, hashes.SHA256())
+
+    ca_key, server_key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    ca = certificate("kafkalog sasl fuzz CA", ca_key, "kafkalog sasl fuzz CA", ca_key, ca=True)
+    server = certificate("127.0.0.1", server_key, "kafkalog sasl fuzz CA", ca_key, ca=False)
+    pem = serialization.Encoding.PEM
+    key = server_key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    ca_pem = ca.public_bytes(pem).decode()
+    return key.decode(), server.public_bytes(pem).decode() + ca_pem, ca_pem
+
+
+class SaslTlsFuzzer(SaslFuzzer):
+    """The same cases over real SASL_SSL connections: each frame is written to a TLS socket of the broker's
+    SASL_SSL listener and the answer (or the close) read back, so that the TLS-wrapped path -- handshake, framing
+    over the TLS stream, the pre-login size limit, close after a failed login -- is judged by the same model. The
+    broker's connection (found by the client's port) is put on the case's clocks as it is accepted."""
+
+    prefix = "kafkalog-sasl-tls-fuzz-"
+
+    def __init__(self, reset_every: int = 5000) -> None:
+        super().__init__(reset_every)
+        key, chain, self.ca = tls_material()
+        self.config = {
+            **BROKER_CONFIG,
+            "listeners": "PLAINTEXT://127.0.0.1:0,SASL_SSL://127.0.0.1:0",
+            "listener.name.sasl_ssl.plain.sasl.jaas.config": JAAS,
+            "listener.name.sasl_ssl.oauthbearer.sasl.jaas.config": OAUTH_JAAS,
+            "ssl.keystore.type": "PEM",
+            "ssl.keystore.key": key,
+            "ssl.keystore.certificate.chain": chain,
+        }
+        self._pending: tuple[int, Callable[[], float]] | None = None
+
+    def _prepare(self, server: KafkaServer) -> None:
+        super()._prepare(server)
+        assert server.socket_server is not None
+        self.socket_server = server.socket_server
+        self.address = server.socket_server.bound_by_listener[self.endpoint.name]
+        security, make = server.socket_server.security, self.factory
+
+        def on_clocks(endpoint: Any) -> Any:  # the socket server creates each connection's authenticator here
+            sasl = make(endpoint)
+            if self._pending is not None:
+                _on_clocks(sasl, *self._pending)
+            return sasl
+
+        security.sasl_factory = on_clocks
+
+    def open(self, reauth_ms: int, clock: Callable[[], float]) -> tuple[Connection, Send]:
+        import ssl
+
+        context = ssl.create_default_context(cadata=self.ca)
+        self._pending = (reauth_ms, clock)
+        reader, writer = self.loop.run_until_complete(
+            asyncio.wait_for(asyncio.open_connection(*self.address, ssl=context), READ_SECONDS)
+        )
+        port = writer.get_extra_info("sockname")[1]
+        conn = self.loop.run_until_complete(asyncio.wait_for(self._accepted(port), READ_SECONDS))
+        self._streams = (reader, writer)
+
+        def send(frame: bytes, expect: Expect) -> Any:
+            return self.loop.run_until_complete(self._exchange(reader, writer, frame, expect))
+
+        return conn, send
+
+    async def _accepted(self, port: int) -> Connection:
+        """The broker's side of the client connection from ``port``, once its authenticator is in place."""
+        while True:
+            for conn in self.socket_server.connections():
+                if conn.id.split("-")[1].endswith(f":{port}") and conn.sasl is not None:
+                    return conn
+            await asyncio.sleep(0.001)
+
+    async def _exchange(self, reader: Any, writer: Any, frame: bytes, expect: Expect) -> Any:
+        try:
+            writer.write(struct.pack(">i", len(frame)) + frame)
+            await writer.drain()
+        except (ConnectionError, OSError):
+            return CLOSE  # closed while the frame was written (a frame over the pre-login limit)
+        try:
+            async with asyncio.timeout(READ_SECONDS):
+                size = struct.unpack(">i", await reader.readexactly(4))[0]
+                answer = await reader.readexactly(size)
+        except (asyncio.IncompleteReadError, ConnectionError, OSError):
+            return CLOSE
+        except TimeoutError:
+            raise UnexpectedOutcome(
+                f"no answer and no close within {READ_SECONDS} s over TLS: {frame[:96]!r}"
+            ) from None
+        if expect.kind == "token":  # a bare token answers a bare token
+            return b"", SimpleNamespace(parts=[answer], close=lambda: None)
+        key, version = struct.unpack_from(">hh", frame)
+        spec = APIS.get(key)
+        flexible = spec is not None and spec.min_version <= version <= spec.max_version and spec.flexible(version)
+        split = 4 + (1 if flexible and key != 18 else 0)
+        return answer[:split], SimpleNamespace(parts=[answer[split:]], close=lambda: None)
+
+    def close(self, conn: Connection) -> None:
+        _, writer = self._streams
+        writer.close()
+        with contextlib.suppress(Exception):
+            self.loop.run_until_complete(asyncio.wait_for(writer.wait_closed(), READ_SECONDS))
+        self._pending = None
+
+
 # ------------------------------------------------------------------------------------------------ runners
 
 
@@ -457,14 +897,17 @@ def seed_controls() -> list[bytes]:
     return list(corpus().values())
 
 
-def run_cases(cases: int, seed: int = 0, reset_every: int = 5000) -> tuple[dict[str, int], list[str]]:
-    """``cases`` inputs (every seed first, then seeded random controls): (outcome counts, failures)."""
+def run_cases(
+    cases: int, seed: int = 0, reset_every: int = 5000, tls: bool = False
+) -> tuple[dict[str, int], list[str]]:
+    """``cases`` inputs (every seed first, then seeded random controls), on the router or (``tls``) over SASL_SSL
+    sockets: (outcome counts, failures)."""
     import random
 
     rng = random.Random(f"sasl-{seed}")
     seeds = seed_controls()
     failures: list[str] = []
-    with SaslFuzzer(reset_every) as f:
+    with (SaslTlsFuzzer if tls else SaslFuzzer)(reset_every) as f:
         for n in range(cases):
             control = seeds[n] if n < len(seeds) else rng.randbytes(rng.randrange(1, 120))
             try:
@@ -474,18 +917,21 @@ def run_cases(cases: int, seed: int = 0, reset_every: int = 5000) -> tuple[dict[
         return dict(f.outcomes), failures
 
 
-def check_one(control: bytes) -> str:
+def check_one(control: bytes, tls: bool = False) -> str:
     """One case on a fresh broker: how a failure input is reproduced."""
-    with SaslFuzzer() as f:
+    with (SaslTlsFuzzer if tls else SaslFuzzer)() as f:
         outcome: str = f.check(control)
         return outcome
 
 
-def atheris_entry(reset_every: int = 5000, keep_going: Path | None = None) -> Callable[[bytes], None]:
-    """The function to hand to ``atheris.Setup`` (see ``protocol_fuzz.atheris_entry`` for ``keep_going``)."""
+def atheris_entry(
+    reset_every: int = 5000, keep_going: Path | None = None, tls: bool = False
+) -> Callable[[bytes], None]:
+    """The function to hand to ``atheris.Setup`` (see ``protocol_fuzz.atheris_entry`` for ``keep_going``); ``tls``:
+    the cases go over SASL_SSL sockets."""
     from .protocol_fuzz import _save_failure
 
-    state = SaslFuzzer(reset_every).__enter__()
+    state = (SaslTlsFuzzer if tls else SaslFuzzer)(reset_every).__enter__()
     seen: set[str] = set()
 
     def one_input(data: bytes) -> None:

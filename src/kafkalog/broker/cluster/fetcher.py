@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import socket
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -51,9 +52,10 @@ _BATCH_LENGTH = struct.Struct(">qi")
 class BrokerConnection:
     """One client connection to another broker: requests one at a time (a fetcher waits for each answer)."""
 
-    def __init__(self, host: str, port: int, client_id: str, security=None) -> None:
+    def __init__(self, host: str, port: int, client_id: str, security=None, *, receive_buffer_bytes: int = -1) -> None:
         self.host, self.port, self.client_id = host, port, client_id.encode()
         self.security = security  # InterBrokerSecurity (TLS and/or SASL of the inter-broker listener), or None
+        self.receive_buffer_bytes = receive_buffer_bytes  # SO_RCVBUF, set before connecting; -1: the OS's
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._correlation = 0
@@ -61,12 +63,7 @@ class BrokerConnection:
     async def connect(self, timeout: float) -> None:
         """Open the connection; over TLS and authenticated by SASL when the inter-broker listener says so."""
         context = getattr(self.security, "ssl_context", None)
-        opening = (
-            asyncio.open_connection(self.host, self.port, ssl=context, server_hostname=self.host)
-            if context is not None
-            else asyncio.open_connection(self.host, self.port)
-        )
-        self._reader, self._writer = await asyncio.wait_for(opening, timeout)
+        self._reader, self._writer = await asyncio.wait_for(self._open(context), timeout)
         if self.security is not None and self.security.mechanism is not None:
             try:
                 # The base class's request (a v1 header): SaslHandshake v1 and SaslAuthenticate v1 are not flexible.
@@ -74,6 +71,29 @@ class BrokerConnection:
             except BaseException:
                 self.close()
                 raise
+
+    async def _open(self, context) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        tls = {"ssl": context, "server_hostname": self.host} if context is not None else {}
+        if self.receive_buffer_bytes == -1:
+            return await asyncio.open_connection(self.host, self.port, **tls)
+        # SO_RCVBUF before connect(), as Kafka's Selector sets it: the window scale is agreed at the SYN
+        loop = asyncio.get_running_loop()
+        failure: OSError = OSError(f"{self.host} resolved to no address")
+        for family, kind, proto, _, address in await loop.getaddrinfo(self.host, self.port, type=socket.SOCK_STREAM):
+            sock = socket.socket(family, kind, proto)
+            try:
+                sock.setblocking(False)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.receive_buffer_bytes)
+                await loop.sock_connect(sock, address)
+            except OSError as e:
+                sock.close()
+                failure = e
+                continue
+            except BaseException:
+                sock.close()
+                raise
+            return await asyncio.open_connection(sock=sock, **tls)
+        raise failure
 
     async def request(self, api_key: int, version: int, body: bytes, timeout: float) -> bytes:
         """Send one non-flexible request and return its response body (after the correlation id)."""
@@ -208,7 +228,13 @@ class ReplicaFetcher:
         if address is None:
             return None
         client_id = f"broker-{self.node.broker_id}-fetcher-{self.leader_id}"
-        conn = BrokerConnection(address[0], address[1], client_id, self.node.inter_broker)
+        conn = BrokerConnection(
+            address[0],
+            address[1],
+            client_id,
+            self.node.inter_broker,
+            receive_buffer_bytes=self.node.settings.replica_socket_receive_buffer_bytes,
+        )
         await conn.connect(self.timeout)
         self._conn = conn
         return conn

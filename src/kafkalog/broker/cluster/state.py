@@ -3,6 +3,7 @@ its last view of ZooKeeper, and the leader-side state of each partition it leads
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,6 +41,7 @@ class ClusterSettings:
     replica_fetch_response_max_bytes: int = 10485760
     replica_fetch_backoff_ms: int = 1000
     replica_socket_timeout_ms: int = 30000
+    replica_socket_receive_buffer_bytes: int = 65536  # SO_RCVBUF of a follower's fetch connection (-1: the OS's)
     unclean_leader_election_enable: bool = False
     default_replication_factor: int = 1
     controlled_shutdown_enable: bool = True
@@ -69,6 +71,7 @@ class ClusterSettings:
             replica_fetch_response_max_bytes=int_property(props, "replica.fetch.response.max.bytes", 10485760),
             replica_fetch_backoff_ms=int_property(props, "replica.fetch.backoff.ms", 1000),
             replica_socket_timeout_ms=int_property(props, "replica.socket.timeout.ms", 30000),
+            replica_socket_receive_buffer_bytes=int_property(props, "replica.socket.receive.buffer.bytes", 65536),
             unclean_leader_election_enable=str(props.get("unclean.leader.election.enable", "false")).strip().lower()
             == "true",
             default_replication_factor=int_property(props, "default.replication.factor", 1),
@@ -86,7 +89,14 @@ class ClusterSettings:
 
 @dataclass
 class ClusterView:
-    """What this broker last read from ZooKeeper."""
+    """What this broker last read from ZooKeeper.
+
+    ``stamp`` vouches for what Metadata answers show of the view (its ``topics``: partitions, replicas and topic
+    ids; its partition ``states``: leaders, epochs, ISRs; its live ``brokers``, which make replicas offline and
+    leaders unavailable): two views with the same stamp show the same, so the broker's cached Metadata entries
+    (broker/handlers/metadata.py) are answered without walking a topic's partitions while the stamp is the one they
+    were checked under. A view is stamped when it becomes a node's view (``stamped``) and is not changed after
+    (but for its controller id and epoch, which no topic entry shows)."""
 
     brokers: dict[int, zk.BrokerInfo] = field(default_factory=dict)
     broker_epochs: dict[int, int] = field(default_factory=dict)  # the czxid of each registration (Kafka's)
@@ -96,6 +106,31 @@ class ClusterView:
     states: dict[TopicPartition, zk.LeaderAndIsr] = field(default_factory=dict)
     controller_id: int = -1
     controller_epoch: int = 0
+    stamp: int = field(default=0, compare=False)
+
+
+_view_stamps = itertools.count(1)
+
+
+def stamped(view: ClusterView, previous: ClusterView | None) -> ClusterView:
+    """``view``, about to replace ``previous`` as a node's view, with its stamp: ``previous``'s when Metadata
+    answers would show the same of both (the same topics, partition states and live brokers: the reconcile pass
+    re-reads an unchanged ZooKeeper often), else a new one (never given before, from any thread).
+
+    The comparison walks every partition state once per view read, which already read each one from ZooKeeper;
+    the answers then walk none while nothing changed (they compared every topic's state on every request)."""
+    if (
+        previous is not None
+        and previous.stamp
+        and (
+            view is previous
+            or (view.brokers == previous.brokers and view.topics == previous.topics and view.states == previous.states)
+        )
+    ):
+        view.stamp = previous.stamp
+    else:
+        view.stamp = next(_view_stamps)
+    return view
 
 
 @dataclass

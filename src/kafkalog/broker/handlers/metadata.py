@@ -116,21 +116,33 @@ def describe(broker, name: str) -> Topic:
     return _local_topic_of(name, _local_state(broker, name))
 
 
-def _topic_by_id(broker, topic_id, version: int) -> tuple[str | None, bytes | Topic]:
+def _topic_by_id(broker, topic_id, version: int, view: ClusterView | None = None) -> tuple[str | None, bytes | Topic]:
     """Metadata v10+ by topic id (KIP-516; KIP-848 consumers look up their assigned topics so): the topic's name
-    and encoded entry, or no name and UNKNOWN_TOPIC_ID (TOPIC_AUTHORIZATION_FAILED without DESCRIBE on it)."""
-    stamp = metadata_changes.stamp()
-    name = topic_entries(broker).names_by_id(stamp, lambda: _names_by_id(broker)).get(topic_id)
+    and encoded entry (from the ZooKeeper cluster's ``view``, else, None, this node's logs), or no name and
+    UNKNOWN_TOPIC_ID (TOPIC_AUTHORIZATION_FAILED without DESCRIBE on it)."""
+    entries = topic_entries(broker)
+    if view is None:
+        stamp = metadata_changes.stamp()
+        names = entries.names_by_id(stamp, lambda: _names_by_id(broker))
+    else:
+        stamp = view.stamp or None
+        names = entries.names_by_id(stamp, lambda: _cluster_names_by_id(view)) if stamp else _cluster_names_by_id(view)
+    name = names.get(topic_id)
     if name is not None and not allowed(broker, "DESCRIBE", "TOPIC", name):
         return None, Topic(
             error_code=TOPIC_AUTHORIZATION_FAILED, name=None, topic_id=topic_id, is_internal=False, partitions=[]
         )
-    found = None if name is None else _entry(broker, name, None, version, stamp)
+    found = None if name is None else _entry(broker, name, view, version, stamp)
     if found is None:
         return None, Topic(
             error_code=UNKNOWN_TOPIC_ID, name=None, topic_id=topic_id or ZERO_UUID, is_internal=False, partitions=[]
         )
     return name, found
+
+
+def _cluster_names_by_id(view: ClusterView) -> dict[uuid.UUID, str]:
+    """Every topic of the ZooKeeper cluster's ``view`` with an id, by its id."""
+    return {topic_uuid(a.topic_id): name for name, a in view.topics.items() if a.topic_id}
 
 
 def _names_by_id(broker) -> dict[uuid.UUID, str]:
@@ -220,18 +232,23 @@ def _entry(broker, name: str, view: ClusterView | None, version: int, stamp: int
     """Topic ``name``'s encoded entry at ``version`` (from the ZooKeeper cluster's ``view``, else, None, this
     node's logs), encoded anew only if its state changed since it was cached; None if it does not exist.
 
-    ``stamp`` (this node's logs only) is metadata_changes.stamp() read at the start of the request: an entry whose
-    state was checked under it is answered without reading the topic's partitions again."""
+    An entry whose state was checked under the current stamp is answered without reading the topic's partitions
+    again: the ``view``'s own stamp (cluster/state.ClusterView.stamp: 0, never stamped, checks every time), or
+    ``stamp`` for this node's logs, metadata_changes.stamp() read at the start of the request."""
     entries = topic_entries(broker)
+    if view is not None:
+        stamp = view.stamp or None
+    found = entries.current(name, stamp, version)
+    if found is not None:
+        return found
     if view is not None:
         cluster_state = _cluster_state(view, name)
         if cluster_state is None:
             entries.discard(name)
             return None
-        return entries.entry(name, ("cluster", cluster_state), lambda: _cluster_topic_of(name, cluster_state), version)
-    found = entries.current(name, stamp, version)
-    if found is not None:
-        return found
+        return entries.entry(
+            name, ("cluster", cluster_state), lambda: _cluster_topic_of(name, cluster_state), version, stamp
+        )
     try:
         local_state = _local_state(broker, name)
     except UnknownTopicOrPartitionError:
@@ -292,7 +309,12 @@ async def _handle_cluster(broker, header, request) -> Response:
         _forget_deleted(broker, names)
     else:
         allow = request.allow_auto_topic_creation if version >= 4 else True
-        topics = [(t.name, await _topic_or_error(broker, t.name or "", allow, view, version)) for t in request.topics]
+        topics = [
+            _topic_by_id(broker, t.topic_id, version, view)
+            if t.name is None and version >= 10
+            else (t.name, await _topic_or_error(broker, t.name or "", allow, view, version))
+            for t in request.topics
+        ]
     # Each broker's endpoint on the listener this request came in on (Kafka leaves out brokers without it).
     listener = CURRENT.get().listener
     brokers = [

@@ -98,8 +98,9 @@ class TopicEntries:
     stored beside it; a lookup with another state (anything an entry shows changed: id, partitions, leaders,
     epochs, replicas, ISR, offline replicas, errors) drops every version's entry of that topic and encodes anew.
     The states are compared by value. A lookup by stamp (``current``) skips reading the state when no change was
-    noted since it was last compared (storage/metadata_changes.py). A deleted topic's entries stay until
-    ``discard`` or ``retain`` (called with the topics that exist) drops them.
+    noted since it was last compared: storage/metadata_changes.py's stamp for a single node's logs, the view's
+    (broker/cluster/state.ClusterView.stamp) in ZooKeeper mode; a broker's entries are all of one kind. A deleted
+    topic's entries stay until ``discard`` or ``retain`` (called with the topics that exist) drops them.
     """
 
     def __init__(self) -> None:

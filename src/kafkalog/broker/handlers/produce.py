@@ -138,7 +138,7 @@ async def _verify_in_cluster(broker, transactional_id, entries: dict[TopicPartit
 
 async def handle(broker, header, request):
     acks = request.acks
-    entries: dict[TopicPartition, bytes] = {}
+    entries: dict[TopicPartition, memoryview | bytes] = {}
     early: dict[TopicPartition, tuple[int, str]] = {}
     order: list[TopicPartition] = []
     transactional_id = getattr(request, "transactional_id", None)
@@ -167,7 +167,7 @@ async def handle(broker, header, request):
             if refused is not None:
                 early[tp] = refused
                 continue
-            entries[tp] = bytes(records)
+            entries[tp] = records  # a view of the request's frame: the log reads it in place (produce_request)
     if entries and getattr(broker, "txn_cluster", None) is not None:
         early.update(await _verify_in_cluster(broker, transactional_id, entries))
         entries = {tp: records for tp, records in entries.items() if tp not in early}

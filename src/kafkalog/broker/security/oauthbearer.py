@@ -20,8 +20,8 @@ Kafka's standard SASL failure message.
 from __future__ import annotations
 
 import base64
-import binascii
 import json
+import math
 import re
 import time
 from collections.abc import Callable, Mapping
@@ -44,7 +44,8 @@ _SASLNAME = r"(?:[\x01-\x2b\x2d-\x3c\x3e-\x7f]|=2C|=3D)+"  # [\x01-\x7F] but ','
 _KEY = r"[A-Za-z]+"
 _VALUE = r"[\x21-\x7E \t\r\n]+"
 _CLIENT_FIRST = re.compile(rf"n,(?:a=(?P<authzid>{_SASLNAME}))?,\x01(?P<kvpairs>(?:{_KEY}={_VALUE}\x01)*)\x01")
-_AUTH = re.compile(r"(?P<scheme>\w+) +(?P<token>[-_.a-zA-Z0-9]+)", re.ASCII)
+# since Kafka 3.8 (KAFKA-15878) the token may hold the standard base64 characters and end in '=' padding
+_AUTH = re.compile(r"(?P<scheme>\w+) +(?P<token>[-_~+/.a-zA-Z0-9]+=*)", re.ASCII)
 _KEY_RE = re.compile(_KEY)
 _VALUE_RE = re.compile(_VALUE)
 
@@ -103,21 +104,89 @@ def parse_client_initial_response(data: bytes) -> ClientInitialResponse:
     return ClientInitialResponse(auth_match.group("token"), match.group("authzid") or "", properties)
 
 
+_JSON_WHITESPACE = " \t\n\r"
+MAX_JSON_NUMBER_LENGTH = 1000  # Jackson's StreamReadConstraints.DEFAULT_MAX_NUM_LEN
+LONG_MAX, LONG_MIN = 2**63 - 1, -(2**63)
+
+
+def java_trim(text: str) -> str:
+    """Java's String.trim(): every character up to U+0020 goes from both ends (control characters too; Unicode
+    spaces such as U+00A0 stay, unlike str.strip())."""
+    start, end = 0, len(text)
+    while start < end and text[start] <= " ":
+        start += 1
+    while end > start and text[end - 1] <= " ":
+        end -= 1
+    return text[start:end]
+
+
+def java_double(value: int | float) -> float:
+    """Number.doubleValue(): the nearest double; an integer beyond the double range is infinite (Python's
+    float() raises there)."""
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
+
+
+def java_round(value: float) -> int:
+    """Math.round(double): the nearest long, ties up; NaN is 0 and anything beyond the long range clamps."""
+    if math.isnan(value):
+        return 0
+    if value >= 2.0**63:
+        return LONG_MAX
+    if value <= -(2.0**63):
+        return LONG_MIN
+    floor = math.floor(value)
+    return floor + 1 if value - floor >= 0.5 else floor
+
+
+def java_double_text(value: float) -> str:
+    """Double.toString(): the shortest digits that round-trip, as d.ddd below 1e7 and from 1e-3, else d.dddE<n>."""
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "Infinity" if value > 0 else "-Infinity"
+    if value == 0:
+        return "-0.0" if math.copysign(1.0, value) < 0 else "0.0"
+    sign = "-" if value < 0 else ""
+    digits, exponent = _shortest_digits(abs(value))
+    if 1e-3 <= abs(value) < 1e7:
+        point = exponent + 1  # digits before the decimal point
+        if point <= 0:
+            return f"{sign}0.{'0' * -point}{digits}"
+        whole, fraction = (digits + "0" * point)[:point], digits[point:]
+        return f"{sign}{whole}.{fraction or '0'}"
+    return f"{sign}{digits[0]}.{digits[1:] or '0'}E{exponent}"
+
+
+def _shortest_digits(value: float) -> tuple[str, int]:
+    """(significant digits, decimal exponent of the first digit) of repr(value), trailing zeros dropped."""
+    mantissa, _, exp = f"{value!r}".partition("e")
+    whole, _, fraction = mantissa.partition(".")
+    digits = (whole + fraction).lstrip("0")
+    exponent = (int(exp) if exp else 0) + len(whole.lstrip("0")) - 1
+    if not whole.lstrip("0"):  # 0.000ddd
+        exponent = (int(exp) if exp else 0) - (len(fraction) - len(fraction.lstrip("0"))) - 1
+    return digits.rstrip("0") or "0", exponent
+
+
 def _java_type(value: Any) -> str:
     """The simple name of the Java class Jackson would give a claim (for Kafka's wording of type errors)."""
     if isinstance(value, list):
         return "ArrayList"
-    if isinstance(value, (bool, str)):
+    if isinstance(value, str):
         return "String"
     if isinstance(value, int):
-        return "Integer" if -(2**31) <= value < 2**31 else "Long"
-    if isinstance(value, float):
-        return "Double"
-    return "String"
+        if -(2**31) <= value < 2**31:
+            return "Integer"
+        return "Long" if LONG_MIN <= value <= LONG_MAX else "BigInteger"
+    return "Double"
 
 
 def _convert(value: Any) -> Any:
-    """A JSON member as Kafka keeps it: a number, a list of strings, or the text of anything else."""
+    """A JSON member as Kafka keeps it (OAuthBearerUnsecuredJws.convert): a number, a list of the elements'
+    texts, or the text of anything else."""
     if isinstance(value, list):
         return [_as_text(v) for v in value]
     if isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -126,30 +195,98 @@ def _convert(value: Any) -> Any:
 
 
 def _as_text(value: Any) -> str:
-    """Jackson's JsonNode.asText(): strings as they are, numbers and booleans as text, null as "null", objects and
-    arrays as ""."""
+    """Jackson's JsonNode.asText(): strings as they are, numbers as Java prints them, booleans as text, null as
+    "null", objects and arrays as ""."""
     if isinstance(value, str):
         return value
     if value is None:
         return "null"
     if isinstance(value, bool):
         return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return json.dumps(value)
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return java_double_text(value)
     return ""
 
 
-def _to_map(split: str) -> dict[str, Any]:
+_BASE64URL = re.compile(r"[A-Za-z0-9_-]*")
+
+
+def java_base64url_decode(text: str) -> bytes:
+    """java.util.Base64.getUrlDecoder().decode(text): the URL-safe alphabet only ('+' and '/' are illegal, as is
+    anything else), padding optional but exact when present, nothing after it, no lone final character.
+    ValueError otherwise. (Python's urlsafe_b64decode takes '+' and '/' too, and skips other characters.)"""
+    padded = text.find("=")
+    data = text if padded < 0 else text[:padded]
+    if not _BASE64URL.fullmatch(data):
+        raise ValueError("Illegal base64 character")
+    rest = len(data) % 4
+    if rest == 1:
+        raise ValueError("Last unit does not have enough valid bits")
+    if padded >= 0:
+        padding = text[padded:]
+        if padding != {2: "==", 3: "="}.get(rest):
+            raise ValueError("Input byte array has wrong 4-byte ending unit")
+    return base64.urlsafe_b64decode(data + "=" * (-len(data) % 4))
+
+
+MISSING = object()  # Jackson's MissingNode: readTree of no content
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"Non-standard token '{name}'")  # Jackson refuses NaN and Infinity by default
+
+
+def _number(kind: type) -> Callable[[str], Any]:
+    def parse(text: str) -> Any:
+        if len(text.lstrip("-")) > MAX_JSON_NUMBER_LENGTH:
+            raise ValueError(f"Number value length exceeds the maximum allowed ({MAX_JSON_NUMBER_LENGTH})")
+        return kind(text)
+
+    return parse
+
+
+_JACKSON = json.JSONDecoder(parse_constant=_reject_constant, parse_int=_number(int), parse_float=_number(float))
+
+
+def jackson_read_tree(raw: bytes) -> Any:
+    """ObjectMapper.readTree(byte[]) with Jackson's defaults: the first JSON value of ``raw`` (its encoding
+    detected from a BOM or the zero bytes, UTF-8 otherwise); whatever follows it is never read, not even decoded;
+    MISSING when there is no content; ValueError for malformed JSON (NaN and Infinity are; so are numbers over
+    1,000 characters and nesting deeper than the interpreter takes -- Jackson allows 1,000 levels, Python fewer:
+    deliberate)."""
+    encoding = json.detect_encoding(raw)
+    if encoding == "utf-8-sig":
+        raw, encoding = raw[3:], "utf-8"
     try:
-        raw = base64.urlsafe_b64decode(split + "=" * (-len(split) % 4))
-    except (binascii.Error, ValueError):
+        text, complete = raw.decode(encoding), True
+    except UnicodeDecodeError as e:  # only the text before the bad bytes can hold the value
+        text, complete = raw[: e.start].decode(encoding), False
+    text = text.removeprefix("\ufeff")
+    start = len(text) - len(text.lstrip(_JSON_WHITESPACE))
+    if start == len(text):
+        if complete:
+            return MISSING
+        raise ValueError("Invalid byte in the JSON text")
+    try:
+        return _JACKSON.raw_decode(text, start)[0]
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
+
+
+def _to_map(split: str) -> dict[str, Any]:
+    """OAuthBearerUnsecuredJws.toMap: the members of a decoded JSON object; any other JSON value has none."""
+    try:
+        raw = java_base64url_decode(split)
+    except ValueError:
         raise IllegalToken("malformed Base64 URL encoded value") from None
     try:
-        decoded = json.loads(raw)
+        decoded = jackson_read_tree(raw)
     except (ValueError, UnicodeDecodeError):
         raise IllegalToken("malformed JSON") from None
     if not isinstance(decoded, dict):
-        raise IllegalToken("malformed JSON")
+        return {}
     return {key: _convert(value) for key, value in decoded.items()}
 
 
@@ -178,19 +315,20 @@ class UnsecuredJws:
             raise IllegalToken("Unsecured JWS must have 'none' for an algorithm")
         if splits[2]:
             raise IllegalToken("Unsecured JWS must not contain a digital signature")
-        self.principal_claim_name = principal_claim_name.strip()
-        self.scope_claim_name = scope_claim_name.strip()
+        self.principal_claim_name = java_trim(principal_claim_name)
+        self.scope_claim_name = java_trim(scope_claim_name)
         self.scope = self._scope()
         expiration = self.expiration_time
         if expiration is None:
             raise IllegalToken("No expiration time in JWT")
-        self.lifetime_ms = round(expiration * 1000)  # the token's expiry, epoch ms (OAuthBearerToken.lifetimeMs)
+        # the token's expiry, epoch ms (OAuthBearerToken.lifetimeMs: Math.round(exp * 1000), a long)
+        self.lifetime_ms = java_round(expiration * 1000)
         principal = self.claim(self.principal_claim_name, str)
-        if principal is None or not principal.strip():
+        if principal is None or not java_trim(principal):
             raise IllegalToken(f"No principal name in JWT claim: {self.principal_claim_name}")
         self.principal_name: str = principal
         issued_at = self.issued_at
-        self.start_time_ms = None if issued_at is None else round(issued_at * 1000)
+        self.start_time_ms = None if issued_at is None else java_round(issued_at * 1000)
 
     def claim(self, name: str, kind: type) -> Any:
         """The claim ``name`` if it has type ``kind`` (str, float for a number, list); None if absent."""
@@ -205,18 +343,21 @@ class UnsecuredJws:
 
     @property
     def expiration_time(self) -> float | None:
-        return self.claim("exp", float)
+        """``exp`` as Kafka compares it: Number.doubleValue()."""
+        value = self.claim("exp", float)
+        return None if value is None else java_double(value)
 
     @property
     def issued_at(self) -> float | None:
-        return self.claim("iat", float)
+        value = self.claim("iat", float)
+        return None if value is None else java_double(value)
 
     def _scope(self) -> frozenset[str]:
         value = self.claims.get(self.scope_claim_name)
         if isinstance(value, str):
-            return frozenset([value.strip()]) if value.strip() else frozenset()
+            return frozenset([java_trim(value)]) if java_trim(value) else frozenset()
         items = self.claim(self.scope_claim_name, list)
-        return frozenset(s.strip() for s in items or () if s.strip())
+        return frozenset(java_trim(s) for s in items or () if java_trim(s))
 
 
 def _java_list(items: list[str]) -> str:
@@ -225,6 +366,10 @@ def _java_list(items: list[str]) -> str:
 
 def _java_set(items: frozenset[str]) -> str:
     return "[" + ", ".join(sorted(items)) + "]"
+
+
+_SCOPE_ITEM = re.compile(r"[\x23-\x5B\x5D-\x7E\x21]+")  # OAuthBearerScopeUtils: a scope token of RFC 6749
+_JAVA_INT = re.compile(r"[-+]?[0-9]+")
 
 
 @dataclass(frozen=True)
@@ -238,16 +383,20 @@ class UnsecuredValidatorOptions:
 
     @classmethod
     def from_jaas(cls, options: Mapping[str, str], key: str = "sasl.jaas.config") -> UnsecuredValidatorOptions:
-        principal = (options.get(PRINCIPAL_CLAIM_NAME_OPTION) or "").strip() or "sub"
-        scope = (options.get(SCOPE_CLAIM_NAME_OPTION) or "").strip() or "scope"
-        required = tuple(s for s in (options.get(REQUIRED_SCOPE_OPTION) or "").split(" ") if s)
-        raw = (options.get(ALLOWABLE_CLOCK_SKEW_MS_OPTION) or "").strip()
-        try:
-            skew = int(raw) if raw else 0
-        except ValueError:
+        principal = java_trim(options.get(PRINCIPAL_CLAIM_NAME_OPTION) or "") or "sub"
+        scope = java_trim(options.get(SCOPE_CLAIM_NAME_OPTION) or "") or "scope"
+        required = tuple(s for s in java_trim(options.get(REQUIRED_SCOPE_OPTION) or "").split(" ") if s)
+        for item in required:  # OAuthBearerScopeUtils.parseScope (Kafka finds it at the first login, not at start)
+            if not _SCOPE_ITEM.fullmatch(item):
+                raise InvalidConfigurationError(
+                    f"Invalid value for configuration {key}: {REQUIRED_SCOPE_OPTION}: Invalid scope value: {item}"
+                )
+        raw = java_trim(options.get(ALLOWABLE_CLOCK_SKEW_MS_OPTION) or "")
+        if raw and not (_JAVA_INT.fullmatch(raw) and -(2**31) <= int(raw) < 2**31):  # Integer.parseInt's rules
             raise InvalidConfigurationError(
                 f"Invalid value for configuration {key}: {ALLOWABLE_CLOCK_SKEW_MS_OPTION}={raw!r} is not an integer"
-            ) from None
+            )
+        skew = int(raw) if raw else 0
         if skew < 0:
             raise InvalidConfigurationError(
                 f"Invalid value for configuration {key}: Allowable clock skew millis must not be negative: {raw}"

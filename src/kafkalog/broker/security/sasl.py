@@ -21,7 +21,7 @@ from __future__ import annotations
 import hmac
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from ...errors import InvalidConfigurationError
@@ -160,13 +160,19 @@ def _jaas_options(
     return key, parse_jaas(text, key)[1]
 
 
+def _wall_clock_ms() -> int:
+    return int(time.time() * 1000)
+
+
 class SaslFailure(Exception):
     """A failed login. ``client_message`` is what the client is told (Kafka hides the cause of a SaslException
     behind a standard message); ``str(self)`` is the cause, for the broker's log."""
 
     def __init__(self, cause: str, client_message: str) -> None:
         super().__init__(cause)
-        self.client_message = client_message
+        # as Java's String.getBytes(UTF_8) sends it: a lone surrogate (an OAUTHBEARER principal may hold one, from a
+        # JSON escape) becomes '?', where Python's encoder would fail the response
+        self.client_message = client_message.encode("utf-8", "replace").decode("utf-8")
 
 
 class IllegalSaslState(Exception):
@@ -241,6 +247,8 @@ class SaslAuthenticator:
         self.session_end: float | None = None
         self.lifetime_ms = 0  # the session lifetime told to the client (0: none)
         self.reauth_started: float | None = None  # when the last re-authentication began
+        # the wall clock (epoch ms) OAUTHBEARER tokens are checked and sessions bounded by (tests move it)
+        self.wall_clock_ms: Callable[[], int] = _wall_clock_ms
         self._server: _PlainServer | ScramServer | OAuthBearerServer | None = None
 
     @property
@@ -290,7 +298,7 @@ class SaslAuthenticator:
             self._server = _PlainServer(self.settings.plain_users)
         elif mechanism == OAUTHBEARER:
             assert self.settings.oauthbearer is not None
-            self._server = OAuthBearerServer(self.settings.oauthbearer)
+            self._server = OAuthBearerServer(self.settings.oauthbearer, self.wall_clock_ms)
         else:
             assert self.store is not None and mechanism in MECHANISMS
             self._server = ScramServer(mechanism, self.store)
@@ -350,7 +358,7 @@ class SaslAuthenticator:
         either."""
         lifetime: int | None = self.reauth_ms if self.reauth_ms > 0 else None
         if credential_expiry_ms is not None:
-            left = credential_expiry_ms - int(time.time() * 1000)
+            left = credential_expiry_ms - self.wall_clock_ms()  # at most Long.MAX_VALUE: expiry is a long
             lifetime = left if lifetime is None else min(left, lifetime)
         if lifetime is None:
             self.lifetime_ms, self.session_end = 0, None
