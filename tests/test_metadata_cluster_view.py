@@ -16,6 +16,7 @@ from kafkalog.broker.handlers import metadata as handler
 from kafkalog.broker.protocol import APIS, MetadataResponse
 from kafkalog.logdir import new_uuid
 from kafkalog.manager import TopicPartition
+from tests.metadatatools import by_id
 
 VERSIONS = list(range(APIS[3].min_version, APIS[3].max_version + 1))
 IDS = {name: new_uuid() for name in ("a", "b", "c", "d")}
@@ -278,20 +279,6 @@ class _UnstampedCluster:
         return None
 
 
-def _by_id(broker, *ids) -> list[tuple[int, str | None, int]]:
-    from kafka.protocol.metadata import MetadataRequest
-
-    request = MetadataRequest(
-        topics=[MetadataRequest.MetadataRequestTopic(topic_id=i, name=None) for i in ids],
-        allow_auto_topic_creation=False,
-    )
-    response = asyncio.run(handler.handle(broker, types.SimpleNamespace(api_version=12), request))
-    return [
-        (t.error_code, t.name, len(t.partitions))
-        for t in MetadataResponse.decode(bytes(response.parts[0]), version=12).topics
-    ]
-
-
 @pytest.mark.parametrize("stamping", [True, False])
 def test_topics_asked_by_id_follow_the_view(stamping):
     """Metadata v12 by topic id in ZooKeeper mode, as on a single node: the topic, UNKNOWN_TOPIC_ID for an id no
@@ -303,7 +290,7 @@ def test_topics_asked_by_id_follow_the_view(stamping):
     ids = {t.name: t.topic_id for t in MetadataResponse.decode(_answer(broker, 12), version=12).topics}
     c_id = handler.topic_uuid(IDS["c"])
     unknown = handler.topic_uuid(new_uuid())
-    assert _by_id(broker, ids["b"], unknown, ids["a"], c_id) == [
+    assert by_id(broker, ids["b"], unknown, ids["a"], c_id) == [
         (0, "b", 2),
         (100, None, 0),
         (0, "a", 4),
@@ -311,4 +298,4 @@ def test_topics_asked_by_id_follow_the_view(stamping):
     ]
     recreated = new_uuid()
     broker.cluster.view = _view(BROKERS, TOPICS, {**STATES, ("c", 0): (1, 0, [1])}, ids={"a": recreated})
-    assert _by_id(broker, ids["a"], handler.topic_uuid(recreated), c_id) == [(100, None, 0), (0, "a", 4), (0, "c", 1)]
+    assert by_id(broker, ids["a"], handler.topic_uuid(recreated), c_id) == [(100, None, 0), (0, "a", 4), (0, "c", 1)]

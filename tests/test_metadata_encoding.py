@@ -22,6 +22,7 @@ from kafkalog.broker.handlers.metadata_encoding import (
 )
 from kafkalog.broker.protocol import APIS, MetadataResponse
 from kafkalog.testing import MockTime
+from tests.metadatatools import by_id, local_broker
 
 SPEC = APIS[3]
 VERSIONS = list(range(SPEC.min_version, SPEC.max_version + 1))
@@ -155,18 +156,6 @@ def test_topic_entries_reencode_only_on_a_state_change():
 
 
 # ----- the handler, on an in-process LogManager --------------------------------------------------------------
-def _broker(manager, host: str = "localhost"):
-    """What handlers/metadata.py reads of a KafkaServer with no authorizer: a LogManager and its partitions."""
-    from kafkalog.broker.replica_access import prepare_replica_manager
-
-    return types.SimpleNamespace(
-        log_manager=manager,
-        replica_manager=prepare_replica_manager(manager, 0),
-        node_id=0,
-        cluster_id="cid",
-        config=types.SimpleNamespace(auto_create_topics_enable=False),
-        advertised_endpoint=lambda: (host, 9092),
-    )
 
 
 def _ask(broker, version: int, names: list[str] | None = None, operations: bool = False) -> MetadataResponse:
@@ -214,7 +203,7 @@ def test_handler_answers_follow_every_change_of_a_topic(tmp_path):
     from kafkalog.manager import LogManager, TopicPartition
 
     with LogManager(tmp_path / "logs", clock=MockTime()) as manager:
-        broker = _broker(manager)
+        broker = local_broker(manager)
         manager.create_topic("a", 3)
         manager.create_topic("b", 2)
         for version in VERSIONS:  # cached and joined == the generic encoder's answer, at every version
@@ -266,7 +255,7 @@ def test_cached_entries_do_not_carry_the_listener_or_the_principal(tmp_path):
             return resource_type == "TOPIC" and name == "public" and operation in ("READ", "DESCRIBE")
 
     with LogManager(tmp_path / "logs", clock=MockTime()) as manager:
-        broker = _broker(manager)
+        broker = local_broker(manager)
         broker.authorizer = Authorizer()
         manager.create_topic("public", 2)
         manager.create_topic("secret", 2)
@@ -319,7 +308,7 @@ def test_unchanged_topics_are_answered_without_reading_their_partitions(tmp_path
     from kafkalog.manager import LogManager, TopicPartition
 
     with LogManager(tmp_path / "logs", clock=MockTime()) as manager:
-        broker = _broker(manager)
+        broker = local_broker(manager)
         manager.create_topic("a", 4)
         manager.create_topic("b", 4)
         first = _ask(broker, 12)
@@ -351,7 +340,7 @@ def test_authorized_operations_without_an_authorizer_are_every_supported_one(tmp
     from kafkalog.manager import LogManager
 
     with LogManager(tmp_path / "logs", clock=MockTime()) as manager:
-        broker = _broker(manager)
+        broker = local_broker(manager)
         manager.create_topic("t", 1)
         answer = _ask(broker, 10, None, True)
         assert answer.topics[0].authorized_operations == {3, 4, 5, 6, 7, 8, 10, 11}
@@ -359,23 +348,11 @@ def test_authorized_operations_without_an_authorizer_are_every_supported_one(tmp
 
 
 def test_topics_asked_by_id_follow_creations_and_deletions(tmp_path):
-    from kafka.protocol.metadata import MetadataRequest
 
     from kafkalog.manager import LogManager
 
-    def by_id(broker, *ids):
-        request = MetadataRequest(
-            topics=[MetadataRequest.MetadataRequestTopic(topic_id=i, name=None) for i in ids],
-            allow_auto_topic_creation=False,
-        )
-        response = asyncio.run(handler.handle(broker, types.SimpleNamespace(api_version=12), request))
-        return [
-            (t.error_code, t.name, len(t.partitions))
-            for t in MetadataResponse.decode(response.parts[0], version=12).topics
-        ]
-
     with LogManager(tmp_path / "logs", clock=MockTime()) as manager:
-        broker = _broker(manager)
+        broker = local_broker(manager)
         manager.create_topic("x", 2)
         manager.create_topic("y", 3)
         ids = {t.name: t.topic_id for t in _ask(broker, 12).topics}

@@ -21,6 +21,7 @@ from kafkalog.broker.handlers import metadata as handler
 from kafkalog.broker.protocol import MetadataResponse
 from kafkalog.storage import metadata_changes
 from kafkalog.testing import MockTime
+from tests.metadatatools import local_broker
 
 NONE, UNKNOWN_TOPIC_OR_PARTITION, LEADER_NOT_AVAILABLE = 0, 3, 5
 # a single node's partition as answered (after its index): led at epoch 0; being added or deleted (no leader)
@@ -71,17 +72,6 @@ def _check_no_empty_topic(answer: MetadataResponse) -> None:
 
 
 # ----- single node ---------------------------------------------------------------------------------------------
-def _local_broker(manager):
-    from kafkalog.broker.replica_access import prepare_replica_manager
-
-    return types.SimpleNamespace(
-        log_manager=manager,
-        replica_manager=prepare_replica_manager(manager, 0),
-        node_id=0,
-        cluster_id="cid",
-        config=types.SimpleNamespace(auto_create_topics_enable=False),
-        advertised_endpoint=lambda: ("localhost", 9092),
-    )
 
 
 def _asking_at_every_change(monkeypatch, broker, name: str) -> list[tuple[dict, dict]]:
@@ -110,7 +100,7 @@ def test_a_topic_being_created_is_unknown_until_every_partition_is_led(tmp_path,
     from kafkalog.manager import LogManager
 
     with LogManager(tmp_path / "logs", clock=MockTime()) as manager:
-        broker = _local_broker(manager)
+        broker = local_broker(manager)
         manager.create_topic("other", 2)
         before = _topics(_ask(broker, None))
         seen = _asking_at_every_change(monkeypatch, broker, "t")
@@ -136,7 +126,7 @@ def test_partitions_being_added_show_up_whole_and_the_answer_is_not_stale_after(
     from kafkalog.manager import LogManager
 
     with LogManager(tmp_path / "logs", clock=MockTime()) as manager:
-        broker = _local_broker(manager)
+        broker = local_broker(manager)
         manager.create_topic("t", 2)
         _ask(broker, None)  # entries cached
         seen = _asking_at_every_change(monkeypatch, broker, "t")
@@ -161,7 +151,7 @@ def test_a_topic_being_deleted_is_answered_whole_or_unknown(tmp_path, monkeypatc
     from kafkalog.manager import LogManager
 
     with LogManager(tmp_path / "logs", clock=MockTime()) as manager:
-        broker = _local_broker(manager)
+        broker = local_broker(manager)
         manager.create_topic("t", 3)
         manager.create_topic("other", 1)
         _ask(broker, None)
@@ -183,7 +173,7 @@ def test_auto_creation_by_metadata_answers_the_whole_topic(tmp_path):
     from kafkalog.manager import LogManager
 
     with LogManager(tmp_path / "logs", clock=MockTime()) as manager:
-        broker = _local_broker(manager)
+        broker = local_broker(manager)
         broker.config = types.SimpleNamespace(auto_create_topics_enable=True, num_partitions=3)
         broker.auto_create_topic = lambda name: manager.create_topic(name, 3)
         assert _topics(_ask(broker, ["auto"]))["auto"] == (UNKNOWN_TOPIC_OR_PARTITION, [])  # not allowed: unknown
