@@ -778,8 +778,8 @@ def tls_material() -> tuple[str, str, str]:
         return builder.sign(issuer_key, hashes.SHA256())
 
     ca_key, server_key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
-    ca = certificate("kafkalog sasl fuzz CA", ca_key, "kafkalog sasl fuzz CA", ca_key, ca=True)
-    server = certificate("127.0.0.1", server_key, "kafkalog sasl fuzz CA", ca_key, ca=False)
+    ca = certificate("Kafkalog SASL fuzz CA", ca_key, "Kafkalog SASL fuzz CA", ca_key, ca=True)
+    server = certificate("127.0.0.1", server_key, "Kafkalog SASL fuzz CA", ca_key, ca=False)
     pem = serialization.Encoding.PEM
     key = server_key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
     ca_pem = ca.public_bytes(pem).decode()

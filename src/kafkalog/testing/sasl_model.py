@@ -383,7 +383,7 @@ class KafkaSaslModel:
         authzid, scheme, value = parsed
         if scheme.lower() != "bearer":
             # Kafka: matcher.group("scheme") on a pattern without that group, IllegalArgumentException, the
-            # connection closed unanswered. kafkalog answers the SaslException Kafka meant (deliberate).
+            # connection closed unanswered. We answer the SaslException Kafka meant (deliberate).
             raise _Failed(generic)
         verdict = unsecured_verdict(value, self.oauth, wall_ms(self.now))
         if isinstance(verdict, str):  # the JSON error challenge; the exchange goes on
