@@ -44,6 +44,9 @@ listens (accepted sockets inherit it, and the TCP window scale is agreed at the 
 accept) and ``socket.listen.backlog.size`` as its backlog; each accepted socket TCP_NODELAY, SO_KEEPALIVE and
 ``socket.send.buffer.bytes`` as SO_SNDBUF. -1 leaves a size to the OS (on Linux: autotuned, up to
 ``net.ipv4.tcp_rmem``/``tcp_wmem``'s maximum); a size set turns Linux's autotuning off for that buffer, as in Kafka.
+Both default to -1 here, not Kafka's 102400: this server's one loop pays a wake-up (an epoll round and Python) per
+buffer's worth of bytes, and with 100 KiB that is several per 1 MiB request or fetch; a 1 GiB topic was read at
+0.55x the rate and produce cost 1.35x the broker CPU per GB (benchmarks/results/socket-buffers-ab-1gib.json).
 Kafka's backlog of 50 is drained by an acceptor thread of its own; here the loop that serves requests accepts,
 so a burst of connects larger than the backlog while the loop is busy waits for the clients' SYN retries (1 s,
 3 s, ...): raise ``socket.listen.backlog.size`` for connection storms.
@@ -192,9 +195,10 @@ class SocketServer:
     zero_copy: bool = True
     security: SocketSecurity = field(default_factory=SocketSecurity)
     metrics: BrokerMetrics | None = None
-    # Kafka's socket.send.buffer.bytes / socket.receive.buffer.bytes (-1: the OS's) and socket.listen.backlog.size
-    send_buffer_bytes: int = 100 * 1024
-    receive_buffer_bytes: int = 100 * 1024
+    # socket.send.buffer.bytes / socket.receive.buffer.bytes (-1: the OS's, the broker's default; Kafka's is 102400)
+    # and socket.listen.backlog.size
+    send_buffer_bytes: int = -1
+    receive_buffer_bytes: int = -1
     listen_backlog: int = 50
 
     def __post_init__(self) -> None:
