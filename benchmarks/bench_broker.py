@@ -46,7 +46,7 @@ alternating rounds: benchmarks/ab_broker.py, figures in results/broker-ab.json):
 - Why the mock stays ahead (issue 23, this machine): first touches of memory. The machine is a virtual machine
   whose host backs guest memory lazily and takes back what the guest leaves free; appending to a file costs
   0.2-0.4 ms of CPU per MiB while the kernel can reuse memory freed a moment ago (a few hundred MiB) and
-  1.6-2.4 ms per MiB after that (``machine_memory_costs``: a plain pwrite loop, no Kafka logic), and a fresh
+  1.6-2.8 ms per MiB after that (``machine_memory_costs``: a plain pwrite loop, no Kafka logic), and a fresh
   anonymous page costs about 3 us. The broker's syscalls during a 1 MiB-request produce (``perf trace -s``):
   pwritev2 about 1 ms per call on average (max 15 ms), 2 recvfrom, 1 sendto, 2 epoll_ctl, ~3 epoll_wait. So
   most of the broker's CPU per GB is the page cache taking new memory, which Kafka pays alike and the mock
@@ -58,6 +58,11 @@ alternating rounds: benchmarks/ab_broker.py, figures in results/broker-ab.json):
   180,000-270,000 against the mock: it allocates a buffer per response, ours up to fetch.max.bytes (as
   Kafka's), the mock's one batch per partition. At about 3 us a fault that is the 0.4-0.6 CPU-s/GB the
   clients spend more against kafkalog. The rows' ``*_faults_per_gb`` and the ``machine`` figures record it.
+- Socket buffers: with Kafka's ``socket.send.buffer.bytes``/``socket.receive.buffer.bytes`` of 102400 the loop
+  wakes per ~200 KiB (9 recvs per 1 MiB produce request instead of 2; sendfile in ~200 KiB turns), which cost 1.35x
+  the broker CPU per GB produced and 0.55x the rate of a 1 GiB consume (results/socket-buffers-ab-1gib.json); the
+  broker's default is the OS's (-1). Produce requests are decoded without copying their records
+  (broker/produce_request.py; 30-95 -> 2-3 us per 1 MiB request, 12-25 -> 10-18 us for 16 x 100 B).
 - Small requests (the latency load): Python per request, about 120 us of broker CPU for a one-record produce
   after the fixes below, spread flat over the loop, decode, append and validation (2-6% each).
 - Consume: sendfile leaves the broker at 0.3-0.6 CPU-seconds per GB; the confluent-kafka consumer (a Python
