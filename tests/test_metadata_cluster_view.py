@@ -11,7 +11,7 @@ import types
 import pytest
 
 from kafkalog.broker.cluster import zkdata as zk
-from kafkalog.broker.cluster.state import ClusterView, stamped
+from kafkalog.broker.cluster.state import ClusterView, StampedViewHolder, stamped
 from kafkalog.broker.handlers import metadata as handler
 from kafkalog.broker.protocol import APIS, MetadataResponse
 from kafkalog.logdir import new_uuid
@@ -154,19 +154,11 @@ def _on_the_plaintext_listener():
     CURRENT.reset(token)
 
 
-class _Cluster:
+class _Cluster(StampedViewHolder):
     """A cluster broker's ZooKeeper node as the handler reads it: its view, stamped when set."""
 
     def __init__(self, view: ClusterView) -> None:
         self.view = view
-
-    @property
-    def view(self) -> ClusterView:
-        return self._view
-
-    @view.setter
-    def view(self, view: ClusterView) -> None:
-        self._view = stamped(view, getattr(self, "_view", None))
 
     async def wait_ready(self) -> None:
         return None

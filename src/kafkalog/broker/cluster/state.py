@@ -133,6 +133,22 @@ def stamped(view: ClusterView, previous: ClusterView | None) -> ClusterView:
     return view
 
 
+class StampedViewHolder:
+    """A holder of a node's cluster view that stamps each view set on it (``stamped``): ZkNode, and what stands in
+    for one in tests. Invariant: ``view`` is never changed in place once set; a new read is set as a new view."""
+
+    _view: ClusterView
+
+    @property
+    def view(self) -> ClusterView:
+        """The last complete read of ZooKeeper (stamped for Metadata answers when it is set: ``stamped``)."""
+        return self._view
+
+    @view.setter
+    def view(self, view: ClusterView) -> None:
+        self._view = stamped(view, getattr(self, "_view", None))
+
+
 @dataclass
 class FollowerProgress:
     """What the leader knows of one follower (Kafka's Replica state): its log end offset and when it was last

@@ -20,12 +20,12 @@ from . import zkdata as zk
 from .controller import ControllerActions
 from .fetcher import ReplicaFetcher
 from .interbroker import InterBrokerSecurity
-from .state import ClusterSettings, ClusterView, LeaderState, stamped
+from .state import ClusterSettings, ClusterView, LeaderState, StampedViewHolder
 
 log = logging.getLogger("kafka.cluster")
 
 
-class ZkNode:
+class ZkNode(StampedViewHolder):
     """This broker's ZooKeeper session and what it last read. Invariant: ``view`` is the last complete read;
     a watch or a reconnect only marks it stale (``request_resync``), the reconcile task re-reads it."""
 
@@ -65,15 +65,6 @@ class ZkNode:
         # Set after the first complete pass: until then the view is empty (no brokers, no controller), and a
         # client told "no controller" may not ask again for minutes (librdkafka's admin client waits).
         self.ready = asyncio.Event()
-
-    @property
-    def view(self) -> ClusterView:
-        """The last complete read of ZooKeeper (stamped for Metadata answers when it is set: state.stamped)."""
-        return self._view
-
-    @view.setter
-    def view(self, view: ClusterView) -> None:
-        self._view = stamped(view, getattr(self, "_view", None))
 
     # ----- lifecycle ------------------------------------------------------------------------------------
     async def connect(self) -> str:
