@@ -464,7 +464,7 @@ def java_url_decode(text: str) -> bytes | None:
 
 
 class _Malformed(Exception):
-    pass
+    """The model's reader met input Kafka's parser refuses (the caller answers as Kafka does)."""
 
 
 def _no_constant(name: str) -> Any:
