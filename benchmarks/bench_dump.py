@@ -653,10 +653,7 @@ def run(*, quick: bool = False, results_dir: Path, console: Console | None = Non
         "profile": profile,
         "elapsed_s": time.perf_counter() - started,
     }
-    out = common.save_result(results_dir, "dump", result)
-    print_tables(result, console)
-    console.print(f"[dim]wrote {out} in {result['elapsed_s']:.1f} s (scratch files under {machine['scratch_dir']})[/]")
-    return result
+    return common.finish(results_dir, "dump", result, console, print_tables, machine["scratch_dir"])
 
 
 def _main(argv: list[str]) -> int:

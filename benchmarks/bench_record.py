@@ -555,7 +555,4 @@ def run(*, quick: bool = False, results_dir: Path, console: Console | None = Non
         "all_goals_met": all(all(r["goals_met"].values()) for r in codecs.values()),
         "elapsed_s": time.perf_counter() - started,
     }
-    path = common.save_result(results_dir, "record", result)
-    print_tables(result, console)
-    console.print(f"[dim]wrote {path} in {result['elapsed_s']:.1f} s[/]")
-    return result
+    return common.finish(results_dir, "record", result, console, print_tables)

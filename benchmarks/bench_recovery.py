@@ -279,10 +279,7 @@ def run(*, quick: bool = False, results_dir: Path, console: Console | None = Non
         "profile_unclean_start": profile,
         "elapsed_s": time.perf_counter() - started,
     }
-    path = common.save_result(results_dir, "recovery", result)
-    print_tables(result, console)
-    console.print(f"[dim]wrote {path} in {result['elapsed_s']:.1f} s[/]")
-    return result
+    return common.finish(results_dir, "recovery", result, console, print_tables)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1003,7 +1003,4 @@ def run(*, quick: bool = False, results_dir: Path, console: Console | None = Non
         "all_goals_met": all(goals_met.values()),
         "elapsed_s": time.perf_counter() - started,
     }
-    path = common.save_result(results_dir, "spark", result)
-    print_tables(result, console)
-    console.print(f"[dim]wrote {path} in {result['elapsed_s']:.1f} s (scratch files under {machine['scratch_dir']})[/]")
-    return result
+    return common.finish(results_dir, "spark", result, console, print_tables, machine["scratch_dir"])

@@ -632,7 +632,4 @@ def run(*, quick: bool = False, results_dir: Path, console: Console | None = Non
         "profile_single_record_append": profile,
         "elapsed_s": time.perf_counter() - started,
     }
-    path = common.save_result(results_dir, "storage", result)
-    print_tables(result, console)
-    console.print(f"[dim]wrote {path} in {result['elapsed_s']:.1f} s (scratch files under {machine['scratch_dir']})[/]")
-    return result
+    return common.finish(results_dir, "storage", result, console, print_tables, machine["scratch_dir"])

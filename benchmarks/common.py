@@ -96,6 +96,23 @@ def save_result(results_dir: Path, name: str, result: dict[str, Any]) -> Path:
     return path
 
 
+def finish(
+    results_dir: Path,
+    name: str,
+    result: dict[str, Any],
+    console: Any,
+    print_tables: Any,
+    scratch_dir: str | None = None,
+) -> dict[str, Any]:
+    """A benchmark's last steps: write ``result`` (``save_result``), print its tables, and say where it went,
+    how long the run took (``result["elapsed_s"]``) and, when given, where its scratch files were."""
+    path = save_result(results_dir, name, result)
+    print_tables(result, console)
+    where = f" (scratch files under {scratch_dir})" if scratch_dir else ""
+    console.print(f"[dim]wrote {path} in {result['elapsed_s']:.1f} s{where}[/]")
+    return result
+
+
 def profile_rows(profiler: cProfile.Profile) -> tuple[float, list[dict[str, Any]]]:
     """(total seconds, one row per profiled function, by own time first): function, calls, own and
     cumulative seconds and own-time share. Paths inside src/ print as kafkalog/..., others by file name."""
