@@ -11,6 +11,7 @@ there the answer is exactly twice the setting; elsewhere at least the setting.
 from __future__ import annotations
 
 import asyncio
+import re
 import socket
 import sys
 
@@ -150,6 +151,21 @@ def test_kafkalog_serve_applies_them(tmp_path) -> None:
             assert "sendBufferSize [actual|requested]: [131072|65536]" in line
             assert "recvBufferSize [actual|requested]: [98304|49152]" in line
         assert "Accepted connection from /127.0.0.1:" in line
+
+
+def test_kafkalog_serve_leaves_buffer_sizes_to_the_os_by_default(tmp_path) -> None:
+    """Through ``kafkalog serve`` with no socket settings: nothing is requested (-1), so Linux autotunes; a
+    connection's send buffer is not Kafka's 102400 doubled."""
+    broker = BrokerProcess(tmp_path, {})
+    broker.args += ["--log-level", "DEBUG"]
+    with broker:
+        assert api_versions_ok(broker.bootstrap)
+        assert wait_until(lambda: "sendBufferSize [actual|requested]" in broker.log, 10)
+        line = next(x for x in broker.log.splitlines() if "sendBufferSize [actual|requested]" in x)
+        sizes = re.findall(r"BufferSize \[actual\|requested\]: \[(\d+)\|(-?\d+)\]", line)
+        assert [requested for _, requested in sizes] == ["-1", "-1"], line
+        if LINUX:
+            assert f"[{2 * 102400}|" not in line
 
 
 async def _fetch_connection_rcvbuf(size: int) -> int:
