@@ -95,7 +95,7 @@ def _error_name(code: int) -> str:
     return "NETWORK_EXCEPTION" if code == 13 else str(code)
 
 
-async def _verify_in_cluster(broker, transactional_id, entries: dict[TopicPartition, bytes]) -> dict:
+async def _verify_in_cluster(broker, transactional_id, entries: dict[TopicPartition, memoryview | bytes]) -> dict:
     """Kafka's transaction verification on a ZooKeeper cluster (KIP-890 part 1, AddPartitionsToTxnManager): the
     first transactional batch of a producer to a partition is written only once the id's coordinator, on whichever
     broker, confirms the partition is in the producer's ongoing transaction. (error, message) per refused one."""
