@@ -49,7 +49,6 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-from unittest import mock
 
 from rich.console import Console
 from rich.table import Table
@@ -513,30 +512,12 @@ def startup_run(directory: Path, expected: dict, clean: bool, threads: int) -> f
     return elapsed
 
 
-def _startup_pool_module() -> Any:
-    """The module whose ThreadPoolExecutor opens the logs at startup: kafkalog.log_loading since manager.py's split
-    (23c9266), kafkalog.manager before it (so that the benchmark still runs against older trees, for A/B runs)."""
-    import importlib
-
-    import kafkalog.manager
-
-    if hasattr(kafkalog.manager, "ThreadPoolExecutor"):
-        return kafkalog.manager
-    return importlib.import_module("kafkalog.log_loading")
-
-
 def profile_unclean_startup(directory: Path, expected: dict) -> dict[str, Any]:
     from kafkalog.manager import LogManager
 
     make_unclean(directory)
     manager = LogManager([directory], startup_broker_config(1))
-    profiler = cProfile.Profile()
-    with mock.patch.object(_startup_pool_module(), "ThreadPoolExecutor", common.InThreadExecutor):
-        profiler.enable()
-        try:
-            manager.startup()
-        finally:
-            profiler.disable()
+    profiler = common.profiled_startup(manager)
     try:
         verify_startup(manager, expected, clean=False)
     finally:

@@ -31,7 +31,6 @@ N`` then ``py-spy record -- python -c 'from kafkalog.manager import LogManager; 
 from __future__ import annotations
 
 import argparse
-import cProfile
 import os
 import resource
 import shutil
@@ -44,7 +43,6 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-from unittest import mock
 
 from rich.console import Console
 from rich.table import Table
@@ -187,17 +185,9 @@ def one_round(killed: Path, work: Path, partitions: int, threads: int) -> dict[s
 
 def profile_unclean(killed: Path, work: Path, partitions: int, top: int = 15) -> dict[str, Any]:
     """cProfile of one unclean startup with one in-thread recovery 'pool'."""
-    import kafkalog.log_loading
-
     _copy(killed, work)
     manager = _manager(work, 1)
-    profiler = cProfile.Profile()
-    with mock.patch.object(kafkalog.log_loading, "ThreadPoolExecutor", common.InThreadExecutor):
-        profiler.enable()
-        try:
-            manager.startup()
-        finally:
-            profiler.disable()
+    profiler = common.profiled_startup(manager)
     try:
         verify(manager, partitions, clean=False)
     finally:

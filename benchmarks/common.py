@@ -160,3 +160,30 @@ class InThreadExecutor:
 
     def shutdown(self, wait: bool = True) -> None:
         return None
+
+
+def _startup_pool_module() -> Any:
+    """The module whose ThreadPoolExecutor opens the logs at startup: kafkalog.log_loading since manager.py's split
+    (23c9266), kafkalog.manager before it (so that the benchmarks still run against older trees, for A/B runs)."""
+    import importlib
+
+    import kafkalog.manager
+
+    if hasattr(kafkalog.manager, "ThreadPoolExecutor"):
+        return kafkalog.manager
+    return importlib.import_module("kafkalog.log_loading")
+
+
+def profiled_startup(manager: Any) -> cProfile.Profile:
+    """``manager.startup()`` under cProfile, its log-opening pool replaced by :class:`InThreadExecutor` so that
+    the profile sees the loading itself (cProfile does not follow a pool's worker threads)."""
+    from unittest import mock
+
+    profiler = cProfile.Profile()
+    with mock.patch.object(_startup_pool_module(), "ThreadPoolExecutor", InThreadExecutor):
+        profiler.enable()
+        try:
+            manager.startup()
+        finally:
+            profiler.disable()
+    return profiler
